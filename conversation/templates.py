@@ -1,0 +1,213 @@
+"""Conversation templates. Accessory's strings are kept byte for byte; nothing here imports the project."""
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum, auto
+from typing import Callable, List, Optional, Sequence, Tuple
+
+CHAT_TEMPLATE = "chat_template"
+
+
+class SeparatorStyle(Enum):
+    SINGLE = auto()  # "### Human: ...\n### Assistant: ..."; an answer ends at "\n###"
+    TWO = auto()  # "USER: ... ASSISTANT: ...</s>"; an answer ends at sep2
+
+
+@dataclasses.dataclass
+class Conversation:
+    """A conversation in one of Accessory's templates."""
+
+    system: str
+    roles: Tuple[str, str]
+    messages: List = dataclasses.field(default_factory=list)
+    sep_style: SeparatorStyle = SeparatorStyle.SINGLE
+    sep: str = "###"
+    sep2: Optional[str] = None
+    version: str = "Unknown"
+    skip_next: bool = False
+
+    def process(self) -> dict:
+        """{"conv": the whole text, "to_predict": the answers a model learns to produce}."""
+        if self.sep_style == SeparatorStyle.SINGLE:
+            text = self.system + "\n\n" + self.sep
+            seps = (self.sep, self.sep)
+            turn_end = "\n"
+        elif self.sep_style == SeparatorStyle.TWO:
+            text = self.system + self.sep
+            seps = (self.sep, self.sep2)
+            turn_end = ""
+        else:
+            raise ValueError(f"Invalid style: {self.sep_style}")
+        to_predict = []
+        for i, (role, message) in enumerate(self.messages):
+            if message is None or (self.sep_style == SeparatorStyle.TWO and not message):
+                if i != len(self.messages) - 1:
+                    raise ValueError("Only the last message of a conversation can be empty (the one to generate).")
+                text += " " + role + ":"
+                continue
+            if isinstance(message, tuple):
+                message = message[0]
+            end = turn_end + seps[i % 2]
+            text += " " + role + ": " + message + end
+            if role == self.roles[1]:
+                to_predict.append(message + end)
+        return {"conv": text, "to_predict": to_predict}
+
+    def get_prompt(self) -> str:
+        return self.process()["conv"]
+
+    def append_message(self, role: str, message: Optional[str]) -> None:
+        self.messages.append([role, message])
+
+    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
+        """Replace the messages with [[question, answer], ...]; the last answer may be None (to generate)."""
+        self.messages = []
+        for question, answer in qas:
+            self.append_message(self.roles[0], question)
+            self.append_message(self.roles[1], answer)
+
+    def copy(self) -> "Conversation":
+        return dataclasses.replace(self, messages=[[r, m] for r, m in self.messages])
+
+    @property
+    def response_end_signal(self) -> str:
+        """The text that ends an answer; pass it as a stop symbol."""
+        return "\n" + self.sep if self.sep_style == SeparatorStyle.SINGLE else self.sep2
+
+    @property
+    def stop_symbols(self) -> List[str]:
+        return [self.response_end_signal]
+
+
+_HUMAN_SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
+                 "The assistant gives helpful, detailed, and polite answers to the human's questions.")
+_USER_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "
+                "The assistant gives helpful, detailed, and polite answers to the user's questions.")
+_LLAVA_SYSTEM = ("You are LLaVA, a large language and vision assistant trained by UW Madison WAIV Lab."
+                 "You are able to understand the visual content that the user provides, and assist the user with "
+                 "a variety of tasks using natural language."
+                 "Follow the instructions carefully and explain your answers in detail.")
+
+
+def conv_v1() -> Conversation:
+    return Conversation(system=_HUMAN_SYSTEM, roles=("Human", "Assistant"))
+
+
+def conv_vicuna_v1_1() -> Conversation:
+    return Conversation(system=_USER_SYSTEM, roles=("USER", "ASSISTANT"), version="v1",
+                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+
+
+def conv_bair_v1() -> Conversation:
+    return Conversation(system="BEGINNING OF CONVERSATION:", roles=("USER", "GPT"),
+                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+
+
+def simple_conv_multimodal() -> Conversation:
+    return Conversation(system=_LLAVA_SYSTEM, roles=("Human", "Assistant"))
+
+
+def conv_llava_v1() -> Conversation:
+    return Conversation(system=_LLAVA_SYSTEM, roles=("USER", "ASSISTANT"), version="v1",
+                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+
+
+default_conversation: Callable[[], Conversation] = conv_v1
+conv_templates: dict = {
+    "default": conv_v1,
+    "simple": conv_v1,
+    "multimodal": simple_conv_multimodal,
+    "llava_v1": conv_llava_v1,
+    # FastChat's names
+    "v1": conv_v1,
+    "bair_v1": conv_bair_v1,
+    "vicuna_v1_1": conv_vicuna_v1_1,
+}
+
+
+class ChatTemplateConversation:
+    """A conversation rendered by a Hugging Face tokenizer's own (Jinja) chat template.
+
+    Same interface as `Conversation`; the stop symbols come from the template itself, so a model with a chat
+    template needs no hand-written entry.
+    """
+
+    roles = ("user", "assistant")
+    _ANSWER = "ANSWER7f3a9"
+    _NEXT = "NEXT7f3a9"
+
+    def __init__(self, tokenizer, system: str = ""):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("This tokenizer has no chat template; choose one of the named templates instead.")
+        self.tokenizer = tokenizer
+        self.system = system
+        self.messages: list = []
+        self.stop_symbols = self._derive_stop_symbols()
+
+    def _chat(self, messages: Sequence[Sequence[Optional[str]]], with_system: bool = True) -> list:
+        chat = [{"role": "system", "content": self.system}] if self.system and with_system else []
+        chat += [{"role": role, "content": content} for role, content in messages]
+        return chat
+
+    def _render(self, messages, add_generation_prompt: bool) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(self._chat(messages), tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt)
+        except Exception:
+            if not self.system:
+                raise
+            # Some templates refuse a system role: put the system prompt before the first user message.
+            first_role, first_text = messages[0]
+            merged = [[first_role, f"{self.system}\n\n{first_text}"]] + [list(m) for m in messages[1:]]
+            return self.tokenizer.apply_chat_template(self._chat(merged, with_system=False), tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt)
+
+    def _derive_stop_symbols(self) -> List[str]:
+        """What the template writes right after an answer: its end-of-turn marker, else the next user header."""
+        one_turn = self._render([["user", "Hi"], ["assistant", self._ANSWER]], add_generation_prompt=False)
+        end_marker = one_turn.split(self._ANSWER, 1)[1].strip()
+        if end_marker:
+            return [end_marker]
+        two_turns = self._render([["user", "Hi"], ["assistant", self._ANSWER], ["user", self._NEXT]],
+                                 add_generation_prompt=False)
+        between = two_turns.split(self._ANSWER, 1)[1].split(self._NEXT, 1)[0].rstrip()
+        eos = getattr(self.tokenizer, "eos_token", None)
+        return [s for s in (between, eos) if s]
+
+    def append_message(self, role: str, message: Optional[str]) -> None:
+        self.messages.append([role, message])
+
+    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
+        self.messages = []
+        for question, answer in qas:
+            self.append_message(self.roles[0], question)
+            self.append_message(self.roles[1], answer)
+
+    def get_prompt(self) -> str:
+        messages = [m for m in self.messages if m[1] is not None]
+        open_answer = bool(self.messages) and self.messages[-1][1] is None
+        return self._render(messages, add_generation_prompt=open_answer)
+
+    @property
+    def response_end_signal(self) -> str:
+        return self.stop_symbols[0]
+
+
+def template_names(tokenizer=None) -> List[str]:
+    """The template choices for a tokenizer: Accessory's names, plus `chat_template` when it has one."""
+    names = list(conv_templates)
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        names.append(CHAT_TEMPLATE)
+    return names
+
+
+def get_conversation(name: str, tokenizer=None, system: Optional[str] = None):
+    """A fresh conversation for a template name (an Accessory name or `chat_template`)."""
+    if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return ChatTemplateConversation(tokenizer, system or "")
+    if name not in conv_templates:
+        raise ValueError(f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}.")
+    conv = conv_templates[name]()
+    if system is not None:
+        conv.system = system
+    return conv

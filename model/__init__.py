@@ -1,0 +1,9 @@
+"""The inference core: `MetaModel` (loading and generation) and Accessory's image transforms."""
+from .errors import UserError
+from .footprint import weight_bytes
+from .generation import AnswerStream, ModelInputs, SamplingParams, generate_tokens
+from .image import TRANSFORMS, get_transform
+from .meta import MetaModel
+
+__all__ = ["MetaModel", "UserError", "get_transform", "TRANSFORMS", "SamplingParams", "ModelInputs",
+           "AnswerStream", "generate_tokens", "weight_bytes"]

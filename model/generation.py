@@ -1,0 +1,223 @@
+"""The one generation path every front end stands on.
+
+Short steps in the style of gpt-fast: `prefill` the prompt, `decode_one` token, `sample_next`, and
+`generate_tokens`, a loop that yields each step's tokens and asks one `decide` callback whether to stop.
+`AnswerStream` turns one row's tokens into answer text and is where every stop decision for that row is
+taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it on one rank and share it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import torch
+from transformers import DynamicCache
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from .detokenize import IncrementalDetokenizer, StopStrings
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is picked; temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 0.95
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def logits_processors(self) -> LogitsProcessorList:
+        processors = LogitsProcessorList()
+        if self.repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
+        if not self.greedy:
+            processors.append(TemperatureLogitsWarper(self.temperature))
+            if self.top_k > 0:
+                processors.append(TopKLogitsWarper(self.top_k))
+            if self.top_p < 1.0:
+                processors.append(TopPLogitsWarper(self.top_p))
+        return processors
+
+    def random_generator(self, device: torch.device) -> torch.Generator | None:
+        """A generator seeded per request, so every rank (and every rerun with the same seed) samples alike."""
+        if self.greedy:
+            return None
+        generator = torch.Generator(device=device)
+        generator.manual_seed(self.seed if self.seed is not None else torch.seed())
+        return generator
+
+
+@dataclass
+class ModelInputs:
+    """A left-padded batch of prompts; `extra` (pixel values and the like) goes to the prefill only."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    extra: dict = field(default_factory=dict)
+
+
+def _position_ids(attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor | None:
+    """Positions that skip left padding; None lets the model count from the cache when there is no padding."""
+    if bool(attention_mask.all()):
+        return None
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    return positions[:, -new_tokens:]
+
+
+def _last_logits(model, input_ids, attention_mask, cache, **extra) -> torch.Tensor:
+    position_ids = _position_ids(attention_mask, input_ids.shape[1])
+    if position_ids is not None:
+        extra["position_ids"] = position_ids
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+        use_cache=True, logits_to_keep=1, **extra,
+    )
+    return out.logits[:, -1, :]
+
+
+def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
+    """Run the prompt through the model, filling `cache`; return the next-token logits of each row."""
+    return _last_logits(model, inputs.input_ids, inputs.attention_mask, cache, **inputs.extra)
+
+
+def decode_one(model, tokens: torch.Tensor, attention_mask: torch.Tensor, cache) -> torch.Tensor:
+    """Feed one token per row; `attention_mask` already covers it."""
+    return _last_logits(model, tokens[:, None], attention_mask, cache)
+
+
+def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generator) -> torch.Tensor:
+    """Pick one token per row from the last logits."""
+    scores = processors(seen_ids, logits.float()) if processors else logits
+    if sampling.greedy:
+        return scores.argmax(dim=-1)
+    probs = torch.softmax(scores.float(), dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+
+
+@torch.inference_mode()
+def generate_tokens(
+    model,
+    inputs: ModelInputs,
+    sampling: SamplingParams,
+    decide: Callable[[torch.Tensor], bool],
+    cache=None,
+) -> Iterator[torch.Tensor]:
+    """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
+
+    `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
+    cancel, length) costs no further forward pass. Closing this generator also stops the model.
+    """
+    cache = cache if cache is not None else DynamicCache(config=model.config)
+    processors = sampling.logits_processors()
+    generator = sampling.random_generator(inputs.input_ids.device)
+    seen_ids = inputs.input_ids
+    attention_mask = inputs.attention_mask
+    logits = prefill(model, inputs, cache)
+    while True:
+        tokens = sample_next(logits, seen_ids, sampling, processors, generator)
+        if processors:
+            seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
+        yield tokens
+        if decide(tokens):
+            return
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
+        logits = decode_one(model, tokens, attention_mask, cache)
+
+
+class AnswerStream:
+    """One answer: turns its tokens into text and takes every stop decision for it.
+
+    `text` is what may be shown: it never holds a stop string nor ends with the start of one, and it only grows.
+    """
+
+    def __init__(
+        self,
+        decode: Callable[[Sequence[int]], str],
+        eos_ids: set[int],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        cancel: threading.Event | None = None,
+    ):
+        self._detokenizer = IncrementalDetokenizer(decode)
+        self._stops = StopStrings(stop_strings)
+        self._eos_ids = eos_ids
+        self._max_new_tokens = max_new_tokens
+        self._cancel = cancel
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def cancelled(self) -> bool:
+        return self._cancel is not None and self._cancel.is_set()
+
+    def finish(self, reason: str) -> None:
+        self.finish_reason = reason
+        self.finished_at = time.perf_counter()
+
+    def push(self, token_id: int) -> None:
+        """Take the next sampled token; sets `finish_reason` when the answer is complete."""
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if self.cancelled():
+            return self.finish("cancelled")
+        if token_id in self._eos_ids:
+            return self.finish("stop")
+        self.token_ids.append(token_id)
+        self._detokenizer.add(token_id)
+        full_text = self._detokenizer.text
+        hit = self._stops.find(full_text)
+        if hit >= 0:
+            self.text = full_text[:hit]
+            return self.finish("stop")
+        self.text = full_text[: self._stops.safe_length(full_text)]
+        if len(self.token_ids) >= self._max_new_tokens:
+            self.finish("length")
+
+    def summary(self, prompt_tokens: int) -> dict:
+        """Token counts and timings for the last piece of a stream."""
+        finished_at = self.finished_at or time.perf_counter()
+        first = self.first_token_at or finished_at
+        total = finished_at - self.started
+        decode_time = finished_at - first
+        completion = len(self.token_ids)
+        return {
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "time_to_first_token": first - self.started,
+            "total_time": total,
+            "tokens_per_second": completion / total if total > 0 else 0.0,
+            "decode_tokens_per_second": (completion - 1) / decode_time if completion > 1 and decode_time > 0 else 0.0,
+        }
+
+
+def batch_decider(streams: Sequence[AnswerStream]) -> Callable[[torch.Tensor], bool]:
+    """The `decide` callback for a batch: pushes each row's token to its stream; True once all are done."""
+
+    def decide(tokens: torch.Tensor) -> bool:
+        for stream, token in zip(streams, tokens.tolist()):
+            if not stream.done:
+                stream.push(token)
+        return all(stream.done for stream in streams)
+
+    return decide

@@ -1,0 +1,218 @@
+"""Everything `MetaModel.from_pretrained` does before there is a model: paths, formats, dtype, device, --quant."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from . import checkpoint as ckpt
+from .errors import UserError
+from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+          "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# Modules that stay in full precision under --quant: the output layer and a vision model's image side.
+QUANT_SKIP_MODULES = ["lm_head", "vision_tower", "multi_modal_projector", "vision_model", "visual", "mm_projector"]
+# bitsandbytes logs a notice about an optional kernel package at import, and a cast warning on every
+# 8-bit layer call with fp32 inputs; neither is actionable for a chat user.
+_NOISY_BNB_LOGGERS = ("bitsandbytes.backends.cpu.ops", "bitsandbytes.autograd._functions")
+
+
+@dataclass
+class Loaded:
+    """What a loader hands to `MetaModel`."""
+
+    model: Any
+    tokenizer: Tokenizer
+    processor: Any
+    max_seq_len: int
+    info: dict = field(default_factory=dict)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu.")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise UserError(f"Unknown dtype {dtype!r}; choose one of fp16, bf16, fp32.")
+    return DTYPES[dtype]
+
+
+def resolve_quant(quant) -> int | None:
+    """None for no quantization, else 4 or 8 bits (True, like a bare --quant, means 4)."""
+    if quant is None or quant is False:
+        return None
+    if quant is True:
+        return 4
+    if str(quant) in ("4", "8"):
+        return int(quant)
+    raise UserError(f"--quant takes 4 or 8 (bits), not {quant!r}.")
+
+
+def _import_bitsandbytes() -> None:
+    for name in _NOISY_BNB_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception as exc:
+        raise UserError(
+            f"--quant needs bitsandbytes, which cannot run here ({type(exc).__name__}: {exc}); "
+            "install it with pip install 'bitsandbytes>=0.50' or drop --quant."
+        )
+
+
+def quantization_config(bits: int | None, compute_dtype: torch.dtype):
+    """transformers' `BitsAndBytesConfig`: NF4 with double quantization for 4 bits, LLM.int8 for 8."""
+    if bits is None:
+        return None
+    _import_bitsandbytes()
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=bits == 4,
+        load_in_8bit=bits == 8,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+        llm_int8_skip_modules=QUANT_SKIP_MODULES,
+    )
+
+
+def as_paths(pretrained_path: str | Path | Sequence[str | Path]) -> list[Path]:
+    if isinstance(pretrained_path, (str, Path)):
+        return [Path(pretrained_path)]
+    paths = [Path(p) for p in pretrained_path]
+    if not paths:
+        raise UserError("No checkpoint path given; pass --pretrained_path.")
+    return paths
+
+
+def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=None, with_visual=False,
+         max_seq_len=4096, mp_group=None, dtype=None, device=None, quant=None) -> Loaded:
+    """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor."""
+    _check_model_parallel(mp_group)
+    folders = as_paths(pretrained_path)
+    formats = [ckpt.detect_format(folder) for folder in folders]
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    bits = resolve_quant(quant)
+    common = dict(dtype=dtype, device=device, bits=bits, max_seq_len=max_seq_len, tokenizer_path=tokenizer_path)
+    if "hf" in formats:
+        if len(folders) > 1:
+            raise UserError(
+                "Several --pretrained_path folders are merged only for Accessory/Meta checkpoints; "
+                f"pass the Hugging Face folder {folders[formats.index('hf')]} alone."
+            )
+        loaded = _load_hf(folders[0], with_visual=with_visual, **common)
+    else:
+        loaded = _load_consolidated(folders, formats, llama_type=llama_type, llama_config=llama_config,
+                                    with_visual=with_visual, **common)
+    loaded.info.update(path=", ".join(str(f) for f in folders), dtype=str(dtype).removeprefix("torch."),
+                       device=str(device), quant=f"{bits}-bit" if bits else "none")
+    return loaded
+
+
+def _check_model_parallel(mp_group) -> None:
+    if mp_group is None:
+        return
+    import torch.distributed as dist
+
+    if dist.get_world_size(mp_group) > 1:
+        raise UserError(
+            "Model parallelism over several ranks (mp_group) is not available in this version; "
+            "load the model on one device, or use --quant 4 to fit it."
+        )
+
+
+def _hf_error(folder: Path, exc: Exception) -> UserError:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
+
+
+def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path) -> Loaded:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _hf_error(folder, exc)
+    sees_images = hasattr(config, "vision_config")
+    if with_visual and not sees_images:
+        raise UserError(
+            f"{folder} holds a text-only model ({config.model_type}), but a vision model was asked for; "
+            "use a LLaVA-style folder for image chat, or a text launcher for this model."
+        )
+    model_class = AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
+    try:
+        model = model_class.from_pretrained(
+            folder, dtype=dtype, device_map={"": device},
+            quantization_config=quantization_config(bits, dtype),
+        )
+        processor = AutoProcessor.from_pretrained(folder) if sees_images else None
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise _hf_error(folder, exc)
+    if processor is not None and tokenizer_path is None:
+        tokenizer = HFTokenizer(processor.tokenizer)
+    else:
+        tokenizer = load_tokenizer(tokenizer_path or folder)
+    position_limit = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len
+    model.eval()
+    return Loaded(model, tokenizer, processor, min(max_seq_len, position_limit),
+                  {"format": "Hugging Face", "architecture": type(model).__name__})
+
+
+def _find_tokenizer(folders: list[Path]) -> Path:
+    """The last folder (or its parent, where Meta's downloads keep it) that holds a tokenizer."""
+    for folder in reversed(folders):
+        for candidate in (folder, folder.parent):
+            if (candidate / "tokenizer.model").is_file() or has_hf_tokenizer(candidate):
+                return candidate
+    raise UserError(
+        f"No tokenizer found in {folders[-1]} (looked for tokenizer.model and tokenizer.json); "
+        "pass --tokenizer_path."
+    )
+
+
+def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visual, dtype, device, bits,
+                       max_seq_len, tokenizer_path) -> Loaded:
+    from transformers import LlamaForCausalLM
+
+    if with_visual:
+        raise UserError(
+            f"{folders[-1]} is a text-only Accessory/Meta checkpoint, but a vision model was asked for; "
+            "image chat needs a Hugging Face LLaVA-style folder."
+        )
+    llama_type = llama_type or ckpt.find_llama_type(folders, formats)
+    ckpt.check_llama_type(llama_type)
+    config_files = [Path(p) for p in ([llama_config] if isinstance(llama_config, (str, Path)) else llama_config or [])]
+    config_files = config_files or ckpt.find_model_config(folders)
+    if not config_files:
+        raise UserError(f"{folders[-1]} has no config.json or params.json; pass --llama_config with the model's params.")
+    params = ckpt.merged_params(config_files)
+    tokenizer = load_tokenizer(tokenizer_path or _find_tokenizer(folders), always_bos=True)
+    weights = ckpt.load_consolidated_weights(formats)
+    config = ckpt.llama_config_from_params(params, weights, max_seq_len, tokenizer)
+    state = ckpt.to_hf_state_dict(weights, config, dtype)
+    model = LlamaForCausalLM.from_pretrained(
+        None, config=config, state_dict=state, dtype=dtype, device_map={"": device},
+        quantization_config=quantization_config(bits, dtype),
+    )
+    del state
+    model.eval()
+    kind = "LLaMA2-Accessory" if formats[-1].kind == "accessory" else "Meta"
+    shards = sum(len(f.shards) for f in formats)
+    return Loaded(model, tokenizer, None, max_seq_len,
+                  {"format": f"{kind} ({shards} shard{'s' if shards > 1 else ''})", "architecture": llama_type})

@@ -1,0 +1,181 @@
+"""`MetaModel`: LLaMA2-Accessory's model API over an ordinary transformers model."""
+from __future__ import annotations
+
+import threading
+from typing import Iterator, Sequence
+
+import torch
+from PIL import Image
+
+from .errors import UserError
+from .generation import AnswerStream, ModelInputs, SamplingParams, batch_decider, generate_tokens
+from .image import shape_image
+from .loading import load
+
+
+class MetaModel(torch.nn.Module):
+    """A loaded chat model: `llma` (the transformers model), `tokenizer`, and for vision models `processor`."""
+
+    def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None):
+        super().__init__()
+        self.llma = llma
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.max_seq_len = max_seq_len
+        self.info = dict(info or {})
+        if processor is not None:
+            llma.image_size = self.image_size  # the guide reads model.llma.image_size
+
+    @staticmethod
+    def from_pretrained(pretrained_path, llama_type: str | None = None, llama_config=None,
+                        tokenizer_path: str | None = None, with_visual: bool = False, max_seq_len: int = 4096,
+                        mp_group=None, dtype=None, device=None, quant=None) -> "MetaModel":
+        """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
+
+        `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
+        Errors a user can fix raise `UserError` with one sentence saying what to do.
+        """
+        loaded = load(pretrained_path, llama_type=llama_type, llama_config=llama_config,
+                      tokenizer_path=tokenizer_path, with_visual=with_visual, max_seq_len=max_seq_len,
+                      mp_group=mp_group, dtype=dtype, device=device, quant=quant)
+        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info)
+
+    # ----- what the model is -----
+
+    @property
+    def sees_images(self) -> bool:
+        return self.processor is not None
+
+    @property
+    def device(self) -> torch.device:
+        return self.llma.device
+
+    @property
+    def image_size(self) -> int:
+        image_processor = self.processor.image_processor
+        for size in (getattr(image_processor, "crop_size", None), getattr(image_processor, "size", None)):
+            if isinstance(size, dict):
+                side = size.get("height") or size.get("shortest_edge")
+                if side:
+                    return int(side)
+        return int(self.llma.config.vision_config.image_size)
+
+    def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
+        """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are
+        single special tokens (such as a chat template's "<|im_end|>", which never shows up as text)."""
+        ids = set(self.tokenizer.eos_ids)
+        configured = getattr(getattr(self.llma, "generation_config", None), "eos_token_id", None)
+        ids.update(configured if isinstance(configured, (list, tuple)) else [configured] if configured is not None else [])
+        ids.update(i for i in map(self.tokenizer.special_token_id, stop_symbols) if i is not None)
+        return ids
+
+    # ----- prompts in, tensors out -----
+
+    def prepare_inputs(self, prompts: Sequence[str], images=None, image_transform: str = "padded_resize") -> ModelInputs:
+        """Tokenize a batch (left-padded); images, if any, go through the processor with their prompts."""
+        if images is not None and len(images) != len(prompts):
+            raise UserError(f"Got {len(images)} images for {len(prompts)} prompts; pass one image (or None) per prompt.")
+        rows, extras = [], []
+        for prompt, image in zip(prompts, images if images is not None else [None] * len(prompts)):
+            if image is None:
+                rows.append(self.tokenizer.encode(prompt, bos=True, eos=False))
+            else:
+                ids, extra = self._encode_with_image(prompt, image, image_transform)
+                rows.append(ids)
+                extras.append(extra)
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_id
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        extra = {key: torch.cat([e[key] for e in extras]) for key in (extras[0] if extras else {})}
+        return ModelInputs(input_ids, mask, extra)
+
+    def _encode_with_image(self, prompt: str, image, image_transform: str) -> tuple[list[int], dict]:
+        if not self.sees_images:
+            raise UserError(
+                "This model cannot see images; send the message without an image, or load a vision model "
+                "(a Hugging Face LLaVA-style folder with --pretrained_path)."
+            )
+        image_token = self.processor.image_token
+        # Callers pass the same prompt with or without an image: the image goes first, as Accessory places it.
+        text = prompt if image_token in prompt else f"{image_token}\n{prompt}"
+        size = self.image_size
+        if isinstance(image, torch.Tensor):  # already transformed, Accessory style: [3, H, W] or [1, 3, H, W]
+            pixels = image if image.dim() == 4 else image[None]
+            if tuple(pixels.shape[-2:]) != (size, size):
+                raise UserError(
+                    f"The image tensor is {tuple(pixels.shape[-2:])} but this model takes {size}x{size}; "
+                    "build it with get_transform(..., model.llma.image_size)."
+                )
+            # The processor only lays out the image tokens here; the caller's pixels replace its own.
+            batch = self.processor(text=text, images=Image.new("RGB", (size, size)), return_tensors="pt")
+            batch["pixel_values"] = pixels
+        else:
+            mean = getattr(self.processor.image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
+            batch = self.processor(text=text, images=shape_image(image, image_transform, size, mean),
+                                   return_tensors="pt")
+        ids = batch.pop("input_ids")[0].tolist()
+        batch.pop("attention_mask", None)
+        if ids[:2] == [self.tokenizer.bos_id] * 2:  # the prompt carried BOS text and the processor added one
+            ids = ids[1:]
+        dtype = self.llma.dtype
+        extra = {k: v.to(self.device, dtype=dtype if v.is_floating_point() else None) for k, v in batch.items()}
+        return ids, extra
+
+    def answer_room(self, prompt_tokens: int, max_gen_len: int) -> int:
+        """How many tokens may be generated: `max_gen_len`, clamped to what `max_seq_len` leaves."""
+        room = self.max_seq_len - prompt_tokens
+        if room < 1:
+            raise UserError(
+                f"The prompt is {prompt_tokens} tokens long and leaves no room for an answer within the "
+                f"{self.max_seq_len}-token context; shorten it or start a new conversation."
+            )
+        return max(1, min(max_gen_len, room))
+
+    # ----- generation -----
+
+    def _streams(self, count, stop_symbols, max_new_tokens, cancel) -> list[AnswerStream]:
+        eos_ids = self.eos_ids(stop_symbols)
+        return [AnswerStream(self.tokenizer.decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)]
+
+    def stream_generate(self, prompt: str, image=None, max_gen_len: int = 512, temperature: float = 0.0,
+                        top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
+                        seed: int | None = None, repetition_penalty: float = 1.0,
+                        cancel: threading.Event | None = None, image_transform: str = "padded_resize",
+                        cache=None) -> Iterator[dict]:
+        """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
+        "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
+
+        `text` never holds a stop symbol nor ends with the start of one. Setting `cancel` (or closing this
+        generator) stops the model before its next forward pass.
+        """
+        inputs = self.prepare_inputs([prompt], None if image is None else [image], image_transform)
+        prompt_tokens = inputs.input_ids.shape[1]
+        [stream] = self._streams(1, list(additional_stop_symbols), self.answer_room(prompt_tokens, max_gen_len), cancel)
+        sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
+        shown = ""
+        if stream.cancelled():
+            stream.finish("cancelled")
+        else:
+            for _ in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache):
+                if stream.text != shown and not stream.done:
+                    shown = stream.text
+                    yield {"text": shown, "end_of_content": False}
+        yield {"text": stream.text, "end_of_content": True, **stream.summary(prompt_tokens)}
+
+    def generate(self, prompts: Sequence[str], images=None, max_gen_len: int = 512, temperature: float = 0.0,
+                 top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
+                 seed: int | None = None, repetition_penalty: float = 1.0, cancel: threading.Event | None = None,
+                 image_transform: str = "padded_resize", return_details: bool = False) -> list:
+        """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
+        dict of `stream_generate`'s last piece instead of its text."""
+        inputs = self.prepare_inputs(list(prompts), images, image_transform)
+        lengths = inputs.attention_mask.sum(dim=1).tolist()
+        max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
+        streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
+        sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
+        for _ in generate_tokens(self.llma, inputs, sampling, batch_decider(streams)):
+            pass
+        if not return_details:
+            return [s.text for s in streams]
+        return [{"text": s.text, **s.summary(n)} for s, n in zip(streams, lengths)]

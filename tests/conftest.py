@@ -1,0 +1,69 @@
+"""Session-wide fixtures: small random models in every checkpoint format (see tiny_models.py)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import transformers  # noqa: E402
+
+import tiny_models  # noqa: E402
+
+transformers.utils.logging.disable_progress_bar()
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def sp_model_file(work) -> Path:
+    return tiny_models.train_sentencepiece(work / "sp")
+
+
+@pytest.fixture(scope="session")
+def byte_tokenizer():
+    return tiny_models.train_byte_level_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def sp_llama(sp_model_file):
+    """A random Llama whose vocabulary is the sentencepiece tokenizer's."""
+    import sentencepiece
+
+    return tiny_models.random_llama(sentencepiece.SentencePieceProcessor(model_file=str(sp_model_file)).vocab_size())
+
+
+@pytest.fixture(scope="session")
+def checkpoints(work, sp_llama, sp_model_file) -> dict:
+    """The same random Llama as a Hugging Face folder, Accessory shards (2) and Meta shards (2)."""
+    return {
+        "hf": tiny_models.save_hf(sp_llama, work / "hf", tokenizer_model=sp_model_file),
+        "accessory": tiny_models.save_accessory(sp_llama, work / "accessory", tokenizer_model=sp_model_file),
+        "meta": tiny_models.save_meta(sp_llama, work / "meta", tokenizer_model=sp_model_file),
+    }
+
+
+@pytest.fixture(scope="session")
+def byte_llama_dir(work, byte_tokenizer) -> Path:
+    """A random Llama with a byte-level BPE tokenizer and a ChatML chat template, as a Hugging Face folder."""
+    model = tiny_models.random_llama(len(byte_tokenizer), seed=1)
+    return tiny_models.save_hf(model, work / "byte_llama", hf_tokenizer=byte_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def byte_model(byte_llama_dir):
+    from model import MetaModel
+
+    return MetaModel.from_pretrained(str(byte_llama_dir))
+
+
+@pytest.fixture(scope="session")
+def llava_dir(work) -> Path:
+    return tiny_models.save_tiny_llava(work / "llava")
