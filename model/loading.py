@@ -14,8 +14,10 @@ from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
           "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-# Modules that stay in full precision under --quant: the output layer and a vision model's image side.
-QUANT_SKIP_MODULES = ["lm_head", "vision_tower", "multi_modal_projector", "vision_model", "visual", "mm_projector"]
+# Modules that stay in full precision under --quant: the output layer and a vision model's image side,
+# wherever they sit (transformers matches these patterns from the start of a module's full name).
+QUANT_SKIP_MODULES = ["lm_head"] + [rf".*\b{name}" for name in
+                                    ("vision_tower", "multi_modal_projector", "vision_model", "visual", "mm_projector")]
 # bitsandbytes logs a notice about an optional kernel package at import, and a cast warning on every
 # 8-bit layer call with fp32 inputs; neither is actionable for a chat user.
 _NOISY_BNB_LOGGERS = ("bitsandbytes.backends.cpu.ops", "bitsandbytes.autograd._functions")
@@ -62,9 +64,11 @@ def resolve_quant(quant) -> int | None:
     raise UserError(f"--quant takes 4 or 8 (bits), not {quant!r}.")
 
 
+for _name in _NOISY_BNB_LOGGERS:  # before anything imports bitsandbytes
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+
 def _import_bitsandbytes() -> None:
-    for name in _NOISY_BNB_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         import bitsandbytes  # noqa: F401
     except Exception as exc:
@@ -161,7 +165,8 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
             folder, dtype=dtype, device_map={"": device},
             quantization_config=quantization_config(bits, dtype),
         )
-        processor = AutoProcessor.from_pretrained(folder) if sees_images else None
+        # PIL image processors: our transforms are PIL too, and torchvision is not a dependency.
+        processor = AutoProcessor.from_pretrained(folder, backend="pil") if sees_images else None
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise _hf_error(folder, exc)
     if processor is not None and tokenizer_path is None:

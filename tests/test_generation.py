@@ -1,0 +1,258 @@
+"""Streaming generation: exact stops, incremental detokenization, cancel, batches, sampling."""
+import threading
+
+import pytest
+import torch
+
+from model import MetaModel, UserError
+from model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
+
+MULTILINGUAL = "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓ The answer is 19."
+
+
+class ForwardCounter:
+    """Counts the model's forward passes through a hook."""
+
+    def __init__(self, module):
+        self.calls = 0
+        self._handle = module.register_forward_hook(self._count)
+
+    def _count(self, *_):
+        self.calls += 1
+
+    def remove(self):
+        self._handle.remove()
+
+
+def stream(model, prompt, **kwargs):
+    return list(model.stream_generate(prompt, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def sp_model(checkpoints):
+    return MetaModel.from_pretrained(str(checkpoints["meta"]))
+
+
+@pytest.mark.parametrize("which", ["sp", "byte"])
+def test_detokenizer_matches_full_decode_without_replacement_chars(which, sp_model, byte_model):
+    tokenizer = {"sp": sp_model, "byte": byte_model}[which].tokenizer
+    ids = tokenizer.encode(MULTILINGUAL, bos=False)
+    windows = []
+
+    def decode(window):
+        windows.append(len(window))
+        return tokenizer.decode(window)
+
+    detokenizer = IncrementalDetokenizer(decode)
+    pieces = [detokenizer.add(i) for i in ids]
+    assert "".join(pieces) == tokenizer.decode(ids) == detokenizer.text
+    assert MULTILINGUAL.strip() in detokenizer.text
+    assert not any(REPLACEMENT_CHAR in p for p in pieces)
+    # Constant work per token: the decoded window never grows with the answer.
+    assert max(windows) <= 8 and len(ids) > 40
+
+
+def test_sentencepiece_pieces_keep_their_spaces(sp_model):
+    tokenizer = sp_model.tokenizer
+    ids = tokenizer.encode("The capital of France is Paris.", bos=False)
+    detokenizer = IncrementalDetokenizer(tokenizer.decode)
+    assert "".join(detokenizer.add(i) for i in ids) == "The capital of France is Paris."
+
+
+def test_stop_strings_hold_back_prefixes_and_cut_at_first_match():
+    stops = StopStrings(["\n###", "</s>"])
+    assert stops.safe_length("Hello\n#") == 5
+    assert stops.safe_length("Hello<") == 5
+    assert stops.safe_length("Hello") == 5
+    assert stops.find("Hello\n##") == -1
+    assert stops.find("Hello\n### Human") == 5
+
+
+def reference_run(model, prompt, **kwargs):
+    """The answer without stop strings, and the text after each token, to pick stop strings from."""
+    pieces = stream(model, prompt, **kwargs)
+    return pieces[-1]["text"]
+
+
+@pytest.mark.parametrize("which", ["sp", "byte"])
+def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, byte_model):
+    model = {"sp": sp_model, "byte": byte_model}[which]
+    kwargs = dict(max_gen_len=60, temperature=1.0, seed=3)
+    full = reference_run(model, "The quick brown fox", **kwargs)
+    ids = model.tokenizer.encode(full, bos=False)
+    assert len(full) > 20
+    # A stop string spanning a token boundary, taken from the model's own answer.
+    text_before = [model.tokenizer.decode(ids[:k]) for k in range(len(ids) + 1)]
+    boundary = next(len(t) for t in text_before if len(t) >= len(full) // 2)
+    stop = full[boundary - 3: boundary + 3]
+    assert len(stop) == 6
+    counter = ForwardCounter(model.llma)
+    pieces = stream(model, "The quick brown fox", additional_stop_symbols=[stop], **kwargs)
+    counter.remove()
+    expected = full[: full.find(stop)]
+    assert pieces[-1]["text"] == expected and pieces[-1]["finish_reason"] == "stop"
+    shown = ""
+    for piece in pieces:
+        assert stop not in piece["text"]
+        assert not any(piece["text"].endswith(stop[:k]) for k in range(1, len(stop)))
+        assert piece["text"].startswith(shown)  # streamed text only grows
+        shown = piece["text"]
+    # The model stopped computing at the match: no forward pass beyond the token that completed it.
+    tokens_to_match = next(k for k, t in enumerate(text_before) if stop in t)
+    assert counter.calls <= tokens_to_match
+
+
+def test_accessory_default_separator_never_leaks(sp_model):
+    from conversation import default_conversation
+
+    conv = default_conversation()
+    conv.load_qas([["Hello there!", None]])
+    pieces = stream(sp_model, conv.get_prompt(), max_gen_len=80, temperature=1.0, seed=1,
+                    additional_stop_symbols=[conv.response_end_signal])
+    for piece in pieces:
+        assert "\n###" not in piece["text"] and not piece["text"].endswith(("\n", "\n#", "\n##"))
+
+
+def test_eos_stops_the_answer(byte_model):
+    full = stream(byte_model, "Hello", max_gen_len=30)
+    eos_free = full[-1]
+    # Declare the first generated token as the end of sequence: the answer is then empty and stops at once.
+    first_id = byte_model.tokenizer.encode(eos_free["text"], bos=False)[0]
+    counter = ForwardCounter(byte_model.llma)
+    byte_model.llma.generation_config.eos_token_id = [2, first_id]
+    try:
+        pieces = stream(byte_model, "Hello", max_gen_len=30)
+    finally:
+        byte_model.llma.generation_config.eos_token_id = 2
+        counter.remove()
+    assert pieces[-1]["text"] == "" and pieces[-1]["finish_reason"] == "stop" and counter.calls == 1
+
+
+def test_special_token_stop_symbol_becomes_an_eos_id(byte_model):
+    assert byte_model.tokenizer.special_token_id("<|im_end|>") in byte_model.eos_ids(["<|im_end|>"])
+    assert byte_model.tokenizer.special_token_id("Hello") is None
+
+
+def test_last_piece_carries_counts_and_timings(byte_model):
+    pieces = stream(byte_model, "The quick brown fox", max_gen_len=7)
+    last = pieces[-1]
+    assert [p["end_of_content"] for p in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert last["finish_reason"] == "length" and last["completion_tokens"] == 7
+    assert last["prompt_tokens"] == len(byte_model.tokenizer.encode("The quick brown fox"))
+    assert last["time_to_first_token"] > 0 and last["total_time"] >= last["time_to_first_token"]
+    assert last["tokens_per_second"] > 0
+
+
+def test_cancel_stops_the_model_within_two_steps(byte_model):
+    cancel = threading.Event()
+    counter = ForwardCounter(byte_model.llma)
+    calls_at_cancel = None
+    pieces = []
+    for piece in byte_model.stream_generate("The quick brown fox", max_gen_len=200, temperature=1.0, seed=0,
+                                            cancel=cancel):
+        pieces.append(piece)
+        if len(pieces) == 3:
+            cancel.set()
+            calls_at_cancel = counter.calls
+    counter.remove()
+    assert pieces[-1]["finish_reason"] == "cancelled"
+    assert counter.calls - calls_at_cancel <= 2
+
+
+def test_cancel_from_another_thread(byte_model):
+    cancel = threading.Event()
+    counter = ForwardCounter(byte_model.llma)
+    seen_at_cancel = []
+
+    def cancel_after_five_passes(*_):
+        if counter.calls == 5 and not cancel.is_set():
+            seen_at_cancel.append(counter.calls)
+            threading.Thread(target=cancel.set).start()
+
+    handle = byte_model.llma.register_forward_hook(cancel_after_five_passes)
+    try:
+        pieces = stream(byte_model, "Hello", max_gen_len=500, temperature=1.0, seed=0, cancel=cancel)
+    finally:
+        handle.remove()
+        counter.remove()
+    assert pieces[-1]["finish_reason"] == "cancelled"
+    assert counter.calls - seen_at_cancel[0] <= 2
+    assert threading.active_count() < 10  # nothing left running
+
+
+def test_closing_the_stream_stops_the_model(byte_model):
+    counter = ForwardCounter(byte_model.llma)
+    generator = byte_model.stream_generate("Hello", max_gen_len=500, temperature=1.0, seed=0)
+    for i, _ in enumerate(generator):
+        if i == 2:
+            calls_at_close = counter.calls
+            break
+    generator.close()
+    calls = counter.calls
+    counter.remove()
+    assert calls == calls_at_close
+
+
+def test_cancelled_before_start_runs_nothing(byte_model):
+    cancel = threading.Event()
+    cancel.set()
+    counter = ForwardCounter(byte_model.llma)
+    pieces = stream(byte_model, "Hello", cancel=cancel)
+    counter.remove()
+    assert counter.calls == 0 and pieces == [pieces[-1]] and pieces[-1]["finish_reason"] == "cancelled"
+
+
+def test_seed_makes_sampling_repeatable_and_top_k_one_is_greedy(byte_model):
+    a = stream(byte_model, "Hello", max_gen_len=20, temperature=0.9, seed=11)[-1]["text"]
+    b = stream(byte_model, "Hello", max_gen_len=20, temperature=0.9, seed=11)[-1]["text"]
+    c = stream(byte_model, "Hello", max_gen_len=20, temperature=0.9, seed=12)[-1]["text"]
+    greedy = stream(byte_model, "Hello", max_gen_len=20)[-1]["text"]
+    top1 = stream(byte_model, "Hello", max_gen_len=20, temperature=0.9, top_k=1, seed=5)[-1]["text"]
+    assert a == b and a != c and top1 == greedy
+
+
+def test_repetition_penalty_changes_a_repetitive_answer(byte_model):
+    plain = stream(byte_model, "Hello", max_gen_len=40)[-1]["text"]
+    penalized = stream(byte_model, "Hello", max_gen_len=40, repetition_penalty=5.0)[-1]["text"]
+    assert plain != penalized
+
+
+def test_batch_generate_is_left_padded_and_matches_single_prompts(byte_model):
+    prompts = ["Hello", "What is the capital of France? The capital", "A red circle"]
+    batch = byte_model.generate(prompts, max_gen_len=12)
+    singles = [byte_model.generate([p], max_gen_len=12)[0] for p in prompts]
+    assert batch == singles
+    details = byte_model.generate(prompts, max_gen_len=12, return_details=True)
+    assert [d["text"] for d in details] == batch and all(d["completion_tokens"] <= 12 for d in details)
+
+
+def test_stream_and_generate_agree(byte_model):
+    assert stream(byte_model, "Hello", max_gen_len=15)[-1]["text"] == byte_model.generate(["Hello"], max_gen_len=15)[0]
+
+
+def test_answer_length_is_clamped_to_the_context(byte_llama_dir):
+    small = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=32)
+    prompt_tokens = len(small.tokenizer.encode("The quick brown fox jumps"))
+    last = stream(small, "The quick brown fox jumps", max_gen_len=500)[-1]
+    assert last["finish_reason"] == "length" and last["completion_tokens"] == 32 - prompt_tokens
+
+
+def test_prompt_that_fills_the_context_is_one_clear_error(byte_llama_dir):
+    small = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=16)
+    with pytest.raises(UserError, match=r"tokens long and leaves no room for an answer within the 16-token context"):
+        stream(small, "The quick brown fox jumps over the lazy dog. " * 4)
+
+
+def test_image_on_a_text_only_model_is_one_clear_error(byte_model):
+    from PIL import Image
+
+    with pytest.raises(UserError, match="This model cannot see images"):
+        stream(byte_model, "What is in the image?", image=Image.new("RGB", (8, 8)))
+
+
+def test_generation_runs_without_gradients(byte_model):
+    seen = []
+    handle = byte_model.llma.register_forward_hook(lambda *_: seen.append(torch.is_grad_enabled()))
+    stream(byte_model, "Hello", max_gen_len=3)
+    handle.remove()
+    assert seen and not any(seen)

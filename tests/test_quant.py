@@ -1,0 +1,45 @@
+"""--quant 4 and 8 through bitsandbytes on the CPU: they load, answer, shrink the weights, and stay quiet."""
+import logging
+
+import pytest
+
+import tiny_models
+from model import MetaModel, weight_bytes
+
+pytest.importorskip("bitsandbytes")
+
+
+@pytest.fixture(scope="module")
+def wide_llama_dir(tmp_path_factory, byte_tokenizer):
+    """Wide enough that quantization constants are a realistic share of the weights."""
+    model = tiny_models.random_llama(len(byte_tokenizer), seed=2, hidden_size=512, intermediate_size=1536,
+                                     num_attention_heads=8, num_key_value_heads=8)
+    return tiny_models.save_hf(model, tmp_path_factory.mktemp("wide"), hf_tokenizer=byte_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def bf16_block_bytes(wide_llama_dir):
+    return weight_bytes(MetaModel.from_pretrained(str(wide_llama_dir), dtype="bf16").llma.model.layers)
+
+
+@pytest.mark.parametrize("quant, goal", [(4, 0.28), (True, 0.28), (8, 0.53)])
+def test_quantized_model_loads_answers_and_shrinks(wide_llama_dir, bf16_block_bytes, quant, goal, caplog):
+    import bitsandbytes as bnb
+
+    with caplog.at_level(logging.INFO):
+        model = MetaModel.from_pretrained(str(wide_llama_dir), quant=quant)
+        pieces = list(model.stream_generate("The quick brown fox", max_gen_len=8))
+    linear = bnb.nn.Linear4bit if quant in (4, True) else bnb.nn.Linear8bitLt
+    assert isinstance(model.llma.model.layers[0].self_attn.q_proj, linear)
+    assert not isinstance(model.llma.lm_head, (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt))  # stays full precision
+    assert pieces[-1]["completion_tokens"] == 8 and pieces[-1]["text"]
+    ratio = weight_bytes(model.llma.model.layers) / bf16_block_bytes
+    assert ratio <= goal, f"{quant}-bit blocks take {ratio:.3f} of bf16"
+    assert model.info["quant"] == f"{4 if quant is True else quant}-bit"
+    # No notice at import, and no cast warning on every 8-bit layer call.
+    assert not [r for r in caplog.records if r.name.startswith("bitsandbytes") and r.levelno >= logging.WARNING]
+
+
+def test_quantized_accessory_checkpoint(checkpoints):
+    model = MetaModel.from_pretrained(str(checkpoints["accessory"]), quant=4)
+    assert model.generate(["Hello"], max_gen_len=4)[0] is not None
