@@ -1,6 +1,7 @@
 """MetaModel.from_pretrained: every checkpoint format, Accessory's legacy arguments, and bad input."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -209,3 +210,51 @@ def test_checkpoint_holding_pickled_objects_is_refused(tmp_path, checkpoints):
 
     torch.save({"model": {"llma.x": argparse.Namespace(a=1)}}, folder / "consolidated.00-of-02.model.pth")
     expect_user_error("Cannot read checkpoint shard", str(folder))
+
+
+PEAK_MEMORY_SCRIPT = """
+import sys, threading, time
+from model import MetaModel
+import sentencepiece, transformers  # imported before the baseline: only the weights should count
+from transformers import LlamaForCausalLM, LlamaConfig
+with __import__("torch").device("meta"):
+    LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=64, intermediate_size=64, num_attention_heads=4))
+
+def anon_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1]) / 1024
+
+peak, done = [0.0], threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], anon_mib())
+        time.sleep(0.002)
+
+baseline = anon_mib()
+sampler = threading.Thread(target=sample)
+sampler.start()
+model = MetaModel.from_pretrained(sys.argv[1])
+done.set()
+sampler.join()
+weights = sum(p.numel() * p.element_size() for p in model.llma.parameters()) / 2**20
+print((peak[0] - baseline) / weights)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc to read memory use")
+def test_loading_sharded_checkpoint_peaks_near_one_copy_of_the_weights(tmp_path, sp_model_file):
+    import subprocess
+    import sys
+
+    model = tiny_models.random_llama(400, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                                     num_attention_heads=8, num_key_value_heads=8)
+    folder = tiny_models.save_accessory(model, tmp_path / "acc", tokenizer_model=sp_model_file, shards=2)
+    params = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(params | {"multiple_of": 256}))
+    del model
+    result = subprocess.run([sys.executable, "-c", PEAK_MEMORY_SCRIPT, str(folder)], capture_output=True,
+                            text=True, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert result.returncode == 0, result.stderr
+    peak_over_weights = float(result.stdout.strip().splitlines()[-1])
+    assert peak_over_weights < 1.6, f"loading peaked at {peak_over_weights:.2f}x the weights"
