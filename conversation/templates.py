@@ -13,8 +13,25 @@ class SeparatorStyle(Enum):
     TWO = auto()  # "USER: ... ASSISTANT: ...</s>"; an answer ends at sep2
 
 
+class _Messages:
+    """Message handling shared by every template: [[role, text], ...], the last text None while generating."""
+
+    roles: Tuple[str, str]
+    messages: list
+
+    def append_message(self, role: str, message: Optional[str]) -> None:
+        self.messages.append([role, message])
+
+    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
+        """Replace the messages with [[question, answer], ...]; the last answer may be None (to generate)."""
+        self.messages = []
+        for question, answer in qas:
+            self.append_message(self.roles[0], question)
+            self.append_message(self.roles[1], answer)
+
+
 @dataclasses.dataclass
-class Conversation:
+class Conversation(_Messages):
     """A conversation in one of Accessory's templates."""
 
     system: str
@@ -55,16 +72,6 @@ class Conversation:
 
     def get_prompt(self) -> str:
         return self.process()["conv"]
-
-    def append_message(self, role: str, message: Optional[str]) -> None:
-        self.messages.append([role, message])
-
-    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
-        """Replace the messages with [[question, answer], ...]; the last answer may be None (to generate)."""
-        self.messages = []
-        for question, answer in qas:
-            self.append_message(self.roles[0], question)
-            self.append_message(self.roles[1], answer)
 
     def copy(self) -> "Conversation":
         return dataclasses.replace(self, messages=[[r, m] for r, m in self.messages])
@@ -125,7 +132,7 @@ conv_templates: dict = {
 }
 
 
-class ChatTemplateConversation:
+class ChatTemplateConversation(_Messages):
     """A conversation rendered by a Hugging Face tokenizer's own (Jinja) chat template.
 
     Same interface as `Conversation`; the stop symbols come from the template itself, so a model with a chat
@@ -173,15 +180,6 @@ class ChatTemplateConversation:
         between = two_turns.split(self._ANSWER, 1)[1].split(self._NEXT, 1)[0].rstrip()
         eos = getattr(self.tokenizer, "eos_token", None)
         return [s for s in (between, eos) if s]
-
-    def append_message(self, role: str, message: Optional[str]) -> None:
-        self.messages.append([role, message])
-
-    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
-        self.messages = []
-        for question, answer in qas:
-            self.append_message(self.roles[0], question)
-            self.append_message(self.roles[1], answer)
 
     def get_prompt(self) -> str:
         messages = [m for m in self.messages if m[1] is not None]

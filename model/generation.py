@@ -7,6 +7,7 @@ taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it o
 """
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ class SamplingParams:
         if self.greedy:
             return None
         generator = torch.Generator(device=device)
-        generator.manual_seed(self.seed if self.seed is not None else torch.seed())
+        generator.manual_seed(self.seed if self.seed is not None else secrets.randbits(63))
         return generator
 
 

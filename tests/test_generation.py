@@ -68,29 +68,30 @@ def test_stop_strings_hold_back_prefixes_and_cut_at_first_match():
     assert stops.find("Hello\n### Human") == 5
 
 
-def reference_run(model, prompt, **kwargs):
-    """The answer without stop strings, and the text after each token, to pick stop strings from."""
-    pieces = stream(model, prompt, **kwargs)
-    return pieces[-1]["text"]
+def counted_pieces(model, prompt, **kwargs):
+    """Each streamed piece with the number of forward passes the model had made when it arrived."""
+    counter = ForwardCounter(model.llma)
+    try:
+        return [(piece, counter.calls) for piece in model.stream_generate(prompt, **kwargs)]
+    finally:
+        counter.remove()
 
 
 @pytest.mark.parametrize("which", ["sp", "byte"])
 def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, byte_model):
     model = {"sp": sp_model, "byte": byte_model}[which]
     kwargs = dict(max_gen_len=60, temperature=1.0, seed=3)
-    full = reference_run(model, "The quick brown fox", **kwargs)
-    ids = model.tokenizer.encode(full, bos=False)
-    assert len(full) > 20
-    # A stop string spanning a token boundary, taken from the model's own answer.
-    text_before = [model.tokenizer.decode(ids[:k]) for k in range(len(ids) + 1)]
-    boundary = next(len(t) for t in text_before if len(t) >= len(full) // 2)
+    reference = counted_pieces(model, "The quick brown fox", **kwargs)
+    full = reference[-1][0]["text"]
+    # A stop string spanning a token boundary (where a streamed piece ended), taken from the model's own answer.
+    boundaries = [len(piece["text"]) for piece, _ in reference[:-1] if 3 <= len(piece["text"]) <= len(full) - 3]
+    boundary = boundaries[len(boundaries) // 2]
     stop = full[boundary - 3: boundary + 3]
-    assert len(stop) == 6
-    counter = ForwardCounter(model.llma)
-    pieces = stream(model, "The quick brown fox", additional_stop_symbols=[stop], **kwargs)
-    counter.remove()
-    expected = full[: full.find(stop)]
-    assert pieces[-1]["text"] == expected and pieces[-1]["finish_reason"] == "stop"
+    passes_to_complete_it = next(calls for piece, calls in reference if stop in piece["text"])
+
+    stopped = counted_pieces(model, "The quick brown fox", additional_stop_symbols=[stop], **kwargs)
+    pieces = [piece for piece, _ in stopped]
+    assert pieces[-1]["text"] == full[: full.find(stop)] and pieces[-1]["finish_reason"] == "stop"
     shown = ""
     for piece in pieces:
         assert stop not in piece["text"]
@@ -98,8 +99,7 @@ def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, b
         assert piece["text"].startswith(shown)  # streamed text only grows
         shown = piece["text"]
     # The model stopped computing at the match: no forward pass beyond the token that completed it.
-    tokens_to_match = next(k for k, t in enumerate(text_before) if stop in t)
-    assert counter.calls <= tokens_to_match
+    assert stopped[-1][1] <= passes_to_complete_it
 
 
 def test_accessory_default_separator_never_leaks(sp_model):

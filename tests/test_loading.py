@@ -135,18 +135,21 @@ def test_missing_last_meta_shard_is_caught_by_shapes(tmp_path, checkpoints):
                       str(folder))
 
 
-def test_params_that_do_not_match_the_weights_name_the_tensor_and_both_shapes(tmp_path, checkpoints):
+def _meta_with_params(tmp_path, checkpoints, **changes):
     folder = _copy(checkpoints["meta"], tmp_path / "meta")
     params = json.loads((folder / "params.json").read_text())
-    (folder / "params.json").write_text(json.dumps(params | {"n_kv_heads": 4}))
+    (folder / "params.json").write_text(json.dumps(params | changes))
+    return folder
+
+
+def test_params_that_do_not_match_the_weights_name_the_tensor_and_both_shapes(tmp_path, checkpoints):
+    folder = _meta_with_params(tmp_path, checkpoints, n_kv_heads=4)
     expect_user_error(r"'layers.0.attention.wk.weight' has shape \(32, 64\) but the model config expects \(64, 64\)",
                       str(folder))
 
 
 def test_more_layers_in_config_than_in_weights(tmp_path, checkpoints):
-    folder = _copy(checkpoints["meta"], tmp_path / "meta")
-    params = json.loads((folder / "params.json").read_text())
-    (folder / "params.json").write_text(json.dumps(params | {"n_layers": 3}))
+    folder = _meta_with_params(tmp_path, checkpoints, n_layers=3)
     expect_user_error("lacks .* tensors the model config needs", str(folder))
 
 
