@@ -172,7 +172,8 @@ class ChatTemplateConversation(_Messages):
     def _derive_stop_symbols(self) -> List[str]:
         """What the template writes right after an answer: its end-of-turn marker, else the next user header."""
         one_turn = self._render([["user", "Hi"], ["assistant", self._ANSWER]], add_generation_prompt=False)
-        end_marker = one_turn.split(self._ANSWER, 1)[1].strip()
+        # Keep a leading newline ("\n###" must not stop at a "###" inside an answer), drop spaces and the rest.
+        end_marker = one_turn.split(self._ANSWER, 1)[1].rstrip().lstrip(" ")
         if end_marker:
             return [end_marker]
         two_turns = self._render([["user", "Hi"], ["assistant", self._ANSWER], ["user", self._NEXT]],

@@ -93,6 +93,17 @@ def test_chat_template_without_end_marker_stops_at_next_user_header(byte_tokeniz
     assert conv.stop_symbols[0] == "\n### Human:"
 
 
+def test_chat_template_with_accessory_separator_keeps_its_newline(byte_tokenizer):
+    import copy
+
+    tokenizer = copy.deepcopy(byte_tokenizer)
+    tokenizer.chat_template = ("{{ 'SYS\\n\\n###' }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                               "{{ ' Human: ' + m['content'] + '\\n###' }}{% else %}"
+                               "{{ ' Assistant: ' + m['content'] + '\\n###' }}{% endif %}{% endfor %}"
+                               "{% if add_generation_prompt %}{{ ' Assistant:' }}{% endif %}")
+    assert ChatTemplateConversation(tokenizer).response_end_signal == "\n###"
+
+
 def test_template_names_offer_chat_template_only_when_the_tokenizer_has_one(byte_tokenizer):
     assert "chat_template" in template_names(byte_tokenizer)
     assert "chat_template" not in template_names(None)
