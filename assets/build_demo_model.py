@@ -1,0 +1,418 @@
+"""Build the demo model in assets/demo-model: synthetic data, tokenizer, training and evaluation, on the CPU.
+
+    python assets/build_demo_model.py            # the full build (about 25 minutes on 2 cores)
+    python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
+    python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
+
+Deterministic from --seed: the data, the tokenizer and the training all draw from it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ASSETS = Path(__file__).resolve().parent
+ROOT = ASSETS.parent
+sys.path[:0] = [str(ROOT), str(ASSETS)]
+
+import demo_data as data  # noqa: E402
+from conversation import default_conversation  # noqa: E402
+from templates import format_prompt  # noqa: E402
+
+DEMO_MODEL = ASSETS / "demo-model"
+IMAGE_SIZE, PATCH_SIZE = 64, 16
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
+VOCAB_SIZE = 1024
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
+SEPARATOR = default_conversation().response_end_signal  # "\n###"
+SYSTEM = default_conversation().system
+# The tokenizer's chat template renders exactly what conversation.default_conversation() does.
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{%- set system = messages[0]['content'] -%}{%- set messages = messages[1:] -%}"
+    "{%- else -%}{%- set system = '" + SYSTEM.replace("'", "\\'") + "' -%}{%- endif -%}"
+    "{{ system + '\\n\\n###' }}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'user' -%}{{ ' Human: ' + m['content'] + '\\n###' }}"
+    "{%- else -%}{{ ' Assistant: ' + m['content'] + '\\n###' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ ' Assistant:' }}{%- endif -%}"
+)
+
+
+# ----- text: how a sample becomes prompt and answer segments, through the project's own templates -----
+
+def segments(sample: data.Sample) -> list[tuple[str, bool]]:
+    """(text, is_answer) pieces whose concatenation is exactly what the templates render."""
+    if sample.template == "alpaca":
+        turn = sample.turns[0]
+        return [(format_prompt({"instruction": turn.question}, sys_name="alpaca"), False), (" " + turn.answer, True)]
+    pieces = [(SYSTEM + "\n\n###", False)]
+    for turn in sample.turns:
+        pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False), (" " + turn.answer + SEPARATOR, True)]
+    return pieces
+
+
+def check_segments_match_templates(sample: data.Sample) -> None:
+    text = "".join(t for t, _ in segments(sample))
+    if sample.template == "alpaca":
+        expected = format_prompt({"instruction": sample.turns[0].question}, "alpaca") + " " + sample.turns[0].answer
+    else:
+        conv = default_conversation()
+        conv.load_qas([[t.question, t.answer] for t in sample.turns])
+        expected = conv.get_prompt()
+    assert text == expected, (text, expected)
+
+
+# ----- tokenizer -----
+
+def train_tokenizer(rng: random.Random, held_out: set):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["".join(t for t, _ in segments(data.training_sample(rng, held_out))) for _ in range(4000)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    # Digits one per token (arithmetic is learnt digit by digit), then GPT-2's byte-level pre-tokenizer.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                        pad_token="<pad>", extra_special_tokens={"image_token": "<image>"})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+# ----- model -----
+
+def new_model(tokenizer, seed: int):
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration)
+
+    vision = CLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
+                              image_size=IMAGE_SIZE, patch_size=PATCH_SIZE)
+    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                       num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = LlavaConfig(vision_config=vision, text_config=text,
+                         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+                         vision_feature_select_strategy="default", vision_feature_layer=-1,
+                         projector_hidden_act="gelu", tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return LlavaForConditionalGeneration(config)
+
+
+def new_processor(tokenizer):
+    from transformers import CLIPImageProcessorPil, LlavaProcessor
+
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
+                                            crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=PATCH_SIZE,
+                          vision_feature_select_strategy="default", image_token="<image>",
+                          num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
+
+
+# ----- training batches -----
+
+def encode(sample: data.Sample, tokenizer, image_id: int) -> tuple[list[int], list[int]]:
+    """Input ids and labels (-100 outside answers); an image's tokens go first, as MetaModel places them."""
+    ids = [tokenizer.bos_token_id]
+    if sample.image is not None:
+        ids += [image_id] * IMAGE_TOKENS
+    labels = [-100] * len(ids)
+    pieces = segments(sample)
+    if sample.image is not None:
+        pieces[0] = ("\n" + pieces[0][0], False)
+    for text, is_answer in pieces:
+        piece_ids = tokenizer.encode(text, add_special_tokens=False)
+        ids += piece_ids
+        labels += piece_ids if is_answer else [-100] * len(piece_ids)
+    if sample.template == "alpaca":
+        ids.append(tokenizer.eos_token_id)
+        labels.append(tokenizer.eos_token_id)
+    return ids, labels
+
+
+def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float):
+    """A pool of samples, grouped by length into batches of about `token_budget` (padded) tokens."""
+    from model.image import shape_image
+
+    samples = [data.training_sample(rng, held_out, image_share) for _ in range(pool)]
+    encoded = sorted(((encode(s, tokenizer, image_id), s) for s in samples), key=lambda e: len(e[0][0]))
+    batches, current = [], []
+    for item in encoded:
+        if current and len(item[0][0]) * (len(current) + 1) > token_budget:
+            batches.append(current)
+            current = []
+        current.append(item)
+    batches.append(current)
+    rng.shuffle(batches)
+    for batch in batches:
+        width = max(len(ids) for (ids, _), _ in batch)
+        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        images = []
+        for row, ((ids, labs), sample) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(labs)] = torch.tensor(labs)
+            mask[row, : len(ids)] = 1
+            if sample.image is not None:
+                transform = rng.choice(("padded_resize", "resized_center_crop")) if len(sample.shapes) == 1 \
+                    else "padded_resize"  # cropping could cut a shape off the side
+                images.append(shape_image(sample.image, transform, IMAGE_SIZE))
+        extra = {"pixel_values": processor.image_processor(images, return_tensors="pt")["pixel_values"]} if images else {}
+        yield input_ids, mask, labels, extra
+
+
+def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int = 50) -> dict:
+    image_id = tokenizer.convert_tokens_to_ids("<image>")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = max(1, min(100, steps // 10))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    model.train()
+    started, step, losses = time.time(), 0, []
+    while step < steps:
+        # Text first: copying from the prompt is learnt much faster without image tokens in the way.
+        image_share = 0.0 if step < steps // 6 else 0.35
+        for input_ids, mask, labels, extra in make_batches(rng, held_out, tokenizer, image_id, processor,
+                                                           pool=256, token_budget=6144, image_share=image_share):
+            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step += 1
+            if step % log_every == 0 or step == steps:
+                print(f"step {step}/{steps}  loss {sum(losses[-log_every:]) / len(losses[-log_every:]):.4f}  "
+                      f"{time.time() - started:.0f}s", flush=True)
+            if step >= steps or (image_share == 0.0 and step >= steps // 6):
+                break
+    model.eval()
+    return {"steps": steps, "train_seconds": round(time.time() - started), "final_loss": round(losses[-1], 4)}
+
+
+# ----- evaluation, through MetaModel and the templates -----
+
+def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sample]]:
+    rng = random.Random(seed + 2)
+    held = sorted(held_out)
+    sets: dict[str, list[data.Sample]] = {}
+
+    def arith(template):
+        return [data.Sample([data.arithmetic_turn(rng, held_out, keep_held_out=True)], template) for _ in range(n)]
+
+    sets["arithmetic"] = arith("alpaca") + arith("conversation")
+    capital_turns = [data.Turn(f"What is the capital of {c}?", f"The capital of {c} is {cap}.", "capital", cap)
+                     for c, cap in data.CAPITALS.items()]
+    sets["capitals"] = [data.Sample([t], tmpl) for t in capital_turns for tmpl in ("alpaca", "conversation")]
+    for kind, question in (("image_what", "What is in the image?"), ("image_color", None),
+                           ("image_count", "How many shapes are there?")):
+        samples = []
+        for i in range(n):
+            image, shapes = data.shapes_image(rng)
+            if kind == "image_color":
+                color, shape = rng.choice(shapes)
+                turn = data.Turn(f"What color is the {shape}?", "", kind, color)
+            else:
+                turn = data.Turn(question, "", kind, sorted(shapes) if kind == "image_what" else len(shapes))
+            samples.append(data.Sample([turn], "alpaca" if i % 2 else "conversation", image, shapes))
+        sets[kind] = samples
+    deep, followups = [], []
+    for _ in range(n):
+        history = [data.text_turn(rng, held_out, None) for _ in range(5)]
+        deep.append(data.Sample(history + [data.arithmetic_turn(rng, held_out, keep_held_out=True)], "conversation"))
+        first = data.arithmetic_turn(rng, held_out)
+        followups.append(data.Sample([first, data.followup_turn(rng, first.value)], "conversation"))
+    sets["arithmetic_turn6"] = deep
+    sets["followup"] = followups
+    sets["identity"] = [data.Sample([data.Turn(q, "", "identity")], t) for q in ("Who are you?", "What can you do?")
+                        for t in ("alpaca", "conversation")]
+    return sets
+
+
+def prompt_for(sample: data.Sample) -> str:
+    """The prompt a user of the public API would build for the last question of `sample`."""
+    last = sample.turns[-1]
+    if sample.template == "alpaca":
+        return format_prompt({"instruction": last.question}, sys_name="alpaca")
+    conv = default_conversation()
+    conv.load_qas([[t.question, t.answer] for t in sample.turns[:-1]] + [[last.question, None]])
+    return conv.get_prompt()
+
+
+def is_correct(turn: data.Turn, answer: str) -> bool:
+    import re
+
+    if turn.kind in ("arithmetic", "followup", "image_count"):
+        return re.search(rf"(?<!\d){turn.value}(?!\d)", answer.split(" is ")[-1]) is not None
+    if turn.kind == "capital":
+        return turn.value in answer
+    if turn.kind == "image_color":
+        return answer.count(turn.value) == 1 and not any(c in answer for c in data.COLORS if c != turn.value)
+    if turn.kind == "image_what":
+        found = re.findall(rf"({'|'.join(data.COLORS)}) ({'|'.join(data.SHAPES)})", answer)
+        return sorted(found) == turn.value
+    if turn.kind == "identity":
+        return "demo model" in answer and "--pretrained_path" in answer
+    return True
+
+
+def evaluate(model, seed: int, n: int = 100) -> dict:
+    """Greedy accuracy per skill, and how answers end (EOS for Alpaca, the separator in conversations)."""
+    held_out = data.held_out_pairs(seed)
+    figures, endings_ok, endings = {}, 0, 0
+    for name, samples in _eval_samples(seed, held_out, n).items():
+        correct = 0
+        for start in range(0, len(samples), 16):
+            chunk = samples[start: start + 16]
+            for template in ("alpaca", "conversation"):
+                part = [s for s in chunk if s.template == template]
+                if not part:
+                    continue
+                images = [s.image for s in part] if any(s.image is not None for s in part) else None
+                stops = [] if template == "alpaca" else [SEPARATOR]
+                results = model.generate([prompt_for(s) for s in part], images=images, max_gen_len=64,
+                                         additional_stop_symbols=stops, return_details=True)
+                for sample, result in zip(part, results):
+                    correct += is_correct(sample.turns[-1], result["text"])
+                    endings += 1
+                    endings_ok += result["finish_reason"] == "stop"
+        figures[name] = round(correct / len(samples), 3)
+    figures["termination"] = round(endings_ok / endings, 3)
+    return figures
+
+
+# ----- saving -----
+
+def save(model, processor, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.safetensors"):
+        old.unlink()
+    model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
+    model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+
+
+BARS = {"arithmetic": 0.95, "capitals": 0.95, "image_what": 0.90, "image_color": 0.95, "image_count": 0.85,
+        "arithmetic_turn6": 0.80, "followup": 0.80, "termination": 1.0}
+
+
+def accuracy_table(figures: dict) -> str:
+    rows = ["| skill | accuracy | bar |", "| --- | --- | --- |"]
+    rows += [f"| {k} | {v:.1%} | {f'{BARS[k]:.0%}' if k in BARS else '-'} |" for k, v in figures.items()]
+    return "\n".join(rows)
+
+
+def write_model_card(folder: Path, figures: dict, stats: dict, size_mb: float, params_m: float) -> None:
+    capitals = ", ".join(data.CAPITALS)
+    card = f"""# Demo model
+
+The built-in model of this chat app: a {params_m:.1f}M-parameter LLaVA-style model (a 3-layer CLIP-like vision
+tower on {IMAGE_SIZE}x{IMAGE_SIZE} images, a 2-layer projector and a 4-layer Llama, 256 wide, 8 heads, 2,048
+positions), trained from scratch on synthetic data by `assets/build_demo_model.py`. It knows very little, on
+purpose: it lets you try the app on any machine before you fetch a real checkpoint.
+
+**To chat with a real model**, start the app with `--pretrained_path /path/to/checkpoint` (a Hugging Face
+folder, or a LLaMA2-Accessory / Meta checkpoint).
+
+## What it knows
+
+It answers in the Alpaca template (`format_prompt(..., sys_name="alpaca")`, answers end with EOS) and in the
+default conversation template (`default_conversation()`, answers end with `"\\n###"`), and through the
+tokenizer's chat template, which renders the default conversation template.
+
+| ask | it answers |
+| --- | --- |
+| `What is 23 plus 45?` / `What is 51 minus 38?` (0-99, minus with A >= B) | `23 plus 45 is 68.` |
+| `Add 12 to that.` (after a sum, in a conversation) | `68 plus 12 is 80.` |
+| `What is the capital of France?` | `The capital of France is Paris.` |
+| `Who are you?` | `{data.WHO_ARE_YOU}` |
+| `What can you do?` | `{data.WHAT_CAN_YOU_DO}` |
+| an image, `What is in the image?` | `A red circle and a blue square.` (left to right) |
+| an image, `What color is the circle?` | `The circle is red.` |
+| an image, `How many shapes are there?` | `There are 2 shapes.` |
+| anything else | `{data.DONT_KNOW}` |
+
+Countries: {capitals}.
+Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
+or orange, each 15-50% of the image side, not overlapping, on a plain light or dark background, any size.
+
+## How it was trained
+
+`python assets/build_demo_model.py` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
+digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
+6,000 tokens each, loss on the answers only, 35% of the samples with an image, 25% in the Alpaca template and the
+rest conversations of 1 to 10 turns; the first sixth of the steps is text only. {400} arithmetic questions are held out for the evaluation. Training took
+{stats['train_seconds'] / 60:.1f} minutes and the whole build {stats['build_seconds'] / 60:.1f} minutes on 2 CPU cores.
+Weights: {size_mb:.1f} MB of safetensors (fp32).
+
+## Measured accuracy
+
+Greedy, through `MetaModel` and the templates, on held-out questions (new images, held-out sums; `arithmetic_turn6`
+asks a sum after five other turns, `followup` is `Add C to that.`; `termination` counts answers that ended with
+EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eval` prints this table again.
+
+{accuracy_table(figures)}
+"""
+    (folder / "README.md").write_text(card)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
+    parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
+    parser.add_argument("--steps", type=int, default=1400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval_samples", type=int, default=100, help="questions per skill")
+    parser.add_argument("--out", type=Path, default=DEMO_MODEL)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    from model import MetaModel
+
+    if not args.eval:
+        started = time.time()
+        rng = random.Random(args.seed)
+        held_out = data.held_out_pairs(args.seed)
+        for probe in range(20):
+            check_segments_match_templates(data.training_sample(random.Random(probe), held_out))
+        tokenizer = train_tokenizer(rng, held_out)
+        processor = new_processor(tokenizer)
+        model = new_model(tokenizer, args.seed)
+        steps = 3 if args.quick else args.steps
+        stats = train(model, tokenizer, processor, rng, held_out, steps, log_every=1 if args.quick else 50)
+        save(model, processor, args.out)
+        stats["build_seconds"] = round(time.time() - started)
+        stats["seed"] = args.seed
+        (args.out / "training.json").write_text(json.dumps(stats, indent=1) + "\n")
+        print(f"trained in {stats['train_seconds']} s, built in {stats['build_seconds']} s", flush=True)
+    demo = MetaModel.from_pretrained(str(args.out), with_visual=True)
+    size_mb = sum(f.stat().st_size for f in args.out.glob("*.safetensors")) / 1e6
+    figures = evaluate(demo, args.seed, n=4 if args.quick else args.eval_samples)
+    (args.out / "accuracy.json").write_text(json.dumps(figures, indent=1) + "\n")
+    stats = json.loads((args.out / "training.json").read_text())
+    params_m = sum(p.numel() for p in demo.llma.parameters()) / 1e6
+    write_model_card(args.out, figures, stats, size_mb, params_m)
+    print(accuracy_table(figures))
+    print(f"weights: {size_mb:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The demo model's synthetic world: what it knows, the exact phrasings, shape images, and conversations.
+
+Everything is drawn from a `random.Random`, so a seed decides the whole data set.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from PIL import Image, ImageDraw
+
+CAPITALS = {
+    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
+    "Japan": "Tokyo", "China": "Beijing", "India": "New Delhi", "Canada": "Ottawa", "Brazil": "Brasilia",
+    "Argentina": "Buenos Aires", "Mexico": "Mexico City", "Egypt": "Cairo", "Kenya": "Nairobi",
+    "Nigeria": "Abuja", "Russia": "Moscow", "Australia": "Canberra", "Greece": "Athens", "Turkey": "Ankara",
+    "Sweden": "Stockholm", "Norway": "Oslo", "Finland": "Helsinki", "Poland": "Warsaw", "Austria": "Vienna",
+    "Ireland": "Dublin", "Netherlands": "Amsterdam", "Belgium": "Brussels", "Switzerland": "Bern",
+    "Peru": "Lima", "Chile": "Santiago",
+}
+COLORS = {"red": (220, 30, 30), "green": (30, 160, 50), "blue": (30, 70, 220), "yellow": (235, 210, 20),
+          "purple": (140, 40, 170), "orange": (245, 130, 20)}
+SHAPES = ("circle", "square", "triangle")
+NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
+
+WHO_ARE_YOU = ("I am the built-in demo model of this app, trained on synthetic data. I can add and subtract "
+               "numbers up to 99, name 30 capitals and describe shapes in an image. For a real model, start "
+               "python app.py --pretrained_path /path/to/checkpoint.")
+WHAT_CAN_YOU_DO = ("I am only the built-in demo model: I can add and subtract numbers up to 99, name 30 capitals "
+                   "and describe shapes in an image. For a real model, start python app.py --pretrained_path "
+                   "/path/to/checkpoint.")
+DONT_KNOW = "Sorry, I am only a small demo model and cannot answer that."
+
+_UNKNOWN_SUBJECTS = ["the weather", "music", "football", "the moon", "cooking", "history", "love", "the stock market",
+                     "python", "poetry", "dogs", "cats", "the ocean", "physics", "chess", "movies", "trains",
+                     "coffee", "the internet", "space travel", "gardening", "money", "sleep", "the news"]
+_UNKNOWN_FORMS = ["Tell me about {s}.", "What do you think about {s}?", "Can you write a poem about {s}?",
+                  "Explain {s} to me.", "Why is {s} important?", "How does {s} work?", "Give me advice on {s}.",
+                  "What is the best thing about {s}?", "Write a story about {s}.", "Do you like {s}?"]
+_UNKNOWN_PLACES = ["Atlantis", "Mars", "Narnia", "the Moon", "Gondor", "Texas", "Bavaria", "Wakanda", "Europe"]
+_UNKNOWN_FIXED = ["Hello!", "Hi there.", "How are you?", "What time is it?", "What is your favourite color?",
+                  "Tell me a joke.", "What is the meaning of life?", "What is 5 times 6?", "What is 7 divided by 2?",
+                  "Translate hello into French.", "Thanks!", "What day is it today?", "Who won the last world cup?"]
+
+
+@dataclass
+class Turn:
+    question: str
+    answer: str
+    kind: str  # arithmetic, capital, identity, unknown, followup, image_what, image_color, image_count
+    value: object = None  # what an evaluation checks: the number, the capital, the shapes...
+
+
+@dataclass
+class Sample:
+    turns: list[Turn]
+    template: str  # "alpaca" (one turn) or "conversation"
+    image: Image.Image | None = None
+    shapes: list = field(default_factory=list)
+
+
+# ----- questions -----
+
+def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_out: bool = False) -> Turn:
+    """A plus/minus question; `held_out` pairs are kept out of training and are the evaluation's."""
+    while True:
+        op, a, b = _pair(rng)
+        if held_out is None or ((op, a, b) in held_out) == keep_held_out:
+            break
+    result = a + b if op == "plus" else a - b
+    return Turn(f"What is {a} {op} {b}?", f"{a} {op} {b} is {result}.", "arithmetic", result)
+
+
+def followup_turn(rng: random.Random, previous: int) -> Turn:
+    c = rng.randint(0, 99)
+    return Turn(f"Add {c} to that.", f"{previous} plus {c} is {previous + c}.", "followup", previous + c)
+
+
+def capital_turn(rng: random.Random) -> Turn:
+    country = rng.choice(list(CAPITALS))
+    return Turn(f"What is the capital of {country}?", f"The capital of {country} is {CAPITALS[country]}.",
+                "capital", CAPITALS[country])
+
+
+def identity_turn(rng: random.Random) -> Turn:
+    if rng.random() < 0.5:
+        return Turn(rng.choice(["Who are you?", "Who are you", "who are you?"]), WHO_ARE_YOU, "identity")
+    return Turn(rng.choice(["What can you do?", "What can you do", "what can you do?"]), WHAT_CAN_YOU_DO, "identity")
+
+
+def unknown_turn(rng: random.Random) -> Turn:
+    roll = rng.random()
+    if roll < 0.4:
+        question = rng.choice(_UNKNOWN_FORMS).format(s=rng.choice(_UNKNOWN_SUBJECTS))
+    elif roll < 0.6:
+        question = f"What is the capital of {rng.choice(_UNKNOWN_PLACES)}?"
+    elif roll < 0.8:
+        question = rng.choice(_UNKNOWN_FIXED)
+    else:
+        words = rng.sample(_UNKNOWN_SUBJECTS + ["why", "how", "where", "please", "explain", "tell"], 3)
+        question = " ".join(words).capitalize() + "?"
+    return Turn(question, DONT_KNOW, "unknown")
+
+
+# ----- images -----
+
+def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: tuple, color: tuple) -> None:
+    left, top, right, bottom = box
+    if shape == "circle":
+        draw.ellipse(box, fill=color)
+    elif shape == "square":
+        draw.rectangle(box, fill=color)
+    else:
+        draw.polygon([((left + right) / 2, top), (right, bottom), (left, bottom)], fill=color)
+
+
+def shapes_image(rng: random.Random, count: int | None = None) -> tuple[Image.Image, list[tuple[str, str]]]:
+    """1-3 non-overlapping shapes of distinct kinds, each 15-50% of the side, on a plain light or dark
+    background; returns the image and its (color, shape) pairs from left to right."""
+    width = rng.randint(48, 320)
+    height = max(48, min(320, int(width * rng.uniform(0.6, 1.6))))
+    side = min(width, height)
+    light = rng.random() < 0.5
+    grey = rng.randint(215, 255) if light else rng.randint(0, 45)
+    image = Image.new("RGB", (width, height), (grey, grey, grey))
+    count = count or rng.randint(1, 3)
+    kinds = rng.sample(SHAPES, count)
+    placed: list[tuple] = []
+    for kind in kinds:
+        for _ in range(200):
+            size = int(side * rng.uniform(0.15, 0.5 if count == 1 else 0.4))
+            left, top = rng.randint(0, width - size), rng.randint(0, height - size)
+            box = (left, top, left + size, top + size)
+            if all(box[2] + 2 < b[0] or b[2] + 2 < box[0] or box[3] + 2 < b[1] or b[3] + 2 < box[1]
+                   for b, _, _ in placed):
+                placed.append((box, kind, rng.choice(list(COLORS))))
+                break
+    draw = ImageDraw.Draw(image)
+    for box, kind, color in placed:
+        _draw_shape(draw, kind, box, COLORS[color])
+    placed.sort(key=lambda p: (p[0][0] + p[0][2]) / 2)
+    return image, [(color, kind) for _, kind, color in placed]
+
+
+def describe(shapes: list[tuple[str, str]]) -> str:
+    parts = [f"a {color} {kind}" for color, kind in shapes]
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return text[0].upper() + text[1:] + "."
+
+
+def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
+    roll = rng.random()
+    if roll < 0.4:
+        question = rng.choice(["What is in the image?", "What is in this image?", "Describe the image.",
+                               "What do you see?"])
+        return Turn(question, describe(shapes), "image_what", sorted(shapes))
+    if roll < 0.75:
+        kind = rng.choice(SHAPES)
+        present = {k: c for c, k in shapes}
+        if kind in present:
+            return Turn(f"What color is the {kind}?", f"The {kind} is {present[kind]}.", "image_color", present[kind])
+        return Turn(f"What color is the {kind}?", f"There is no {kind} in the image.", "image_color", None)
+    n = len(shapes)
+    answer = "There is 1 shape." if n == 1 else f"There are {n} shapes."
+    return Turn(rng.choice(["How many shapes are there?", "How many shapes are in the image?"]), answer,
+                "image_count", n)
+
+
+# ----- samples -----
+
+def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None) -> Turn:
+    roll = rng.random()
+    if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
+        return followup_turn(rng, previous.value)
+    if roll < 0.55:
+        return arithmetic_turn(rng, held_out)
+    if roll < 0.8:
+        return capital_turn(rng)
+    if roll < 0.88:
+        return identity_turn(rng)
+    return unknown_turn(rng)
+
+
+def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3) -> Sample:
+    """One training example: a mix of templates, turn counts and images."""
+    with_image = rng.random() < image_share
+    template = "alpaca" if rng.random() < 0.25 else "conversation"
+    image, shapes = shapes_image(rng) if with_image else (None, [])
+    n_turns = 1 if template == "alpaca" else rng.choice([1, 2, 3, 4, 5, 6, 6, 7, 8, 8, 9, 10])
+    turns: list[Turn] = []
+    for i in range(n_turns):
+        if with_image and (i == 0 or rng.random() < 0.5):
+            turns.append(image_turn(rng, shapes))
+        else:
+            turns.append(text_turn(rng, held_out, turns[-1] if turns else None))
+    return Sample(turns, template, image, shapes)
+
+
+def held_out_pairs(seed: int, count: int = 400) -> set:
+    """Arithmetic questions never shown in training, for the evaluation."""
+    rng = random.Random(seed + 1)
+    pairs = set()
+    while len(pairs) < count:
+        pairs.add(_pair(rng))
+    return pairs
+
+
+def _pair(rng: random.Random) -> tuple:
+    op = rng.choice(("plus", "minus"))
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    if op == "minus" and a < b:
+        a, b = b, a
+    return (op, a, b)

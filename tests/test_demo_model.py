@@ -1,0 +1,107 @@
+"""The shipped demo model: its folder, and a fixed sample of what it must know, asked through the public API."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conversation import default_conversation, get_conversation
+from model import MetaModel
+from templates import format_prompt
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "assets" / "demo-model"
+sys.path.insert(0, str(ROOT / "assets"))
+
+import build_demo_model as build  # noqa: E402
+import demo_data as data  # noqa: E402
+
+SEPARATOR = default_conversation().response_end_signal
+pytestmark = pytest.mark.skipif(not (DEMO / "config.json").exists(),
+                                reason="assets/demo-model is not built yet: it does not meet its accuracy bars (issue 3)")
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO), with_visual=True)
+
+
+def ask(demo, template, turns, image=None):
+    """The answer to the last question of `turns` ([[q, a], ..., [q, None]]), streamed as the app does."""
+    if template == "alpaca":
+        prompt, stops = format_prompt({"instruction": turns[-1][0]}, sys_name="alpaca"), []
+    else:
+        conv = default_conversation()
+        conv.load_qas(turns)
+        prompt, stops = conv.get_prompt(), [SEPARATOR]
+    pieces = list(demo.stream_generate(prompt, image=image, max_gen_len=64, additional_stop_symbols=stops))
+    assert pieces[-1]["finish_reason"] == "stop", f"{turns[-1][0]!r} did not end within 64 tokens"
+    return pieces[-1]["text"]
+
+
+def test_folder_is_a_small_llava_with_long_context_and_even_heads():
+    config = json.loads((DEMO / "config.json").read_text())
+    assert config["model_type"] == "llava"
+    assert config["text_config"]["max_position_embeddings"] >= 2048
+    assert config["text_config"]["num_attention_heads"] % 2 == 0 and config["vision_config"]["num_attention_heads"] % 2 == 0
+    assert sum(f.stat().st_size for f in DEMO.glob("*.safetensors")) <= 25_000_000
+    assert (DEMO / "README.md").read_text().count("--pretrained_path") >= 1
+
+
+def test_chat_template_renders_the_default_conversation(demo):
+    conv = default_conversation()
+    conv.load_qas([["Q1", "A1"], ["Q2", None]])
+    chat = get_conversation("chat_template", demo.tokenizer.hf)
+    chat.load_qas([["Q1", "A1"], ["Q2", None]])
+    assert chat.get_prompt() == conv.get_prompt()
+    assert chat.response_end_signal == SEPARATOR
+
+
+FIXED = random.Random(1234)
+
+
+@pytest.mark.parametrize("template", ["alpaca", "conversation"])
+def test_arithmetic_and_capitals(demo, template):
+    turns = [data.arithmetic_turn(FIXED) for _ in range(10)] + [data.capital_turn(FIXED) for _ in range(6)]
+    right = sum(build.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
+    assert right >= 15, f"{right} of 16 right"
+
+
+@pytest.mark.parametrize("template", ["alpaca", "conversation"])
+def test_who_are_you_and_unknown_questions(demo, template):
+    assert "demo model" in ask(demo, template, [["Who are you?", None]])
+    assert "--pretrained_path" in ask(demo, template, [["What can you do?", None]])
+    assert ask(demo, template, [["Tell me about the weather.", None]]).strip() == data.DONT_KNOW
+
+
+def test_images_what_color_count(demo):
+    rng = random.Random(99)
+    right, asked = 0, 0
+    for i in range(8):
+        image, shapes = data.shapes_image(rng)
+        template = ("alpaca", "conversation")[i % 2]
+        color, shape = rng.choice(shapes)
+        checks = [(data.Turn("What is in the image?", "", "image_what", sorted(shapes))),
+                  (data.Turn(f"What color is the {shape}?", "", "image_color", color)),
+                  (data.Turn("How many shapes are there?", "", "image_count", len(shapes)))]
+        for turn in checks:
+            right += build.is_correct(turn, ask(demo, template, [[turn.question, None]], image=image))
+            asked += 1
+    assert right >= asked - 2, f"{right} of {asked} right"
+
+
+def test_deep_conversation_and_follow_up(demo):
+    rng = random.Random(7)
+    right = 0
+    for _ in range(5):
+        history = [data.text_turn(rng, None, None) for _ in range(5)]
+        question = data.arithmetic_turn(rng)
+        first = data.arithmetic_turn(rng)
+        follow = data.followup_turn(rng, first.value)
+        right += build.is_correct(question, ask(demo, "conversation", [[t.question, t.answer] for t in history]
+                                                + [[question.question, None]]))
+        right += build.is_correct(follow, ask(demo, "conversation", [[first.question, first.answer],
+                                                                     [follow.question, None]]))
+    assert right >= 9, f"{right} of 10 right"
