@@ -209,7 +209,6 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int
 
 def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sample]]:
     rng = random.Random(seed + 2)
-    held = sorted(held_out)
     sets: dict[str, list[data.Sample]] = {}
 
     def arith(template):
@@ -357,7 +356,7 @@ or orange, each 15-50% of the image side, not overlapping, on a plain light or d
 `python assets/build_demo_model.py` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
 digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
 6,000 tokens each, loss on the answers only, 35% of the samples with an image, 25% in the Alpaca template and the
-rest conversations of 1 to 10 turns; the first sixth of the steps is text only. {400} arithmetic questions are held out for the evaluation. Training took
+rest conversations of 1 to 10 turns; the first sixth of the steps is text only. {data.HELD_OUT_PAIRS} arithmetic questions are held out for the evaluation. Training took
 {stats['train_seconds'] / 60:.1f} minutes and the whole build {stats['build_seconds'] / 60:.1f} minutes on 2 CPU cores.
 Weights: {size_mb:.1f} MB of safetensors (fp32).
 

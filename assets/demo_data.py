@@ -196,7 +196,10 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3)
     return Sample(turns, template, image, shapes)
 
 
-def held_out_pairs(seed: int, count: int = 400) -> set:
+HELD_OUT_PAIRS = 400
+
+
+def held_out_pairs(seed: int, count: int = HELD_OUT_PAIRS) -> set:
     """Arithmetic questions never shown in training, for the evaluation."""
     rng = random.Random(seed + 1)
     pairs = set()
