@@ -1,0 +1,8 @@
+"""python app.py [--pretrained_path CHECKPOINT] [flags]: the chat app (Chat, Vision chat, Single-turn) in the browser.
+
+With no --pretrained_path it runs the built-in demo model; `python app.py --help` lists every flag.
+"""
+from ui import launch
+
+if __name__ == "__main__":
+    launch("Chat with a local model", ("chat", "vision", "single"))

@@ -1,0 +1,63 @@
+"""Serve the real app in this process on a free port, over a model whose forward passes are counted (and can be
+slowed down), so a test can see when the server really stops computing."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+from ui import CSS, build_app
+
+
+class ForwardCounter:
+    """Wraps `model.llma.forward`: counts calls, and sleeps `delay` seconds in each (a slow model)."""
+
+    def __init__(self, model, delay: float = 0.0):
+        self.model, self.delay, self.calls = model, delay, 0
+        self._lock = threading.Lock()
+        self._original = model.llma.forward
+
+        def counted(*args, **kwargs):
+            with self._lock:
+                self.calls += 1
+            if self.delay:
+                time.sleep(self.delay)
+            return self._original(*args, **kwargs)
+
+        model.llma.forward = counted
+
+    def restore(self) -> None:
+        self.model.llma.forward = self._original
+
+    def settled(self, quiet: float = 1.0, timeout: float = 10.0) -> int:
+        """The call count once no call has happened for `quiet` seconds."""
+        deadline = time.time() + timeout
+        last = self.calls
+        while time.time() < deadline:
+            time.sleep(quiet)
+            if self.calls == last:
+                return last
+            last = self.calls
+        return self.calls
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve(model, tabs=("chat", "vision", "single"), delay: float = 0.0, concurrency: int = 1):
+    """Yield (url, counter) for the app over `model`, served until the block ends."""
+    counter = ForwardCounter(model, delay)
+    app = build_app(model, tabs)
+    app.queue(default_concurrency_limit=concurrency)
+    port = free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    try:
+        yield f"http://127.0.0.1:{port}", counter
+    finally:
+        app.close()
+        counter.restore()

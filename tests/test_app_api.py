@@ -1,0 +1,113 @@
+"""The app's API, driven through gradio_client as an outside program would, on the demo model."""
+import random
+import threading
+import time
+
+import demo_data
+
+import pytest
+from gradio_client import Client, handle_file
+
+from app_server import serve
+from model import MetaModel
+from ui import DEMO_MODEL
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+FRANCE = [{"role": "user", "content": "What is the capital of France?"},
+          {"role": "assistant", "content": "The capital of France is Paris."}]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+@pytest.fixture(scope="module")
+def server(demo):
+    with serve(demo) as (url, counter):
+        yield url, counter
+
+
+def test_api_lists_chat_and_single_turn(server):
+    endpoints = Client(server[0], verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/chat", "/single_turn"} <= set(endpoints)
+    names = [p["parameter_name"] for p in endpoints["/chat"]["parameters"]]
+    assert names == ["message", "history", "image", "max_gen_len", "temperature", "top_p"]
+
+
+def test_two_turn_conversation(server):
+    client = Client(server[0], verbose=False)
+    first = client.predict(message="What is the capital of France?", history=[], api_name="/chat")
+    assert first == "The capital of France is Paris."
+    second = client.predict(message="What is the capital of Japan?", history=FRANCE, api_name="/chat")
+    assert second == "The capital of Japan is Tokyo."
+
+
+def test_single_turn_and_its_templates(server):
+    client = Client(server[0], verbose=False)
+    assert "Lima" in client.predict(instruction="What is the capital of Peru?", api_name="/single_turn")
+    with pytest.raises(Exception, match="Unknown prompt template"):
+        client.predict(instruction="Hi", template="nonsense", api_name="/single_turn")
+
+
+def test_streaming_submit_grows_the_answer(server):
+    job = Client(server[0], verbose=False).submit(message="Who are you?", history=[], api_name="/chat")
+    final = job.result()
+    pieces = job.outputs()
+    assert len(pieces) > 3 and all(final.startswith(p) for p in pieces)
+    assert "###" not in final and final.startswith("I am the built-in demo model")
+
+
+def test_image_question_through_the_api(server, tmp_path):
+    image, shapes = demo_data.shapes_image(random.Random(3), 1)
+    path = tmp_path / "shape.png"
+    image.save(path)
+    kind = shapes[0][1]
+    answer = Client(server[0], verbose=False).predict(message=f"What color is the {kind}?", history=[],
+                                                      image=handle_file(str(path)), api_name="/chat")
+    assert answer.startswith(f"The {kind} is")
+
+
+def test_bad_image_is_one_clear_sentence(server, tmp_path):
+    path = tmp_path / "not-an-image.png"
+    path.write_text("hello")
+    with pytest.raises(Exception, match="not an image this app can read"):
+        Client(server[0], verbose=False).predict(message="What is in the image?", history=[],
+                                                 image=handle_file(str(path)), api_name="/chat")
+
+
+def test_stop_ends_generation_on_the_server_within_two_steps(demo):
+    with serve(demo, delay=0.05) as (url, counter):
+        client = Client(url, verbose=False)
+        job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
+        while len(job.outputs()) < 3:
+            time.sleep(0.01)
+        job.cancel()
+        at_cancel = counter.calls
+        stopped_at = counter.settled(quiet=0.5)
+        assert stopped_at - at_cancel <= 2, f"{stopped_at - at_cancel} forward passes after Stop"
+        assert stopped_at < 40  # the whole answer is about 50 tokens: it really stopped early
+        started = time.time()
+        assert client.predict(message="What is the capital of Italy?", history=[], api_name="/chat") == \
+            "The capital of Italy is Rome."
+        assert counter.calls - stopped_at < 15  # the next answer did not wait for the old one to finish
+        assert time.time() - started < 10
+
+
+def test_two_clients_at_once_get_their_own_answers(demo):
+    with serve(demo, delay=0.01) as (url, _):
+        questions = {"Spain": "Madrid", "Kenya": "Nairobi"}
+        answers = {}
+
+        def ask(country):
+            client = Client(url, verbose=False)
+            answers[country] = client.predict(message=f"What is the capital of {country}?", history=[],
+                                              api_name="/chat")
+
+        threads = [threading.Thread(target=ask, args=(c,)) for c in questions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert answers == {c: f"The capital of {c} is {cap}." for c, cap in questions.items()}

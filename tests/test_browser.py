@@ -1,0 +1,147 @@
+"""The app in headless Chromium (Playwright driving Debian's /usr/bin/chromium). Screenshots go to
+tests/artifacts/ (not committed). CI sets REQUIRE_BROWSER=1, which turns a missing browser into a failure."""
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import demo_data
+from app_server import serve
+from model import MetaModel
+from ui import DEMO_MODEL
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def _browser_missing() -> str | None:
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -r requirements-dev.txt)"
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        return "Chromium is not installed (apt-get install -y chromium)"
+    return None
+
+
+if (_reason := _browser_missing()) and os.environ.get("REQUIRE_BROWSER") == "1":
+    raise RuntimeError(f"Browser tests are required here but cannot run: {_reason}.")
+pytestmark = [pytest.mark.skipif(_reason is not None, reason=_reason or ""),
+              pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")]
+
+# Every text the last bot message shows, as the page renders it, recorded on each DOM change.
+RECORD_BOT_TEXTS = """() => {
+  window.botTexts = [];
+  const record = () => {
+    const bots = document.querySelectorAll('[data-testid="bot"]');
+    if (bots.length) window.botTexts.push(bots[bots.length - 1].innerText);
+  };
+  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+                                    args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("textarea")
+    return page
+
+
+def last_bot_text(page) -> str:
+    bots = page.locator('[data-testid="bot"]')
+    return bots.nth(bots.count() - 1).inner_text() if bots.count() else ""
+
+
+def send(page, text, tab_panel=None):
+    box = (tab_panel or page).locator("textarea").first
+    box.fill(text)
+    box.press("Enter")
+
+
+def wait_for_answer(page, done, timeout=30.0) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = last_bot_text(page)
+        if done(text):
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"no answer in {timeout} s; last bot text: {last_bot_text(page)!r}")
+
+
+def test_question_streams_without_separator(browser, demo):
+    with serve(demo, delay=0.02) as (url, _):
+        page = open_page(browser, url)
+        first_textbox = page.locator("textarea").first
+        assert first_textbox.get_attribute("placeholder") == "Type a message and press Enter"
+        page.evaluate(RECORD_BOT_TEXTS)
+        send(page, "Who are you?")
+        answer = wait_for_answer(page, lambda t: t.endswith("/path/to/checkpoint."))
+        page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=True)
+        seen = page.evaluate("window.botTexts")
+        growing = sorted({t for t in seen if t}, key=len)
+        assert len(growing) > 3, "the answer did not stream"
+        assert not any("#" in t for t in seen), [t for t in seen if "#" in t][:3]
+        assert answer.startswith("I am the built-in demo model")
+        assert "tokens/s" in page.locator(".stats").first.inner_text() or "tokens/s" in page.content()
+
+
+def test_stop_mid_answer(browser, demo):
+    with serve(demo, delay=0.1) as (url, counter):
+        page = open_page(browser, url)
+        send(page, "Who are you?")
+        wait_for_answer(page, lambda t: len(t) > 20)
+        page.get_by_role("button", name="Stop").first.click()
+        at_stop = counter.calls
+        stopped_at = counter.settled(quiet=0.6)
+        shown = last_bot_text(page)
+        page.screenshot(path=str(ARTIFACTS / "stopped.png"), full_page=True)
+        assert stopped_at - at_stop <= 2, f"{stopped_at - at_stop} forward passes after Stop"
+        assert not shown.endswith("/path/to/checkpoint.") and len(shown) > 20
+        send(page, "What is the capital of Egypt?")
+        assert wait_for_answer(page, lambda t: "Cairo" in t)
+
+
+def test_uploaded_image_is_answered(browser, demo, tmp_path):
+    image, shapes = demo_data.shapes_image(random.Random(7), 1)
+    path = tmp_path / "shapes.png"
+    image.save(path)
+    with serve(demo) as (url, _):
+        page = open_page(browser, url)
+        page.get_by_role("tab", name="Vision chat").click()
+        page.locator("input[type=file]").first.set_input_files(str(path))
+        page.get_by_text("a new conversation about it starts").wait_for(timeout=15000)
+        kind = shapes[0][1]
+        box = page.get_by_placeholder("Type a message and press Enter").nth(1)
+        box.fill(f"What color is the {kind}?")
+        box.press("Enter")
+        answer = wait_for_answer(page, lambda t: t.endswith("."))
+        page.screenshot(path=str(ARTIFACTS / "vision.png"), full_page=True)
+        assert answer.startswith(f"The {kind} is"), answer
+
+
+def test_no_vision_tab_for_a_text_only_model(browser, byte_model):
+    with serve(byte_model) as (url, _):
+        page = open_page(browser, url)
+        tabs = page.get_by_role("tab").all_inner_texts()
+        page.screenshot(path=str(ARTIFACTS / "text-only.png"), full_page=True)
+        assert "Chat" in tabs and "Single-turn" in tabs and "Vision chat" not in tabs

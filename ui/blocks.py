@@ -1,0 +1,297 @@
+"""The Gradio app: Chat, Vision chat and Single-turn tabs over one model, and the /chat and /single_turn API.
+
+Every tab and the API stream through `ui.chat.stream_answer`, so through `MetaModel.stream_generate`: the model
+computes a token only when Gradio asks for the next piece, and a per-session cancel flag is read before each
+forward pass, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import gradio as gr
+
+from model import MetaModel, UserError, weight_bytes
+from templates import TEMPLATE_NAMES
+
+from .chat import (Cancels, Sampling, chat_prompt, conversation_templates, default_system, default_template,
+                   message_text, open_upload, save_preview, single_turn_prompt, stats_line, stream_answer)
+
+ERROR_MARK = "⚠️ "
+EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
+IMAGE_EXAMPLES = ["What is in the image?", "What color is the circle?", "How many shapes are there?"]
+CSS = ".stats { font-size: 0.8em; opacity: 0.75; }"
+GENERATION = "generation"  # one concurrency group for every event that runs the model
+UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
+
+
+def model_panel(model: MetaModel) -> str:
+    info = model.info
+    memory = weight_bytes(model.llma) / 2**20
+    name = info.get("path", "")
+    return (f"**Model** `{name}` · {info.get('architecture', type(model.llma).__name__)} · {info.get('format', '')} · "
+            f"dtype {info.get('dtype', '')} · device {info.get('device', '')} · quantization {info.get('quant', 'none')} · "
+            f"weights {memory:,.0f} MiB · context {model.max_seq_len} tokens"
+            + (" · sees images" if model.sees_images else ""))
+
+
+def sampling_controls() -> list[gr.components.Component]:
+    defaults = Sampling()
+    with gr.Accordion("Settings", open=False):
+        max_gen_len = gr.Slider(1, 2048, value=defaults.max_gen_len, step=1, label="Max answer length (tokens)")
+        temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
+        top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top p")
+        with gr.Accordion("More", open=False):
+            top_k = gr.Slider(0, 200, value=defaults.top_k, step=1, label="Top k (0 = off)")
+            repetition_penalty = gr.Slider(1.0, 2.0, value=defaults.repetition_penalty, step=0.05,
+                                           label="Repetition penalty")
+    return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
+
+
+def error_message(text: str) -> dict:
+    return {"role": "assistant", "content": ERROR_MARK + text}
+
+
+def without_errors(history: list[dict]) -> list[dict]:
+    """The conversation as the model should see it: error notices and the questions they answered left out."""
+    kept: list[dict] = []
+    for message in history:
+        if message["role"] == "assistant" and message_text(message["content"]).startswith(ERROR_MARK):
+            if kept and kept[-1]["role"] == "user":
+                kept.pop()
+            continue
+        kept.append(message)
+    return kept
+
+
+class ChatTab:
+    """One chat (text or about an image); `history` is Gradio's list of {"role", "content"} messages."""
+
+    def __init__(self, model: MetaModel, cancels: Cancels, template: str, image_transform: str, vision: bool,
+                 single_turn: bool = False):
+        self.model, self.cancels, self.vision, self.single_turn = model, cancels, vision, single_turn
+        self.template, self.image_transform = template, image_transform
+
+    # ----- the handlers -----
+
+    def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request = None):
+        """Answer the last user message of `history`; yields (history, stats, prompt)."""
+        history = [dict(m) for m in history or []]
+        question = message_text(history[-1]["content"])
+        cancel = self.cancels.fresh(request.session_hash if request else "")
+        try:
+            image = open_upload(image_path) if self.vision else None
+            past = [] if self.single_turn else without_errors(history[:-1])  # single-turn: each question alone
+            prompt, stops = chat_prompt(self.model, template, system, past, question)
+        except (UserError, ValueError) as error:
+            yield history + [error_message(str(error))], "", ""
+            return
+        history.append({"role": "assistant", "content": ""})
+        yield history, "", prompt
+        for piece in stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel):
+            if "error" in piece:
+                history[-1] = error_message(piece["error"])
+            else:
+                history[-1] = {"role": "assistant", "content": piece["text"].strip()}
+            yield history, stats_line(piece), prompt
+
+    def submit(self, message, history, *rest, request: gr.Request = None):
+        if not message.strip():
+            yield history, message, gr.skip(), gr.skip()
+            return
+        history = list(history or []) + [{"role": "user", "content": message}]
+        for history, stats, prompt in self.respond(history, *rest, request=request):
+            failed = message_text(history[-1]["content"]).startswith(ERROR_MARK)
+            yield history, message if failed else "", stats, prompt  # what the user typed survives an error
+
+    def regenerate(self, history, *rest, request: gr.Request = None):
+        history = list(history or [])
+        while history and history[-1]["role"] != "user":
+            history.pop()
+        if not history:
+            yield history, "", ""
+            return
+        yield from self.respond(history, *rest, request=request)
+
+    def edit(self, history, *rest, edit: gr.EditData, request: gr.Request = None):
+        """A past user message was edited: drop what followed it and answer it again."""
+        history = list(history or [])[: edit.index + 1]
+        history[-1] = {"role": "user", "content": message_text(edit.value)}
+        yield from self.respond(history, *rest, request=request)
+
+    def stop(self, request: gr.Request = None):
+        self.cancels.cancel(request.session_hash if request else "")
+
+    @staticmethod
+    def undo(history):
+        history = list(history or [])
+        while history and history[-1]["role"] != "user":
+            history.pop()
+        last = message_text(history.pop()["content"]) if history else ""
+        return history, last
+
+    @staticmethod
+    def new_image(path):
+        """A new image starts a new conversation about it; the checked copy is what the model and preview see."""
+        if not path:
+            return [], None, None, ""
+        try:
+            preview = save_preview(open_upload(path))
+        except UserError as error:
+            return [error_message(str(error))], None, None, ""
+        return [], preview, preview, "New image: a new conversation about it starts."
+
+    # ----- the layout -----
+
+    def build(self) -> None:
+        model = self.model
+        chatbot = gr.Chatbot(label="Conversation", height=460, buttons=["copy", "copy_all"], editable="user",
+                             placeholder="Ask something, or pick an example below.")
+        with gr.Row():
+            message = gr.Textbox(show_label=False, placeholder="Type a message and press Enter", scale=8,
+                                 autofocus=not self.vision, elem_classes="message")
+            send = gr.Button("Send", variant="primary", scale=1, min_width=80)
+            stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
+        with gr.Row():
+            regenerate = gr.Button("Regenerate", size="sm")
+            undo = gr.Button("Undo", size="sm")
+            clear = gr.Button("Clear", size="sm")
+        stats = gr.Markdown(elem_classes="stats")
+        image_state = gr.State(None)
+        transform = gr.State(self.image_transform)
+        if self.vision:
+            with gr.Row():
+                upload = gr.File(label="Image (click or drop; a new image starts a new conversation)",
+                                 file_types=["image"], type="filepath", height=140)
+                preview = gr.Image(label="The image", interactive=False, height=200)
+            with gr.Row():
+                transform = gr.Radio(["padded_resize", "resized_center_crop"], value=self.image_transform,
+                                     label="Image transform")
+        gr.Examples(IMAGE_EXAMPLES if self.vision else EXAMPLES, inputs=message, label="Examples")
+        names = conversation_templates(model)
+        with gr.Accordion("Template and system prompt", open=False):
+            template = gr.Dropdown(names, value=self.template, label="Template")
+            system = gr.Textbox(default_system(model, self.template), label="System prompt", lines=2)
+        sampling = sampling_controls()
+        with gr.Accordion("Prompt sent to the model", open=False):
+            prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
+
+        settings = [image_state, template, system, transform, *sampling]
+        outputs = [chatbot, stats, prompt_view]
+        common = dict(concurrency_id=GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
+        runs = [
+            message.submit(self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view], **common),
+            send.click(self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view], **common),
+            regenerate.click(self.regenerate, [chatbot, *settings], outputs, **common),
+            chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
+            chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
+        ]
+        stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
+        undo.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY)
+        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY)
+        clear.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(lambda: ([], "", ""), None, outputs, api_visibility=UI_ONLY)
+        template.change(lambda name: default_system(model, name), template, system, api_visibility=UI_ONLY)
+        if self.vision:
+            upload.change(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
+                self.new_image, upload, [chatbot, image_state, preview, stats], api_visibility=UI_ONLY)
+
+
+class SingleTurnTab:
+    def __init__(self, model: MetaModel, cancels: Cancels):
+        self.model, self.cancels = model, cancels
+
+    def run(self, instruction, input_text, template, *sampling, request: gr.Request = None):
+        cancel = self.cancels.fresh((request.session_hash if request else "") + "/single")
+        try:
+            prompt = single_turn_prompt(instruction, input_text, template)
+        except ValueError as error:
+            yield ERROR_MARK + str(error), "", ""
+            return
+        for piece in stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel):
+            yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
+
+    def stop(self, request: gr.Request = None):
+        self.cancels.cancel((request.session_hash if request else "") + "/single")
+
+    def build(self) -> None:
+        instruction = gr.Textbox(label="Instruction", lines=3, placeholder="What is the capital of France?",
+                                 elem_classes="message")
+        input_text = gr.Textbox(label="Input (optional context)", lines=2)
+        template = gr.Dropdown(list(TEMPLATE_NAMES), value="alpaca", label="Template")
+        with gr.Row():
+            run = gr.Button("Generate", variant="primary")
+            stop = gr.Button("Stop", variant="stop")
+        answer = gr.Textbox(label="Answer", lines=6, interactive=False, buttons=["copy"])
+        stats = gr.Markdown(elem_classes="stats")
+        gr.Examples(EXAMPLES, inputs=instruction, label="Examples")
+        sampling = sampling_controls()
+        with gr.Accordion("Prompt sent to the model", open=False):
+            prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
+        inputs = [instruction, input_text, template, *sampling]
+        common = dict(concurrency_id=GENERATION, api_visibility=UI_ONLY)
+        runs = [run.click(self.run, inputs, [answer, stats, prompt_view], **common),
+                instruction.submit(self.run, inputs, [answer, stats, prompt_view], **common)]
+        stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
+
+
+def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str):
+    def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
+             temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
+        """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer."""
+        cancel = cancels.fresh((request.session_hash if request else "") + "/api")
+        path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
+        try:
+            picture = open_upload(path)
+            prompt, stops = chat_prompt(model, template, None, history, message)
+        except (UserError, ValueError) as error:
+            raise gr.Error(str(error))
+        sampling = Sampling(max_gen_len, temperature, top_p)
+        for piece in stream_answer(model, prompt, stops, sampling, picture, image_transform, cancel):
+            if "error" in piece:
+                raise gr.Error(piece["error"])
+            yield piece["text"].strip()
+    return chat
+
+
+def api_single_turn(model: MetaModel, cancels: Cancels):
+    def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
+                    temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
+        """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
+        cancel = cancels.fresh((request.session_hash if request else "") + "/api-single")
+        try:
+            prompt = single_turn_prompt(instruction, input, template)
+        except ValueError as error:
+            raise gr.Error(str(error))
+        for piece in stream_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel=cancel):
+            if "error" in piece:
+                raise gr.Error(piece["error"])
+            yield piece["text"].strip()
+    return single_turn
+
+
+def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "single"), template: str | None = None,
+              image_transform: str = "padded_resize", title: str = "Chat") -> gr.Blocks:
+    """The app over `model`; a "vision" tab is left out when the model cannot see images."""
+    template = default_template(model, template)
+    cancels = Cancels()
+    if not model.sees_images:
+        tabs = tuple(t for t in tabs if not t.startswith("vision"))
+    labels = {"chat": "Chat", "vision": "Vision chat", "vision_single": "Image questions", "single": "Single-turn"}
+    with gr.Blocks(title=title) as app:
+        gr.Markdown(model_panel(model), elem_classes="stats")
+        with gr.Tabs():
+            for tab in tabs:
+                with gr.Tab(labels[tab], id=tab):
+                    if tab == "single":
+                        SingleTurnTab(model, cancels).build()
+                    else:
+                        ChatTab(model, cancels, template, image_transform, vision=tab.startswith("vision"),
+                                single_turn=tab == "vision_single").build()
+        gr.api(api_chat(model, cancels, template, image_transform), api_name="chat", concurrency_id=GENERATION)
+        if "single" in tabs:
+            gr.api(api_single_turn(model, cancels), api_name="single_turn", concurrency_id=GENERATION)
+
+        def tab_closed(request: gr.Request):
+            cancels.cancel(request.session_hash)
+
+        app.unload(tab_closed)
+    return app

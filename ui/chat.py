@@ -1,0 +1,168 @@
+"""What a chat does, apart from Gradio: prompts from messages, streamed answers, cancellation, uploads, errors."""
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from PIL import Image
+
+from conversation import get_conversation, template_names
+from model import MetaModel, UserError
+from templates import format_prompt
+
+MAX_UPLOAD_BYTES = 20_000_000
+MAX_UPLOAD_PIXELS = 40_000_000
+
+
+@dataclass
+class Sampling:
+    max_gen_len: int = 256
+    temperature: float = 0.1
+    top_p: float = 0.75
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+
+
+def hf_tokenizer(model: MetaModel):
+    return getattr(model.tokenizer, "hf", None)
+
+
+def conversation_templates(model: MetaModel) -> list[str]:
+    return template_names(hf_tokenizer(model))
+
+
+def default_template(model: MetaModel, asked: str | None = None) -> str:
+    """--template if given (checked), else the model's own chat template, else Accessory's 'default'."""
+    names = conversation_templates(model)
+    if asked is not None:
+        if asked not in names:
+            raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
+        return asked
+    return "chat_template" if "chat_template" in names else "default"
+
+
+def default_system(model: MetaModel, template: str) -> str:
+    return get_conversation(template, hf_tokenizer(model)).system
+
+
+def message_text(content) -> str:
+    """The text of a chat message, whichever shape Gradio gives it (a string, a part, a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return content.get("text") or content.get("content") or ""
+    if isinstance(content, (list, tuple)):
+        return "".join(message_text(part) for part in content)
+    return "" if content is None else str(content)
+
+
+def history_pairs(history: list[dict]) -> list[list[str]]:
+    """[[question, answer], ...] from {"role", "content"} messages (an unanswered question gets "")."""
+    pairs: list[list[str]] = []
+    for message in history or []:
+        role, text = message.get("role"), message_text(message.get("content"))
+        if role == "user":
+            pairs.append([text, ""])
+        elif role == "assistant" and pairs:
+            pairs[-1][1] += text
+    return pairs
+
+
+def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str):
+    """The prompt for `message` after `history`, and the template's stop symbols."""
+    conv = get_conversation(template, hf_tokenizer(model), system)
+    conv.load_qas(history_pairs(history) + [[message, None]])
+    return conv.get_prompt(), list(conv.stop_symbols)
+
+
+def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
+    return format_prompt({"instruction": instruction, "input": input_text}, sys_name=template)
+
+
+def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampling: Sampling, image=None,
+                  image_transform: str = "padded_resize", cancel: threading.Event | None = None) -> Iterator[dict]:
+    """The model's pieces (see `MetaModel.stream_generate`); a failure a user can act on becomes one last piece
+    with "error": a sentence to show in the chat."""
+    try:
+        yield from model.stream_generate(
+            prompt, image=image, max_gen_len=int(sampling.max_gen_len), temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p), top_k=int(sampling.top_k),
+            repetition_penalty=float(sampling.repetition_penalty), additional_stop_symbols=stop_symbols,
+            cancel=cancel, image_transform=image_transform)
+    except UserError as error:
+        yield {"text": "", "end_of_content": True, "error": str(error)}
+    except torch.OutOfMemoryError:
+        yield {"text": "", "end_of_content": True,
+               "error": "The GPU ran out of memory for this answer; ask for a shorter answer, clear the "
+                        "conversation, or load the model with --quant 4."}
+
+
+def stats_line(piece: dict) -> str:
+    if "completion_tokens" not in piece:
+        return ""
+    first = piece.get("time_to_first_token")
+    first_text = f" · first token {first:.2f} s" if first is not None else ""
+    stopped = " · stopped" if piece.get("finish_reason") == "cancelled" else ""
+    cut = " · cut at the length limit" if piece.get("finish_reason") == "length" else ""
+    return (f"{piece['completion_tokens']} tokens{first_text} · {piece.get('tokens_per_second', 0):.1f} tokens/s"
+            f"{stopped}{cut}")
+
+
+class Cancels:
+    """One cancel flag per browser session: Stop, a new message or a closed tab stops that session's answer only."""
+
+    def __init__(self):
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def fresh(self, session: str) -> threading.Event:
+        """Cancel what this session is generating, and hand out the flag for its next answer."""
+        with self._lock:
+            old = self._events.get(session)
+            if old is not None:
+                old.set()
+            self._events[session] = event = threading.Event()
+            return event
+
+    def cancel(self, session: str) -> None:
+        with self._lock:
+            event = self._events.pop(session, None)
+        if event is not None:
+            event.set()
+
+
+def open_upload(path: str | Path | None, max_side: int = 1024) -> Image.Image | None:
+    """An uploaded image, checked before it is decoded (file size, then pixel count from the header), as RGB and
+    at most `max_side` pixels on its longer side."""
+    if not path:
+        return None
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise UserError(f"The image file is {size / 1e6:.0f} MB; upload one under {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+    try:
+        with Image.open(path) as header:
+            width, height = header.size
+            if width * height > MAX_UPLOAD_PIXELS:
+                raise UserError(f"The image is {width}x{height} pixels; upload one under "
+                                f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels.")
+            image = header.convert("RGB")
+    except UserError:
+        raise
+    except (OSError, ValueError, Image.DecompressionBombError):
+        raise UserError(f"{path.name} is not an image this app can read; upload a PNG, JPEG, WebP or GIF file.")
+    if max(image.size) > max_side:
+        image.thumbnail((max_side, max_side))
+    return image
+
+
+def save_preview(image: Image.Image) -> str:
+    """A PNG copy of a checked upload, for Gradio to show (it never decodes the user's original file)."""
+    handle = tempfile.NamedTemporaryFile(suffix=".png", delete=False, prefix="upload-")
+    image.save(handle, format="PNG")
+    handle.close()
+    return handle.name

@@ -1,0 +1,74 @@
+"""The command-line flags every launcher shares (LLaMA2-Accessory's, plus serving options), and model loading."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from model import MetaModel, UserError
+
+DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--pretrained_path", nargs="+", default=None,
+                   help="checkpoint folder(s): a Hugging Face folder, or Accessory / Meta consolidated shards "
+                        "(default: the built-in demo model)")
+    p.add_argument("--llama_type", default=None, help="Accessory model type (llama, llama_peft, ...)")
+    p.add_argument("--llama_config", nargs="+", default=None, help="Accessory params/config json file(s)")
+    p.add_argument("--tokenizer_path", default=None, help="tokenizer.model or a folder with tokenizer files")
+    p.add_argument("--max_seq_len", type=int, default=4096, help="context length in tokens (prompt + answer)")
+    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default=None,
+                   help="weights dtype (default: bf16 on CUDA, fp32 on the CPU)")
+    p.add_argument("--quant", nargs="?", const=4, type=int, choices=[4, 8], default=None,
+                   help="load the weights in 4 or 8 bits with bitsandbytes (--quant alone: 4)")
+    p.add_argument("--image_transform", choices=["padded_resize", "resized_center_crop"], default="padded_resize",
+                   help="how an uploaded image is fitted to the model's square input")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--template", default=None,
+                   help="conversation template (default: the model's chat template if it has one, else 'default')")
+    p.add_argument("--n_gpus", type=int, default=1, help="GPUs to spread the model over (tensor parallel)")
+    p.add_argument("--gpu_ids", type=int, nargs="+", default=None, help="which GPUs to use with --n_gpus")
+    p.add_argument("--master_addr", default="127.0.0.1", help="address for the GPU workers to meet")
+    p.add_argument("--master_port", type=int, default=None, help="port for the GPU workers to meet")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
+    p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
+    p.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="ask for this user name and password")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="answers generated at the same time (others wait in a queue that shows their place)")
+    return p
+
+
+def check_serving_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that cannot work yet, or are malformed, with one sentence each."""
+    if args.n_gpus != 1 or args.gpu_ids:
+        raise UserError("--n_gpus/--gpu_ids are not supported yet (tensor parallel is coming); run on one device "
+                        "without them, or use --quant 4 to fit a big model on one GPU.")
+    if args.n_gpus < 1:
+        raise UserError("--n_gpus must be at least 1.")
+    if args.auth is not None and ":" not in args.auth:
+        raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
+
+
+def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
+    """The model the flags name, or the built-in demo model when no --pretrained_path is given.
+    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
+    if args.pretrained_path is None:
+        if not (DEMO_MODEL / "config.json").exists():
+            raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
+                            "`python assets/build_demo_model.py`, or pass --pretrained_path.")
+        paths = [str(DEMO_MODEL)]
+    else:
+        paths = args.pretrained_path
+    return MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
+                                     llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
+                                     with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
+                                     device=args.device, quant=args.quant)
+
+
+def fail(error: Exception) -> None:
+    """End a launcher on a user error: the sentence, no traceback."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(1)
