@@ -116,7 +116,8 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: tuple, color: tuple)
 
 def shapes_image(rng: random.Random, count: int | None = None) -> tuple[Image.Image, list[tuple[str, str]]]:
     """1-3 non-overlapping shapes of distinct kinds, each 15-50% of the side, on a plain light or dark
-    background; returns the image and its (color, shape) pairs from left to right."""
+    background; returns the image and its (color, shape) pairs, circle first, then square, then triangle
+    (the order in which the model describes them)."""
     width = rng.randint(48, 320)
     height = max(48, min(320, int(width * rng.uniform(0.6, 1.6))))
     side = min(width, height)
@@ -138,7 +139,7 @@ def shapes_image(rng: random.Random, count: int | None = None) -> tuple[Image.Im
     draw = ImageDraw.Draw(image)
     for box, kind, color in placed:
         _draw_shape(draw, kind, box, COLORS[color])
-    placed.sort(key=lambda p: (p[0][0] + p[0][2]) / 2)
+    placed.sort(key=lambda p: SHAPES.index(p[1]))
     return image, [(color, kind) for _, kind, color in placed]
 
 
@@ -172,11 +173,11 @@ def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None) -
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)
-    if roll < 0.55:
+    if roll < 0.65:
         return arithmetic_turn(rng, held_out)
-    if roll < 0.8:
+    if roll < 0.85:
         return capital_turn(rng)
-    if roll < 0.88:
+    if roll < 0.91:
         return identity_turn(rng)
     return unknown_turn(rng)
 

