@@ -68,8 +68,8 @@ def open_page(browser, url):
 
 
 def last_bot_text(page) -> str:
-    bots = page.locator('[data-testid="bot"]')
-    return bots.nth(bots.count() - 1).inner_text() if bots.count() else ""
+    return page.evaluate("""() => { const bots = document.querySelectorAll('[data-testid="bot"]');
+                                    return bots.length ? bots[bots.length - 1].innerText : ""; }""")
 
 
 def send(page, text, tab_panel=None):
@@ -119,6 +119,41 @@ def test_stop_mid_answer(browser, demo):
         assert not shown.endswith("/path/to/checkpoint.") and len(shown) > 20
         send(page, "What is the capital of Egypt?")
         assert wait_for_answer(page, lambda t: "Cairo" in t)
+
+
+def test_new_message_while_streaming_stops_the_old_answer(browser, demo):
+    with serve(demo, delay=0.1) as (url, counter):
+        page = open_page(browser, url)
+        send(page, "Who are you?")
+        wait_for_answer(page, lambda t: len(t) > 20)
+        send(page, "What is the capital of Egypt?")
+        assert wait_for_answer(page, lambda t: "Cairo" in t, timeout=20)
+        stopped = [t for t in page.locator('[data-testid="bot"]').all_inner_texts() if t.startswith("I am")]
+        assert stopped and not stopped[0].endswith("/path/to/checkpoint.")  # the first answer was cut short
+        assert counter.settled(quiet=0.5) < 50  # the whole first answer alone takes about 64 steps
+
+
+def test_edit_undo_regenerate(browser, demo):
+    with serve(demo) as (url, _):
+        page = open_page(browser, url)
+        user_texts = page.locator('[data-testid="user"]')
+        send(page, "What is the capital of Japan?")
+        wait_for_answer(page, lambda t: "Tokyo" in t)
+        send(page, "What is the capital of Spain?")
+        wait_for_answer(page, lambda t: "Madrid" in t)
+        time.sleep(0.5)
+        user_texts.first.hover()
+        page.get_by_label("Edit").first.click()
+        page.locator("textarea.edit-textarea").fill("What is the capital of Italy?")
+        page.get_by_label("Submit").first.click()
+        wait_for_answer(page, lambda t: "Rome" in t)
+        assert user_texts.all_inner_texts() == ["What is the capital of Italy?"]  # what followed the edit is gone
+        page.locator("button:not([aria-label])", has_text="Regenerate").click()
+        time.sleep(0.5)
+        assert wait_for_answer(page, lambda t: "Rome" in t) and page.locator('[data-testid="bot"]').count() == 1
+        page.locator("button:not([aria-label])", has_text="Undo").click()
+        page.wait_for_function("document.querySelectorAll('[data-testid=\"user\"]').length == 0")
+        assert page.locator("textarea").first.input_value() == "What is the capital of Italy?"  # back to edit
 
 
 def test_closing_the_tab_stops_the_answer(browser, demo):

@@ -73,11 +73,11 @@ class ChatTab:
 
     # ----- the handlers -----
 
-    def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request = None):
+    def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request):
         """Answer the last user message of `history`; yields (history, stats, prompt)."""
         history = [dict(m) for m in history or []]
         question = message_text(history[-1]["content"])
-        cancel = self.cancels.fresh(request.session_hash if request else "")
+        cancel = self.cancels.fresh(request.session_hash)
         try:
             image = open_upload(image_path) if self.vision else None
             past = [] if self.single_turn else without_errors(history[:-1])  # single-turn: each question alone
@@ -94,23 +94,30 @@ class ChatTab:
                 history[-1] = {"role": "assistant", "content": piece["text"].strip()}
             yield history, stats_line(piece), prompt
 
-    def submit(self, message, history, *rest, request: gr.Request = None):
+    def submit(self, message, history, image_path, template, system, transform, max_gen_len, temperature, top_p,
+               top_k, repetition_penalty, request: gr.Request):
         if not message.strip():
             yield history, message, gr.skip(), gr.skip()
             return
         history = list(history or []) + [{"role": "user", "content": message}]
-        for history, stats, prompt in self.respond(history, *rest, request=request):
-            failed = message_text(history[-1]["content"]).startswith(ERROR_MARK)
-            yield history, message if failed else "", stats, prompt  # what the user typed survives an error
+        box = ""  # empty the message box once; later pieces leave it alone, so the next message can be typed
+        for history, stats, prompt in self.respond(history, image_path, template, system, transform, max_gen_len,
+                                                   temperature, top_p, top_k, repetition_penalty, request=request):
+            if message_text(history[-1]["content"]).startswith(ERROR_MARK):
+                box = message  # what the user typed survives an error
+            yield history, box, stats, prompt
+            box = gr.skip()
 
-    def regenerate(self, history, *rest, request: gr.Request = None):
+    def regenerate(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
+                   repetition_penalty, request: gr.Request):
         history = list(history or [])
         while history and history[-1]["role"] != "user":
             history.pop()
         if not history:
             yield history, "", ""
             return
-        yield from self.respond(history, *rest, request=request)
+        yield from self.respond(history, image_path, template, system, transform, max_gen_len, temperature, top_p,
+                                top_k, repetition_penalty, request=request)
 
     def edit(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
              repetition_penalty, edited: gr.EditData, request: gr.Request):
@@ -120,8 +127,8 @@ class ChatTab:
         yield from self.respond(history, image_path, template, system, transform, max_gen_len, temperature, top_p,
                                 top_k, repetition_penalty, request=request)
 
-    def stop(self, request: gr.Request = None):
-        self.cancels.cancel(request.session_hash if request else "")
+    def stop(self, request: gr.Request):
+        self.cancels.cancel(request.session_hash)
 
     @staticmethod
     def undo(history):
@@ -180,9 +187,13 @@ class ChatTab:
         settings = [image_state, template, system, transform, *sampling]
         outputs = [chatbot, stats, prompt_view]
         common = dict(concurrency_id=GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
+        # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
+        sends = [trigger(self.stop, None, None, queue=False, trigger_mode="multiple", api_visibility=UI_ONLY).then(
+            self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view],
+            trigger_mode="multiple", **common)
+            for trigger in (message.submit, send.click)]
         runs = [
-            message.submit(self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view], **common),
-            send.click(self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view], **common),
+            *sends,
             regenerate.click(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
@@ -201,8 +212,10 @@ class SingleTurnTab:
     def __init__(self, model: MetaModel, cancels: Cancels):
         self.model, self.cancels = model, cancels
 
-    def run(self, instruction, input_text, template, *sampling, request: gr.Request = None):
-        cancel = self.cancels.fresh((request.session_hash if request else "") + "/single")
+    def run(self, instruction, input_text, template, max_gen_len, temperature, top_p, top_k, repetition_penalty,
+            request: gr.Request):
+        sampling = (max_gen_len, temperature, top_p, top_k, repetition_penalty)
+        cancel = self.cancels.fresh(request.session_hash + "/single")
         try:
             prompt = single_turn_prompt(instruction, input_text, template)
         except ValueError as error:
@@ -211,8 +224,8 @@ class SingleTurnTab:
         for piece in stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel):
             yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
 
-    def stop(self, request: gr.Request = None):
-        self.cancels.cancel((request.session_hash if request else "") + "/single")
+    def stop(self, request: gr.Request):
+        self.cancels.cancel(request.session_hash + "/single")
 
     def build(self) -> None:
         instruction = gr.Textbox(label="Instruction", lines=3, placeholder="What is the capital of France?",
@@ -239,7 +252,7 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
     def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
              temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer."""
-        cancel = cancels.fresh((request.session_hash if request else "") + "/api")
+        cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
             picture = open_upload(path)
@@ -258,7 +271,7 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
     def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
                     temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
-        cancel = cancels.fresh((request.session_hash if request else "") + "/api-single")
+        cancel = cancels.fresh(request.session_hash + "/api-single")
         try:
             prompt = single_turn_prompt(instruction, input, template)
         except ValueError as error:
