@@ -121,6 +121,17 @@ def test_stop_mid_answer(browser, demo):
         assert wait_for_answer(page, lambda t: "Cairo" in t)
 
 
+def test_stop_touches_only_its_own_session(browser, demo):
+    with serve(demo, delay=0.03) as (url, _):
+        alice, bob = open_page(browser, url), open_page(browser, url)
+        send(alice, "Who are you?")
+        send(bob, "What can you do?")  # waits in the queue behind Alice's answer
+        wait_for_answer(alice, lambda t: len(t) > 20)
+        alice.locator("button", has_text="Stop").first.click()
+        assert wait_for_answer(bob, lambda t: t.endswith("/path/to/checkpoint."), timeout=30)
+        assert not last_bot_text(alice).endswith("/path/to/checkpoint.")
+
+
 def test_new_message_while_streaming_stops_the_old_answer(browser, demo):
     with serve(demo, delay=0.1) as (url, counter):
         page = open_page(browser, url)

@@ -1,0 +1,52 @@
+"""The chat logic under the Gradio app: prompts from messages, upload checks, per-session cancel flags."""
+import pytest
+from PIL import Image
+
+from conversation import default_conversation
+from model import UserError
+from ui.chat import Cancels, history_pairs, open_upload
+
+
+def test_history_pairs_read_gradio_messages_in_every_shape():
+    history = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+               {"role": "user", "content": {"text": "Q2"}}]
+    assert history_pairs(history) == [["Q1", "A1"], ["Q2", ""]]
+
+
+def test_chat_prompt_is_the_template_prompt(byte_model):
+    from ui.chat import chat_prompt
+
+    prompt, stops = chat_prompt(byte_model, "default", None, [{"role": "user", "content": "Q1"},
+                                                              {"role": "assistant", "content": "A1"}], "Q2")
+    conv = default_conversation()
+    conv.load_qas([["Q1", "A1"], ["Q2", None]])
+    assert prompt == conv.get_prompt() and stops == ["\n###"]
+
+
+def test_upload_checks_happen_before_decoding(tmp_path, monkeypatch):
+    big = tmp_path / "big.png"
+    Image.new("RGB", (7000, 7000), (250, 250, 250)).save(big)  # 49 megapixels, a small file
+    decoded = []
+    monkeypatch.setattr(Image.Image, "load", lambda self: decoded.append(1))
+    with pytest.raises(UserError, match="megapixels"):
+        open_upload(big)
+    assert not decoded, "the image was decoded before its size was checked"
+
+
+def test_upload_is_shrunk_and_bad_files_are_one_sentence(tmp_path):
+    photo = tmp_path / "photo.jpg"
+    Image.new("RGB", (3000, 1500), (10, 200, 30)).save(photo)
+    assert open_upload(photo, max_side=1024).size == (1024, 512)
+    text = tmp_path / "notes.png"
+    text.write_text("not an image")
+    with pytest.raises(UserError, match="not an image this app can read"):
+        open_upload(text)
+
+
+def test_cancel_flags_are_per_session():
+    cancels = Cancels()
+    alice, bob = cancels.fresh("alice"), cancels.fresh("bob")
+    cancels.cancel("alice")
+    assert alice.is_set() and not bob.is_set()
+    newer = cancels.fresh("bob")  # a new answer in the same session cancels the one before
+    assert bob.is_set() and not newer.is_set()
