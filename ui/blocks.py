@@ -248,6 +248,15 @@ class SingleTurnTab:
         stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
 
 
+def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
+               image_transform: str = "padded_resize") -> Iterator[str]:
+    """The growing answer for an API caller; a user error ends the call as that one sentence."""
+    for piece in stream_answer(model, prompt, stops, sampling, image, image_transform, cancel):
+        if "error" in piece:
+            raise gr.Error(piece["error"])
+        yield piece["text"].strip()
+
+
 def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str):
     def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
              temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
@@ -259,11 +268,8 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
             prompt, stops = chat_prompt(model, template, None, history, message)
         except (UserError, ValueError) as error:
             raise gr.Error(str(error))
-        sampling = Sampling(max_gen_len, temperature, top_p)
-        for piece in stream_answer(model, prompt, stops, sampling, picture, image_transform, cancel):
-            if "error" in piece:
-                raise gr.Error(piece["error"])
-            yield piece["text"].strip()
+        yield from api_answer(model, prompt, stops, Sampling(max_gen_len, temperature, top_p), cancel, picture,
+                              image_transform)
     return chat
 
 
@@ -276,10 +282,7 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
             prompt = single_turn_prompt(instruction, input, template)
         except ValueError as error:
             raise gr.Error(str(error))
-        for piece in stream_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel=cancel):
-            if "error" in piece:
-                raise gr.Error(piece["error"])
-            yield piece["text"].strip()
+        yield from api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel)
     return single_turn
 
 
