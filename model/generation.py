@@ -163,6 +163,7 @@ class AnswerStream:
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
+        self.detokenize_time = 0.0
 
     @property
     def done(self) -> bool:
@@ -184,7 +185,9 @@ class AnswerStream:
         if token_id in self._eos_ids:
             return self.finish("stop")
         self.token_ids.append(token_id)
+        detokenize_started = time.perf_counter()
         self._detokenizer.add(token_id)
+        self.detokenize_time += time.perf_counter() - detokenize_started
         full_text = self._detokenizer.text
         hit = self._stops.find(full_text)
         if hit >= 0:
@@ -209,6 +212,7 @@ class AnswerStream:
             "total_time": total,
             "tokens_per_second": completion / total if total > 0 else 0.0,
             "decode_tokens_per_second": (completion - 1) / decode_time if completion > 1 and decode_time > 0 else 0.0,
+            "detokenize_time": self.detokenize_time,
         }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterator, Sequence
 
 import torch
@@ -168,8 +169,10 @@ class MetaModel(torch.nn.Module):
                  seed: int | None = None, repetition_penalty: float = 1.0, cancel: threading.Event | None = None,
                  image_transform: str = "padded_resize", return_details: bool = False) -> list:
         """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
-        dict of `stream_generate`'s last piece instead of its text."""
+        dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
+        encode_started = time.perf_counter()
         inputs = self.prepare_inputs(list(prompts), images, image_transform)
+        encode_time = time.perf_counter() - encode_started
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
         streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
@@ -178,4 +181,4 @@ class MetaModel(torch.nn.Module):
             pass
         if not return_details:
             return [s.text for s in streams]
-        return [{"text": s.text, **s.summary(n)} for s, n in zip(streams, lengths)]
+        return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]

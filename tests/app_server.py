@@ -7,7 +7,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-from ui import CSS, build_app
+from ui import build_app
+from ui.blocks import CSS
 
 
 class ForwardCounter:

@@ -1,13 +1,22 @@
-"""The browser front end shared by app.py and demos/: flags, model loading, the Gradio app."""
-from .blocks import CSS, build_app
-from .flags import DEMO_MODEL, check_serving_flags, fail, load_model, parser
+"""The front ends' shared parts: flags and model loading (flags.py), the Gradio app (blocks.py, imported only
+when a browser launcher needs it, so the command-line tools start without Gradio)."""
+from .flags import DEMO_MODEL, add_model_flags, check_serving_flags, fail, load_model, parser
 
-__all__ = ["build_app", "launch", "parser", "load_model", "DEMO_MODEL"]
+__all__ = ["build_app", "launch", "parser", "add_model_flags", "load_model", "check_serving_flags", "fail",
+           "DEMO_MODEL"]
+
+
+def build_app(*args, **kwargs):
+    from .blocks import build_app as build
+
+    return build(*args, **kwargs)
 
 
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
     """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`."""
     from model import UserError
+
+    from .blocks import CSS
 
     args = parser(description).parse_args(argv)
     try:

@@ -11,7 +11,24 @@ DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
 
 def parser(description: str) -> argparse.ArgumentParser:
+    """The flags of app.py and the browser demos: the model's, then serving."""
     p = argparse.ArgumentParser(description=description)
+    add_model_flags(p)
+    p.add_argument("--image_transform", choices=["padded_resize", "resized_center_crop"], default="padded_resize",
+                   help="how an uploaded image is fitted to the model's square input")
+    p.add_argument("--template", default=None,
+                   help="conversation template (default: the model's chat template if it has one, else 'default')")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
+    p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
+    p.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="ask for this user name and password")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="answers generated at the same time (others wait in a queue that shows their place)")
+    return p
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """Which checkpoint and how to load it: LLaMA2-Accessory's flags, shared by every launcher."""
     p.add_argument("--pretrained_path", nargs="+", default=None,
                    help="checkpoint folder(s): a Hugging Face folder, or Accessory / Meta consolidated shards "
                         "(default: the built-in demo model)")
@@ -23,22 +40,11 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="weights dtype (default: bf16 on CUDA, fp32 on the CPU)")
     p.add_argument("--quant", nargs="?", const=4, type=int, choices=[4, 8], default=None,
                    help="load the weights in 4 or 8 bits with bitsandbytes (--quant alone: 4)")
-    p.add_argument("--image_transform", choices=["padded_resize", "resized_center_crop"], default="padded_resize",
-                   help="how an uploaded image is fitted to the model's square input")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
-    p.add_argument("--template", default=None,
-                   help="conversation template (default: the model's chat template if it has one, else 'default')")
     p.add_argument("--n_gpus", type=int, default=1, help="GPUs to spread the model over (tensor parallel)")
     p.add_argument("--gpu_ids", type=int, nargs="+", default=None, help="which GPUs to use with --n_gpus")
     p.add_argument("--master_addr", default="127.0.0.1", help="address for the GPU workers to meet")
     p.add_argument("--master_port", type=int, default=None, help="port for the GPU workers to meet")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
-    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
-    p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
-    p.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="ask for this user name and password")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="answers generated at the same time (others wait in a queue that shows their place)")
-    return p
 
 
 def check_serving_flags(args: argparse.Namespace) -> None:
@@ -48,7 +54,7 @@ def check_serving_flags(args: argparse.Namespace) -> None:
                         "without them, or use --quant 4 to fit a big model on one GPU.")
     if args.n_gpus < 1:
         raise UserError("--n_gpus must be at least 1.")
-    if args.auth is not None and ":" not in args.auth:
+    if getattr(args, "auth", None) is not None and ":" not in args.auth:
         raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
 
 
@@ -60,8 +66,8 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
             raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
                             "`python assets/build_demo_model.py`, or pass --pretrained_path.")
         paths = [str(DEMO_MODEL)]
-    else:
-        paths = args.pretrained_path
+    else:  # a --config file may give one path as a plain string
+        paths = [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
     return MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
                                      llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
                                      with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
