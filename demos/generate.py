@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conversation import get_conversation, template_names  # noqa: E402
 from model import UserError  # noqa: E402
-from templates import TEMPLATE_NAMES, format_prompt  # noqa: E402
+from templates import TEMPLATE_NAMES  # noqa: E402
+from ui.chat import chat_prompt, conversation_templates, single_turn_prompt  # noqa: E402
 from ui.flags import add_model_flags, check_serving_flags, fail, load_model  # noqa: E402
 
 
@@ -89,31 +89,34 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def apply_template(model, template: str | None, prompt: str) -> tuple[str, list[str]]:
+def resolve_template(model, asked: str | None) -> str:
+    """--template, checked; by default the model's chat template where it has one, else the raw prompt."""
+    conversations = conversation_templates(model)
+    if asked is None:
+        return "chat_template" if "chat_template" in conversations else "None"
+    if asked not in (*TEMPLATE_NAMES, *conversations):
+        raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join([*TEMPLATE_NAMES, *conversations])}.")
+    return asked
+
+
+def apply_template(model, template: str, prompt: str) -> tuple[str, list[str]]:
     """The text the model gets for `prompt`, and the template's stop symbols."""
-    tokenizer = getattr(model.tokenizer, "hf", None)
-    if template is None:
-        template = "chat_template" if "chat_template" in template_names(tokenizer) else "None"
     if template in TEMPLATE_NAMES:
-        return format_prompt({"instruction": prompt}, sys_name=template), []
-    if template in template_names(tokenizer):
-        conv = get_conversation(template, tokenizer)
-        conv.load_qas([[prompt, None]])
-        return conv.get_prompt(), list(conv.stop_symbols)
-    names = ", ".join([*TEMPLATE_NAMES, *template_names(tokenizer)])
-    raise UserError(f"Unknown --template {template!r}; choose one of: {names}.")
+        return single_turn_prompt(prompt, "", template), []
+    return chat_prompt(model, template, None, [], prompt)
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
     model = load_model(args)
     prompts = read_prompts(args)
+    template = resolve_template(model, args.template)
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     batches = range(0, len(prompts), args.batch_size)
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start: start + args.batch_size]
-        texts, stops = zip(*(apply_template(model, args.template, p) for p in batch))
+        texts, stops = zip(*(apply_template(model, template, p) for p in batch))
         details = model.generate(list(texts), max_gen_len=args.max_new_tokens, temperature=args.temperature,
                                  top_p=args.top_p, additional_stop_symbols=stops[0], top_k=args.top_k,
                                  seed=args.seed, repetition_penalty=args.repetition_penalty, return_details=True)

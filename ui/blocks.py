@@ -63,6 +63,14 @@ def without_errors(history: list[dict]) -> list[dict]:
     return kept
 
 
+def up_to_last_question(history: list[dict]) -> list[dict]:
+    """The conversation without the answer(s) after its last user message."""
+    history = list(history or [])
+    while history and history[-1]["role"] != "user":
+        history.pop()
+    return history
+
+
 class ChatTab:
     """One chat (text or about an image); `history` is Gradio's list of {"role", "content"} messages."""
 
@@ -110,9 +118,7 @@ class ChatTab:
 
     def regenerate(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
                    repetition_penalty, request: gr.Request):
-        history = list(history or [])
-        while history and history[-1]["role"] != "user":
-            history.pop()
+        history = up_to_last_question(history)
         if not history:
             yield history, "", ""
             return
@@ -132,9 +138,7 @@ class ChatTab:
 
     @staticmethod
     def undo(history):
-        history = list(history or [])
-        while history and history[-1]["role"] != "user":
-            history.pop()
+        history = up_to_last_question(history)
         last = message_text(history.pop()["content"]) if history else ""
         return history, last
 

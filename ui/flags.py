@@ -52,8 +52,6 @@ def check_serving_flags(args: argparse.Namespace) -> None:
     if args.n_gpus != 1 or args.gpu_ids:
         raise UserError("--n_gpus/--gpu_ids are not supported yet (tensor parallel is coming); run on one device "
                         "without them, or use --quant 4 to fit a big model on one GPU.")
-    if args.n_gpus < 1:
-        raise UserError("--n_gpus must be at least 1.")
     if getattr(args, "auth", None) is not None and ":" not in args.auth:
         raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
 
