@@ -10,11 +10,12 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
@@ -70,19 +71,17 @@ class ModelInputs:
     extra: dict = field(default_factory=dict)
 
 
-def _position_ids(attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor | None:
-    """Positions that skip left padding; None lets the model count from the cache when there is no padding."""
+def _prefill_position_ids(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """Positions that skip left padding; None lets the model count from 0 when there is no padding."""
     if bool(attention_mask.all()):
         return None
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    return positions[:, -new_tokens:]
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _last_logits(model, input_ids, attention_mask, cache, **extra) -> torch.Tensor:
-    position_ids = _position_ids(attention_mask, input_ids.shape[1])
+def _last_logits(forward, input_ids, attention_mask, cache, position_ids=None, **extra) -> torch.Tensor:
     if position_ids is not None:
         extra["position_ids"] = position_ids
-    out = model(
+    out = forward(
         input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
         use_cache=True, logits_to_keep=1, **extra,
     )
@@ -91,12 +90,13 @@ def _last_logits(model, input_ids, attention_mask, cache, **extra) -> torch.Tens
 
 def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
     """Run the prompt through the model, filling `cache`; return the next-token logits of each row."""
-    return _last_logits(model, inputs.input_ids, inputs.attention_mask, cache, **inputs.extra)
+    return _last_logits(model, inputs.input_ids, inputs.attention_mask, cache,
+                        _prefill_position_ids(inputs.attention_mask), **inputs.extra)
 
 
-def decode_one(model, tokens: torch.Tensor, attention_mask: torch.Tensor, cache) -> torch.Tensor:
-    """Feed one token per row; `attention_mask` already covers it."""
-    return _last_logits(model, tokens[:, None], attention_mask, cache)
+def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache):
+    """Feed one token per row at `positions` ([rows, 1]); `attention_mask` already covers it."""
+    return _last_logits(forward, tokens[:, None], attention_mask, cache, positions)
 
 
 def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generator) -> torch.Tensor:
@@ -108,6 +108,53 @@ def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generato
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
 
 
+class CompiledDecoding:
+    """`--compile`: decode steps run a `torch.compile`d forward over a preallocated (static) KV cache.
+
+    This is gpt-fast's recipe: every decode step has the same shapes (one token per row, a cache of
+    `max_cache_len`, one full-length attention mask), so the graph compiles once and, on CUDA, replays as a CUDA
+    graph. The prefill stays eager, since prompt lengths vary. Caches are pooled per batch size and reused, so
+    their addresses stay fixed for the recorded graphs; a request that finds none free gets a new one.
+    """
+
+    def __init__(self, model, max_cache_len: int):
+        from transformers import CompileConfig
+
+        self.model = model
+        self.max_cache_len = max_cache_len
+        self.forward = model.get_compiled_call(CompileConfig())
+        self._free: dict[int, list[StaticCache]] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def cache(self, batch_size: int) -> Iterator[StaticCache]:
+        with self._lock:
+            pool = self._free.setdefault(batch_size, [])
+            cache = pool.pop() if pool else StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        cache.reset()
+        try:
+            yield cache
+        finally:
+            with self._lock:
+                pool.append(cache)
+
+    def decode_masks(self, attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
+        """One mask for every step: the prompt's padding, then ones to the end of the cache (the causal mask hides
+        the positions not written yet)."""
+        full = attention_mask.new_ones((attention_mask.shape[0], self.max_cache_len))
+        full[:, : attention_mask.shape[1]] = attention_mask
+        while True:
+            yield full
+
+
+def growing_masks(attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The attention mask of each decode step over a dynamic cache: one more column per step."""
+    ones = attention_mask.new_ones((attention_mask.shape[0], 1))
+    while True:
+        attention_mask = torch.cat([attention_mask, ones], dim=-1)
+        yield attention_mask
+
+
 @torch.inference_mode()
 def generate_tokens(
     model,
@@ -115,17 +162,29 @@ def generate_tokens(
     sampling: SamplingParams,
     decide: Callable[[torch.Tensor], bool],
     cache=None,
+    compiled: CompiledDecoding | None = None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
     `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
     cancel, length) costs no further forward pass. Closing this generator also stops the model.
+    With `compiled` (and no `cache` given) the decode steps run compiled over a static cache.
     """
-    cache = cache if cache is not None else DynamicCache(config=model.config)
+    with ExitStack() as stack:
+        if compiled is not None and cache is None:
+            cache = stack.enter_context(compiled.cache(inputs.input_ids.shape[0]))
+            forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask)
+        else:
+            cache = cache if cache is not None else DynamicCache(config=model.config)
+            forward, masks = model, growing_masks(inputs.attention_mask)
+        yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks)
+
+
+def _token_loop(model, forward, inputs, sampling, decide, cache, masks) -> Iterator[torch.Tensor]:
     processors = sampling.logits_processors()
     generator = sampling.random_generator(inputs.input_ids.device)
     seen_ids = inputs.input_ids
-    attention_mask = inputs.attention_mask
+    positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)  # where each row's next token goes
     logits = prefill(model, inputs, cache)
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
@@ -134,8 +193,8 @@ def generate_tokens(
         yield tokens
         if decide(tokens):
             return
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
-        logits = decode_one(model, tokens, attention_mask, cache)
+        logits = decode_one(forward, tokens, next(masks), positions, cache)
+        positions = positions + 1
 
 
 class AnswerStream:

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from .errors import UserError
-from .generation import AnswerStream, ModelInputs, SamplingParams, batch_decider, generate_tokens
+from .generation import AnswerStream, CompiledDecoding, ModelInputs, SamplingParams, batch_decider, generate_tokens
 from .image import shape_image
 from .loading import load
 
@@ -17,29 +17,34 @@ from .loading import load
 class MetaModel(torch.nn.Module):
     """A loaded chat model: `llma` (the transformers model), `tokenizer`, and for vision models `processor`."""
 
-    def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None):
+    def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None,
+                 compile: bool = False):
         super().__init__()
         self.llma = llma
         self.tokenizer = tokenizer
         self.processor = processor
         self.max_seq_len = max_seq_len
         self.info = dict(info or {})
+        self.compiled = CompiledDecoding(llma, max_seq_len) if compile else None
+        self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
 
     @staticmethod
     def from_pretrained(pretrained_path, llama_type: str | None = None, llama_config=None,
                         tokenizer_path: str | None = None, with_visual: bool = False, max_seq_len: int = 4096,
-                        mp_group=None, dtype=None, device=None, quant=None) -> "MetaModel":
+                        mp_group=None, dtype=None, device=None, quant=None, compile: bool = False) -> "MetaModel":
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
         `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
+        `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
+        answers are slow while it compiles; worth it on a GPU).
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(pretrained_path, llama_type=llama_type, llama_config=llama_config,
                       tokenizer_path=tokenizer_path, with_visual=with_visual, max_seq_len=max_seq_len,
                       mp_group=mp_group, dtype=dtype, device=device, quant=quant)
-        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info)
+        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile)
 
     # ----- what the model is -----
 
@@ -158,7 +163,8 @@ class MetaModel(torch.nn.Module):
         if stream.cancelled():
             stream.finish("cancelled")
         else:
-            for _ in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache):
+            for _ in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache,
+                                       self.compiled):
                 if stream.text != shown and not stream.done:
                     shown = stream.text
                     yield {"text": shown, "end_of_content": False}
@@ -177,7 +183,7 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
         streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        for _ in generate_tokens(self.llma, inputs, sampling, batch_decider(streams)):
+        for _ in generate_tokens(self.llma, inputs, sampling, batch_decider(streams), compiled=self.compiled):
             pass
         if not return_details:
             return [s.text for s in streams]

@@ -31,7 +31,8 @@ def model_panel(model: MetaModel) -> str:
     return (f"**Model** `{name}` · {info.get('architecture', type(model.llma).__name__)} · {info.get('format', '')} · "
             f"dtype {info.get('dtype', '')} · device {info.get('device', '')} · quantization {info.get('quant', 'none')} · "
             f"weights {memory:,.0f} MiB · context {model.max_seq_len} tokens"
-            + (" · sees images" if model.sees_images else ""))
+            + (" · sees images" if model.sees_images else "")
+            + (" · compiled decoding" if model.compiled is not None else ""))
 
 
 def sampling_controls() -> list[gr.components.Component]:
