@@ -1,12 +1,13 @@
 """The Gradio app: Chat, Vision chat and Single-turn tabs over one model, and the /chat and /single_turn API.
 
-Every tab and the API stream through `ui.chat.stream_answer`, so through `MetaModel.stream_generate`: the model
-computes a token only when Gradio asks for the next piece, and a per-session cancel flag is read before each
-forward pass, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
+Every tab and the API stream through `ui.chat.stream_answer`, so through `MetaModel.stream_generate`, run in a
+thread of its own (`ui.chat.in_own_thread`) so the model computes while Gradio sends the piece before. A
+per-session cancel flag is read before each forward pass, and a handler that Gradio closes stops its stream after
+the current step, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import AsyncIterator
 
 import gradio as gr
 
@@ -14,7 +15,8 @@ from model import MetaModel, UserError, weight_bytes
 from templates import TEMPLATE_NAMES
 
 from .chat import (Cancels, Sampling, chat_prompt, conversation_templates, default_system, default_template,
-                   message_text, open_upload, save_preview, single_turn_prompt, stats_line, stream_answer)
+                   in_own_thread, message_text, open_upload, save_preview, single_turn_prompt, stats_line,
+                   stream_answer)
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
@@ -82,7 +84,7 @@ class ChatTab:
 
     # ----- the handlers -----
 
-    def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request):
+    async def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request):
         """Answer the last user message of `history`; yields (history, stats, prompt)."""
         history = [dict(m) for m in history or []]
         question = message_text(history[-1]["content"])
@@ -96,43 +98,47 @@ class ChatTab:
             return
         history.append({"role": "assistant", "content": ""})
         yield history, "", prompt
-        for piece in stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel):
+        pieces = stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel)
+        async for piece in in_own_thread(pieces):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
             else:
                 history[-1] = {"role": "assistant", "content": piece["text"].strip()}
             yield history, stats_line(piece), prompt
 
-    def submit(self, message, history, image_path, template, system, transform, max_gen_len, temperature, top_p,
-               top_k, repetition_penalty, request: gr.Request):
+    async def submit(self, message, history, image_path, template, system, transform, max_gen_len, temperature,
+                     top_p, top_k, repetition_penalty, request: gr.Request):
         if not message.strip():
             yield history, message, gr.skip(), gr.skip()
             return
         history = list(history or []) + [{"role": "user", "content": message}]
         box = ""  # empty the message box once; later pieces leave it alone, so the next message can be typed
-        for history, stats, prompt in self.respond(history, image_path, template, system, transform, max_gen_len,
-                                                   temperature, top_p, top_k, repetition_penalty, request=request):
+        async for history, stats, prompt in self.respond(history, image_path, template, system, transform,
+                                                         max_gen_len, temperature, top_p, top_k, repetition_penalty,
+                                                         request=request):
             if message_text(history[-1]["content"]).startswith(ERROR_MARK):
                 box = message  # what the user typed survives an error
             yield history, box, stats, prompt
             box = gr.skip()
 
-    def regenerate(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
-                   repetition_penalty, request: gr.Request):
+    async def regenerate(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p,
+                         top_k, repetition_penalty, request: gr.Request):
         history = up_to_last_question(history)
         if not history:
             yield history, "", ""
             return
-        yield from self.respond(history, image_path, template, system, transform, max_gen_len, temperature, top_p,
-                                top_k, repetition_penalty, request=request)
+        async for update in self.respond(history, image_path, template, system, transform, max_gen_len, temperature,
+                                         top_p, top_k, repetition_penalty, request=request):
+            yield update
 
-    def edit(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
-             repetition_penalty, edited: gr.EditData, request: gr.Request):
+    async def edit(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
+                   repetition_penalty, edited: gr.EditData, request: gr.Request):
         """A past user message was edited: drop what followed it and answer it again."""
         history = list(history or [])[: edited.index + 1]
         history[-1] = {"role": "user", "content": message_text(edited.value)}
-        yield from self.respond(history, image_path, template, system, transform, max_gen_len, temperature, top_p,
-                                top_k, repetition_penalty, request=request)
+        async for update in self.respond(history, image_path, template, system, transform, max_gen_len, temperature,
+                                         top_p, top_k, repetition_penalty, request=request):
+            yield update
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(request.session_hash)
@@ -217,8 +223,8 @@ class SingleTurnTab:
     def __init__(self, model: MetaModel, cancels: Cancels):
         self.model, self.cancels = model, cancels
 
-    def run(self, instruction, input_text, template, max_gen_len, temperature, top_p, top_k, repetition_penalty,
-            request: gr.Request):
+    async def run(self, instruction, input_text, template, max_gen_len, temperature, top_p, top_k, repetition_penalty,
+                  request: gr.Request):
         sampling = (max_gen_len, temperature, top_p, top_k, repetition_penalty)
         cancel = self.cancels.fresh(request.session_hash + "/single")
         try:
@@ -226,7 +232,7 @@ class SingleTurnTab:
         except ValueError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        for piece in stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel):
+        async for piece in in_own_thread(stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)):
             yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
 
     def stop(self, request: gr.Request):
@@ -253,18 +259,18 @@ class SingleTurnTab:
         stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
 
 
-def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
-               image_transform: str = "padded_resize") -> Iterator[str]:
+async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
+                     image_transform: str = "padded_resize") -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
-    for piece in stream_answer(model, prompt, stops, sampling, image, image_transform, cancel):
+    async for piece in in_own_thread(stream_answer(model, prompt, stops, sampling, image, image_transform, cancel)):
         if "error" in piece:
             raise gr.Error(piece["error"])
         yield piece["text"].strip()
 
 
 def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str):
-    def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
-             temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
+    async def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
+                   temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> AsyncIterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer."""
         cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
@@ -273,21 +279,24 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
             prompt, stops = chat_prompt(model, template, None, history, message)
         except (UserError, ValueError) as error:
             raise gr.Error(str(error))
-        yield from api_answer(model, prompt, stops, Sampling(max_gen_len, temperature, top_p), cancel, picture,
-                              image_transform)
+        async for text in api_answer(model, prompt, stops, Sampling(max_gen_len, temperature, top_p), cancel,
+                                     picture, image_transform):
+            yield text
     return chat
 
 
 def api_single_turn(model: MetaModel, cancels: Cancels):
-    def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
-                    temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> Iterator[str]:
+    async def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
+                          temperature: float = 0.1, top_p: float = 0.75,
+                          request: gr.Request = None) -> AsyncIterator[str]:
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
         cancel = cancels.fresh(request.session_hash + "/api-single")
         try:
             prompt = single_turn_prompt(instruction, input, template)
         except ValueError as error:
             raise gr.Error(str(error))
-        yield from api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel)
+        async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel):
+            yield text
     return single_turn
 
 
