@@ -1,0 +1,125 @@
+"""python bench/gpu.py [--smoke]: decode speed on a GPU against the memory-bandwidth limit.
+
+A Llama-2-7B-shaped random model in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode
+tokens/s of bare `model.generate`, of our `stream_generate`, and of `stream_generate` with `--compile` (static KV
+cache + torch.compile), against the limit: the bytes read per decode step (every weight but the embedding table)
+over the device-to-device copy bandwidth measured here. Writes bench/gpu_results.json and refreshes
+bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.models import SHAPES, eos_ignored, random_meta_model  # noqa: E402
+from bench.run import write_gpu_section  # noqa: E402
+from model import MetaModel, weight_bytes  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device, megabytes: int) -> float:
+    """Bytes/s of a device-to-device copy (each byte read once and written once), the best of 5."""
+    source = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(6):
+        synchronize(device)
+        started = time.perf_counter()
+        target.copy_(source)
+        synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.numel() / best
+
+
+def prompt_of(model: MetaModel, tokens: int) -> str:
+    """A prompt of about `tokens` tokens."""
+    text = " ".join(f"word{i}" for i in range(tokens))
+    ids = model.tokenizer.encode(text, bos=False)[: tokens - 1]
+    return model.tokenizer.decode(ids)
+
+
+def generate_seconds(model: MetaModel, prompt: str, new_tokens: int) -> float:
+    inputs = model.prepare_inputs([prompt])
+    synchronize(model.device)
+    started = time.perf_counter()
+    out = model.llma.generate(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, do_sample=False,
+                              max_new_tokens=new_tokens, pad_token_id=model.tokenizer.pad_id)
+    synchronize(model.device)
+    assert out.shape[1] - inputs.input_ids.shape[1] == new_tokens
+    return time.perf_counter() - started
+
+
+def bare_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
+    """Decode tokens/s of model.generate: the time of N tokens minus the time of 1 (prefill and first token)."""
+    return (new_tokens - 1) / (generate_seconds(model, prompt, new_tokens) - generate_seconds(model, prompt, 1))
+
+
+def stream_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
+    last = list(model.stream_generate(prompt, max_gen_len=new_tokens))[-1]
+    assert last["completion_tokens"] == new_tokens
+    return last["decode_tokens_per_second"]
+
+
+def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
+    runs = {"gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
+            "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
+            "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens)}
+    with eos_ignored(model):
+        for run in runs.values():  # warm up; twice, so the compiled graph is built and recorded
+            run(), run()
+        rates = {name: [] for name in runs}
+        for _ in range(repeats):  # interleaved
+            for name, run in runs.items():
+                rates[name].append(run())
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to test that the script runs")
+    p.add_argument("--out", type=Path, default=None, help="where gpu_results.json goes (default: bench/)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        device, dtype, shape, prompt_tokens, new_tokens, repeats = "cpu", torch.float32, "tiny", 16, 8, 1
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("error: bench/gpu.py needs a CUDA GPU; use --smoke to try it on the CPU.")
+        device, dtype, shape, prompt_tokens, new_tokens, repeats = "cuda", torch.bfloat16, "7b", 128, 256, 3
+    max_seq_len = prompt_tokens + new_tokens + 16
+    model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
+    compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=max_seq_len, compile=True)
+    prompt = prompt_of(model, prompt_tokens)
+    results = measure(model, compiled, prompt, new_tokens, repeats)
+    read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
+    bandwidth = copy_bandwidth(model.device, 16 if args.smoke else 2048)
+    results["gpu_limit_tok_s"] = bandwidth / read_per_token
+    results["stream_over_generate"] = results["gpu_stream_tok_s"] / results["gpu_generate_tok_s"]
+    results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
+    name = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "CPU (smoke)"
+    results.update(device=name, date=time.strftime("%Y-%m-%d"),
+                   setup=(f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, {prompt_tokens}-token "
+                          f"prompt, {new_tokens} new tokens; copy bandwidth {bandwidth / 1e9:.0f} GB/s, "
+                          f"{read_per_token / 1e9:.2f} GB read per token; torch {torch.__version__}"))
+    out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_gpu_section(out / "RESULTS.md", results)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

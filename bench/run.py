@@ -1,0 +1,187 @@
+"""python bench/run.py [--quick | --smoke] [--only NAME ...]: what we promise users, measured on the CPU.
+
+Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
+absolute time. Writes results.json (a flat object of named figures; --only merges into it) and RESULTS.md (the
+table, with date, machine and versions) into --out, and the table into README.md when --out is bench/.
+--quick (the default) is the real measurement, about 4 minutes on 2 cores; --smoke runs the tiniest settings so a
+test can prove the suite still works (its figures mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+BENCH = Path(__file__).resolve().parent
+README = BENCH.parent / "README.md"
+TABLE_START, TABLE_END = "<!-- bench table: written by bench/run.py -->", "<!-- end of bench table -->"
+
+
+@dataclass(frozen=True)
+class Settings:
+    stream_shape: str
+    quant_shape: str
+    new_tokens: int
+    repeats: int
+    ui_shape: str
+    ui_questions: int
+    ui_answer_tokens: int
+    ui_repeats: int
+
+
+QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=96, repeats=5, ui_shape="small", ui_questions=2,
+                 ui_answer_tokens=300, ui_repeats=8)
+SMOKE = Settings(stream_shape="tiny", quant_shape="tiny", new_tokens=8, repeats=1, ui_shape="tiny", ui_questions=1,
+                 ui_answer_tokens=8, ui_repeats=1)
+
+# name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
+FIGURES = {
+    "stream_vs_generate": ("tokens/s of stream_generate over bare model.generate, ~100M random Llama", (">=", 0.97)),
+    "stream_vs_generate_demo": ("the same on the demo model", (">=", 0.97)),
+    "textiteratorstreamer_vs_generate": ("transformers' TextIteratorStreamer + thread over bare generate "
+                                         "(the peers' way), ~100M random Llama", None),
+    "quant4_footprint": ("transformer blocks' bytes with --quant 4 over bf16, ~0.5B random Llama", ("<=", 0.28)),
+    "quant8_footprint": ("the same with --quant 8", ("<=", 0.53)),
+    "quant4_footprint_whole": ("whole model with --quant 4 over bf16 (embeddings, lm_head stay 16-bit)", None),
+    "quant8_footprint_whole": ("whole model with --quant 8 over bf16", None),
+    "ui_ttft_overhead_ms": ("the app's extra time to first piece through gradio_client, minus a bare Gradio "
+                            "endpoint's (300-token answers of a random Llama the demo model's size)", ("<=", 20)),
+    "ui_token_rate_ratio": ("pieces/s a gradio_client sees from the app over from the bare endpoint", (">=", 0.97)),
+    "gradio_ttft_overhead_ms": ("Gradio + gradio_client alone: time to first piece over the endpoint's own", None),
+    "gradio_rate_ratio": ("Gradio + gradio_client alone: pieces/s seen over pieces/s yielded", None),
+}
+BENCHMARKS = ("stream", "quant", "ui")
+
+
+def measure(names: list[str], settings: Settings) -> dict[str, float]:
+    from model import MetaModel
+    from ui import DEMO_MODEL
+
+    demo = MetaModel.from_pretrained(str(DEMO_MODEL)) if "stream" in names else None
+    results = {}
+    for name in names:
+        started = time.perf_counter()
+        if name == "stream":
+            from bench import stream
+            results.update(stream.run(settings, demo))
+        elif name == "quant":
+            from bench import quant
+            results.update(quant.run(settings))
+        elif name == "ui":
+            from bench import ui
+            results.update(ui.run(settings))
+        print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return results
+
+
+def met(name: str, value: float) -> str:
+    goal = FIGURES[name][1]
+    if goal is None:
+        return ""
+    op, target = goal
+    ok = value >= target if op == ">=" else value <= target
+    return f"{op} {target:g} {'yes' if ok else 'NO'}"
+
+
+def table(results: dict[str, float]) -> str:
+    rows = ["| figure | value | goal, met | what it measures |", "| --- | --- | --- | --- |"]
+    for name, (what, _) in FIGURES.items():
+        if name in results:
+            rows.append(f"| `{name}` | {results[name]:.3f} | {met(name, results[name])} | {what} |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    import gradio
+    import torch
+    import transformers
+
+    try:
+        import bitsandbytes
+        bnb = bitsandbytes.__version__
+    except Exception:
+        bnb = "not installed"
+    return (f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}; Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}, "
+            f"bitsandbytes {bnb}")
+
+
+GPU_HEADING = "## GPU (bench/gpu.py)"
+
+
+def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
+    lines = [
+        "# Benchmark results", "",
+        "Written by `python bench/run.py` (CPU) and `python bench/gpu.py` (GPU); each figure is a ratio of two things",
+        "measured side by side in one run (interleaved repeats, medians).", "",
+        f"CPU run ({mode}), {time.strftime('%Y-%m-%d')}: {machine()}.", "", table(results), "",
+    ]
+    return "\n".join(lines) + "\n" + gpu_section(gpu)
+
+
+def gpu_section(gpu: dict | None) -> str:
+    lines = [GPU_HEADING, ""]
+    if gpu:
+        lines += [f"{gpu['device']}, {gpu['date']}: {gpu['setup']}.", "", "| figure | value |", "| --- | --- |"]
+        lines += [f"| `{k}` | {v:,.1f} |" if v >= 10 else f"| `{k}` | {v:.3f} |"
+                  for k, v in gpu.items() if isinstance(v, (int, float))]
+        lines += ["", "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "
+                      "`compile_over_limit` >= 0.7."]
+    else:
+        lines.append("Not measured yet: no GPU machine was lent to the sessions so far.")
+    return "\n".join(lines) + "\n"
+
+
+def write_gpu_section(results_md_file: Path, gpu: dict) -> None:
+    """Replace the GPU section of an existing RESULTS.md (the CPU part keeps its own date and machine)."""
+    text = results_md_file.read_text() if results_md_file.exists() else "# Benchmark results\n\n"
+    results_md_file.write_text(text.split(GPU_HEADING)[0] + gpu_section(gpu))
+
+
+def update_readme(results: dict[str, float]) -> None:
+    text = README.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        return
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    README.write_text(f"{head}{TABLE_START}\n{table(results)}\n{TABLE_END}{tail}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="the real measurement (the default), a few minutes")
+    mode.add_argument("--smoke", action="store_true", help="the tiniest settings, to test that the suite runs")
+    p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=None, help="run these and merge into results.json")
+    p.add_argument("--out", type=Path, default=None, help="where results.json and RESULTS.md go "
+                                                          "(default: bench/, or bench/smoke/ with --smoke)")
+    args = p.parse_args(argv)
+    out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
+    out.mkdir(parents=True, exist_ok=True)
+    import transformers
+    transformers.utils.logging.disable_progress_bar()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    names = list(args.only or BENCHMARKS)
+    results = measure(names, SMOKE if args.smoke else QUICK)
+    results_file = out / "results.json"
+    if args.only and results_file.exists():
+        results = {**json.loads(results_file.read_text()), **results}
+    results_file.write_text(json.dumps(results, indent=2) + "\n")
+    gpu_file = BENCH / "gpu_results.json"
+    gpu = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
+    (out / "RESULTS.md").write_text(results_md(results, "smoke" if args.smoke else "quick", gpu))
+    if out.resolve() == BENCH and not args.smoke:
+        update_readme(results)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Side-by-side timing: interleaved repeats, medians, ratios. No absolute CPU time is ever a result."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+
+def interleaved(runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each run, measured in turns (a, b, c, a, b, c, ...) so drift hits all alike;
+    the order rotates every round so none always goes first."""
+    names = list(runs)
+    for _ in range(warmup):
+        for name in names:
+            runs[name]()
+    seconds = {name: [] for name in names}
+    for round_ in range(repeats):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            started = time.perf_counter()
+            runs[name]()
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median of round-by-round ratios."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator))

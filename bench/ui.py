@@ -1,0 +1,156 @@
+"""What the app adds on top of Gradio itself, seen by a program calling it through gradio_client.
+
+Three things are measured in one run, for the same questions:
+- the model's own pieces, generated in this process through the app's prompt and streaming helpers: when each
+  piece is ready after the call starts (its time to first piece, its pieces/s);
+- the real launcher (`python app.py --pretrained_path ...`, its /chat endpoint), in a subprocess;
+- a bare Gradio endpoint (bench/bare_gradio.py) replaying the model's recorded pieces at the recorded pace.
+Each client-side figure is taken relative to what the server side needed, and the app's extra is compared with
+the bare endpoint's: what is left is our own overhead.
+
+The model is a random Llama the size of the demo model whose tokenizer has no EOS, so every answer runs to
+`max_gen_len`: gradio_client hands over what arrived every 50 ms, and only long answers make its pieces/s
+precise (the demo model's answers last a third of a second).
+"""
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from model import MetaModel
+
+from .models import SHAPES, save_random_llama
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTIONS = ["Who are you?", "What can you do?"]
+
+
+@dataclass
+class Timeline:
+    """When each piece of one answer was ready (server side) or arrived (client side), from the call's start."""
+
+    times: list[float]
+    texts: list[str]
+
+    @property
+    def first(self) -> float:
+        return self.times[0]
+
+    @property
+    def rate(self) -> float:
+        """Pieces per second after the first."""
+        span = self.times[-1] - self.times[0]
+        return (len(self.times) - 1) / span if span > 0 else float("nan")
+
+
+def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
+    """The pieces /chat yields for `question` (greedy), timed as the model makes them."""
+    from ui.chat import Sampling, chat_prompt, default_template, stream_answer
+
+    prompt, stops = chat_prompt(model, default_template(model), None, [], question)
+    started = time.perf_counter()
+    times, texts = [], []
+    for piece in stream_answer(model, prompt, stops, Sampling(max_gen_len=length, temperature=0.0)):
+        times.append(time.perf_counter() - started)
+        texts.append(piece["text"].strip())
+    return Timeline(times, texts)
+
+
+def client_timeline(client, question: str, length: int) -> Timeline:
+    started = time.perf_counter()
+    job = client.submit(message=question, history=[], max_gen_len=length, temperature=0.0, api_name="/chat")
+    times, texts = [], []
+    while True:  # polled like Job.__next__ does, which does not always see the end of a job
+        done = job.done()
+        for text in job.outputs()[len(texts):]:
+            times.append(time.perf_counter() - started)
+            texts.append(text)
+        if done:
+            return Timeline(times, texts)
+        time.sleep(0.001)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server(command: list[str], timeout: float = 180.0):
+    """Start `command` (which serves on the port it is given) and yield a gradio_client for it."""
+    port = free_port()
+    process = subprocess.Popen(command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        yield connect(process, f"http://127.0.0.1:{port}/", time.time() + timeout)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def connect(process: subprocess.Popen, url: str, deadline: float):
+    from gradio_client import Client
+
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{' '.join(process.args)} exited: {process.stderr.read()[-2000:]}")
+        try:
+            return Client(url, verbose=False)
+        except Exception:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def run(settings) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+        folder = save_random_llama(SHAPES[settings.ui_shape], Path(tmp) / "model", with_eos=False)
+        model = MetaModel.from_pretrained(str(folder))
+        own = {q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(settings.ui_repeats + 1)][1:]
+               for q in QUESTIONS[: settings.ui_questions]}
+        del model
+        schedule = {q: [[t, text] for t, text in zip(runs[0].times, runs[0].texts)] for q, runs in own.items()}
+        (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
+        with server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app, \
+                server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare:
+            seen = compare_clients(app, bare, own, settings)
+    return {
+        "ui_ttft_overhead_ms": 1000 * (statistics.median(seen["app_extra"]) - statistics.median(seen["bare_extra"])),
+        "ui_token_rate_ratio": statistics.median(a / b for a, b in zip(seen["app_rate"], seen["bare_rate"])),
+        "gradio_ttft_overhead_ms": 1000 * statistics.median(seen["bare_extra"]),
+        "gradio_rate_ratio": statistics.median(seen["bare_rate_ratio"]),
+    }
+
+
+def compare_clients(app, bare, own: dict[str, list[Timeline]], settings) -> dict[str, list[float]]:
+    """Ask both servers the same questions in turns; each figure relative to what the server side needed."""
+    length = settings.ui_answer_tokens
+    seen = {"app_extra": [], "bare_extra": [], "app_rate": [], "bare_rate": [], "bare_rate_ratio": []}
+    for question in own:  # warm up both servers
+        client_timeline(app, question, length), client_timeline(bare, question, length)
+    for round_ in range(settings.ui_repeats):
+        for question, runs in own.items():
+            model_first = statistics.median(t.first for t in runs)
+            recorded = runs[0]  # what the bare endpoint replays
+            for name in ("app", "bare") if round_ % 2 == 0 else ("bare", "app"):
+                timeline = client_timeline(app if name == "app" else bare, question, length)
+                if timeline.texts[-1] != recorded.texts[-1]:
+                    raise AssertionError(f"{name} answered {timeline.texts[-1][:80]!r}..., the model "
+                                         f"{recorded.texts[-1][:80]!r}...")
+                if name == "app":
+                    seen["app_extra"].append(timeline.first - model_first)
+                    seen["app_rate"].append(timeline.rate)
+                else:
+                    seen["bare_extra"].append(timeline.first - recorded.first)
+                    seen["bare_rate"].append(timeline.rate)
+                    seen["bare_rate_ratio"].append(timeline.rate / recorded.rate)
+    return seen

@@ -1,0 +1,41 @@
+"""The benchmark scripts keep working: their smallest settings run and write every figure (never a timing check)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import FIGURES  # noqa: E402
+from ui import DEMO_MODEL  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+
+def run_script(*args: str) -> None:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bench_run_smoke_writes_every_figure(tmp_path):
+    run_script("bench/run.py", "--smoke", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results) == set(FIGURES)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in results.values())
+    report = (tmp_path / "RESULTS.md").read_text()
+    assert all(f"`{name}`" in report for name in FIGURES) and "## GPU" in report
+
+    run_script("bench/run.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
+    assert set(json.loads((tmp_path / "results.json").read_text())) == set(FIGURES)
+
+
+def test_gpu_bench_smoke_on_the_cpu(tmp_path):
+    run_script("bench/gpu.py", "--smoke", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "gpu_results.json").read_text())
+    for name in ("gpu_generate_tok_s", "gpu_stream_tok_s", "gpu_compile_tok_s", "gpu_limit_tok_s"):
+        assert results[name] > 0
+    assert "gpu_compile_tok_s" in (tmp_path / "RESULTS.md").read_text()
