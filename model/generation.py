@@ -190,8 +190,9 @@ def _token_loop(model, forward, inputs, sampling, decide, cache, masks) -> Itera
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
-        yield tokens
-        if decide(tokens):
+        finished = decide(tokens)
+        yield tokens  # after `decide`, so the consumer sees this step's text before the next forward pass
+        if finished:
             return
         logits = decode_one(forward, tokens, next(masks), positions, cache)
         positions = positions + 1
