@@ -64,11 +64,13 @@ class SamplingParams:
 
 @dataclass
 class ModelInputs:
-    """A left-padded batch of prompts; `extra` (pixel values and the like) goes to the prefill only."""
+    """A left-padded batch of prompts; `extra` (pixel values and the like) goes to the prefill only, and the
+    prefill runs only the tokens after the first `cached`."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     extra: dict = field(default_factory=dict)
+    cached: int = 0  # leading tokens whose keys and values the cache passed along already holds
 
 
 def _prefill_position_ids(attention_mask: torch.Tensor) -> torch.Tensor | None:
@@ -89,9 +91,11 @@ def _last_logits(forward, input_ids, attention_mask, cache, position_ids=None, *
 
 
 def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
-    """Run the prompt through the model, filling `cache`; return the next-token logits of each row."""
-    return _last_logits(model, inputs.input_ids, inputs.attention_mask, cache,
-                        _prefill_position_ids(inputs.attention_mask), **inputs.extra)
+    """Run the prompt (after its `cached` tokens) through the model, filling `cache`; return the next-token logits
+    of each row."""
+    positions = _prefill_position_ids(inputs.attention_mask)
+    return _last_logits(model, inputs.input_ids[:, inputs.cached:], inputs.attention_mask, cache,
+                        None if positions is None else positions[:, inputs.cached:], **inputs.extra)
 
 
 def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache):

@@ -7,11 +7,13 @@ from typing import Iterator, Sequence
 
 import torch
 from PIL import Image
+from transformers import DynamicCache
 
 from .errors import UserError
 from .generation import AnswerStream, CompiledDecoding, ModelInputs, SamplingParams, batch_decider, generate_tokens
 from .image import shape_image
 from .loading import load
+from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
 
 
 class MetaModel(torch.nn.Module):
@@ -26,6 +28,7 @@ class MetaModel(torch.nn.Module):
         self.max_seq_len = max_seq_len
         self.info = dict(info or {})
         self.compiled = CompiledDecoding(llma, max_seq_len) if compile else None
+        self.prefix_caches = PrefixCaches()  # conversations' KV caches between turns (stream_generate's session)
         self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
@@ -148,27 +151,68 @@ class MetaModel(torch.nn.Module):
                         top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
                         seed: int | None = None, repetition_penalty: float = 1.0,
                         cancel: threading.Event | None = None, image_transform: str = "padded_resize",
-                        cache=None) -> Iterator[dict]:
+                        session: str | None = None) -> Iterator[dict]:
         """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
         "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
 
         `text` never holds a stop symbol nor ends with the start of one. Setting `cancel` (or closing this
-        generator) stops the model before its next forward pass.
+        generator) stops the model before its next forward pass. `session` names a conversation (a browser tab,
+        say): the keys and values of its last turn are kept, and this turn runs only the tokens of its prompt
+        that differ from them (`cached_tokens` in the last piece counts the others; see model/prefix_cache.py).
         """
         inputs = self.prepare_inputs([prompt], None if image is None else [image], image_transform)
         prompt_tokens = inputs.input_ids.shape[1]
         [stream] = self._streams(1, list(additional_stop_symbols), self.answer_room(prompt_tokens, max_gen_len), cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
+        pixels_key = image_key(inputs.extra)
+        cache = self._cache_for(session, inputs, pixels_key)
+        sampled: list[int] = []
         shown = ""
-        if stream.cancelled():
-            stream.finish("cancelled")
-        else:
-            for _ in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache,
-                                       self.compiled):
-                if stream.text != shown and not stream.done:
-                    shown = stream.text
-                    yield {"text": shown, "end_of_content": False}
-        yield {"text": stream.text, "end_of_content": True, **stream.summary(prompt_tokens)}
+        try:
+            if stream.cancelled():
+                stream.finish("cancelled")
+            else:
+                for tokens in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache,
+                                              self.compiled):
+                    sampled.append(int(tokens[0]))
+                    if stream.text != shown and not stream.done:
+                        shown = stream.text
+                        yield {"text": shown, "end_of_content": False}
+        except Exception:
+            cache = None  # a forward pass that failed may have left the cache half written
+            raise
+        finally:
+            self._keep_cache(session, inputs, cache, sampled, pixels_key)
+        yield {"text": stream.text, "end_of_content": True, **stream.summary(prompt_tokens),
+               "cached_tokens": inputs.cached}
+
+    def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
+        """The session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or a new one."""
+        if session is None or self.compiled is not None:  # a compiled model decodes over its own static caches
+            return None
+        prefix = self.prefix_caches.take(session)
+        ids = inputs.input_ids[0].tolist()
+        if prefix is not None:
+            inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
+        if not inputs.cached:
+            return DynamicCache(config=self.llma.config)
+        surplus = prefix.cache.get_seq_length() - inputs.cached
+        if surplus > 0:
+            prefix.cache.crop(-surplus)  # transformers' crop takes the number of tokens to remove, negated
+        if self._image_token_id not in ids[inputs.cached:]:
+            inputs.extra = {}  # the image tokens are in the cache already: their pixels are not needed again
+        return prefix.cache
+
+    def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
+        if session is None or cache is None:
+            return
+        fed = inputs.input_ids[0].tolist() + sampled[:-1]  # the last sampled token never went through the model
+        if cache.get_seq_length() == len(fed):
+            self.prefix_caches.put(session, CachedPrefix(fed, cache, pixels_key))
+
+    @property
+    def _image_token_id(self) -> int | None:
+        return getattr(self.processor, "image_token_id", None) if self.processor is not None else None
 
     def generate(self, prompts: Sequence[str], images=None, max_gen_len: int = 512, temperature: float = 0.0,
                  top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,

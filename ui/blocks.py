@@ -81,6 +81,7 @@ class ChatTab:
                  single_turn: bool = False):
         self.model, self.cancels, self.vision, self.single_turn = model, cancels, vision, single_turn
         self.template, self.image_transform = template, image_transform
+        self.name = ("vision" if vision else "chat") + ("_single" if single_turn else "")  # its KV cache's key
 
     # ----- the handlers -----
 
@@ -98,7 +99,8 @@ class ChatTab:
             return
         history.append({"role": "assistant", "content": ""})
         yield history, "", prompt
-        pieces = stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel)
+        pieces = stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel,
+                               session=f"{request.session_hash}/{self.name}")
         async for piece in in_own_thread(pieces):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
@@ -260,9 +262,10 @@ class SingleTurnTab:
 
 
 async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
-                     image_transform: str = "padded_resize") -> AsyncIterator[str]:
+                     image_transform: str = "padded_resize", session: str | None = None) -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
-    async for piece in in_own_thread(stream_answer(model, prompt, stops, sampling, image, image_transform, cancel)):
+    pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
+    async for piece in in_own_thread(pieces):
         if "error" in piece:
             raise gr.Error(piece["error"])
         yield piece["text"].strip()
@@ -280,7 +283,7 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
         except (UserError, ValueError) as error:
             raise gr.Error(str(error))
         async for text in api_answer(model, prompt, stops, Sampling(max_gen_len, temperature, top_p), cancel,
-                                     picture, image_transform):
+                                     picture, image_transform, session=request.session_hash + "/api"):
             yield text
     return chat
 
@@ -324,6 +327,7 @@ def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "sing
 
         def tab_closed(request: gr.Request):
             cancels.cancel(request.session_hash)
+            model.prefix_caches.drop(request.session_hash)
 
         app.unload(tab_closed)
     return app

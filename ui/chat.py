@@ -85,15 +85,16 @@ def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
 
 
 def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampling: Sampling, image=None,
-                  image_transform: str = "padded_resize", cancel: threading.Event | None = None) -> Iterator[dict]:
-    """The model's pieces (see `MetaModel.stream_generate`); a failure a user can act on becomes one last piece
-    with "error": a sentence to show in the chat."""
+                  image_transform: str = "padded_resize", cancel: threading.Event | None = None,
+                  session: str | None = None) -> Iterator[dict]:
+    """The model's pieces (see `MetaModel.stream_generate`; `session` keeps the conversation's KV cache between
+    turns); a failure a user can act on becomes one last piece with "error": a sentence to show in the chat."""
     try:
         yield from model.stream_generate(
             prompt, image=image, max_gen_len=int(sampling.max_gen_len), temperature=float(sampling.temperature),
             top_p=float(sampling.top_p), top_k=int(sampling.top_k),
             repetition_penalty=float(sampling.repetition_penalty), additional_stop_symbols=stop_symbols,
-            cancel=cancel, image_transform=image_transform)
+            cancel=cancel, image_transform=image_transform, session=session)
     except UserError as error:
         yield {"text": "", "end_of_content": True, "error": str(error)}
     except torch.OutOfMemoryError:

@@ -24,6 +24,11 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="ask for this user name and password")
     p.add_argument("--concurrency", type=int, default=1,
                    help="answers generated at the same time (others wait in a queue that shows their place)")
+    p.add_argument("--max_cached_sessions", type=int, default=8,
+                   help="conversations whose KV cache is kept between turns, so a turn runs only its new tokens "
+                        "(least recently used dropped first; 0: none)")
+    p.add_argument("--max_cache_mb", type=float, default=None,
+                   help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions)")
     return p
 
 

@@ -1,0 +1,109 @@
+"""KV caches kept between turns: the same answers as without them, only the new tokens prefilled, memory bounded."""
+import random
+import threading
+
+import demo_data
+import pytest
+
+from model import MetaModel
+from model.prefix_cache import PrefixCaches
+from ui import DEMO_MODEL
+from ui.chat import chat_prompt
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+QUESTIONS = ["What is 23 plus 45?", "Add 10 to that.", "What is the capital of France?", "Who are you?",
+             "What is 50 minus 7?", "What is the capital of Japan?", "Tell me a joke.", "What can you do?",
+             "What is 3 plus 4?", "What is the capital of Peru?"]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+def answer(model, history, question, session=None, image=None, cancel_after=None):
+    """The last piece of the answer to `question` after `history`, as the chat tab asks for it."""
+    prompt, stops = chat_prompt(model, "default", None, history, question)
+    cancel = threading.Event()
+    pieces = []
+    for piece in model.stream_generate(prompt, image=image, max_gen_len=64, additional_stop_symbols=stops,
+                                       session=session, cancel=cancel):
+        pieces.append(piece)
+        if cancel_after is not None and len(pieces) == cancel_after:
+            cancel.set()
+    return pieces[-1]
+
+
+def turn(history, question, text):
+    return history + [{"role": "user", "content": question}, {"role": "assistant", "content": text.strip()}]
+
+
+@pytest.mark.parametrize("with_image", [False, True])
+def test_ten_turns_answer_alike_and_prefill_only_the_new_message(demo, with_image):
+    image = demo_data.shapes_image(random.Random(1), 2)[0] if with_image else None
+    history = []
+    for number, question in enumerate(QUESTIONS):
+        reused = answer(demo, history, question, session="ten", image=image)
+        fresh = answer(demo, history, question, image=image)
+        assert reused["text"] == fresh["text"], f"turn {number + 1}: {question}"
+        prefilled = reused["prompt_tokens"] - reused["cached_tokens"]
+        if number == 0:
+            assert reused["cached_tokens"] == 0
+        else:  # the new message and the template's markers around it, not the history
+            assert prefilled <= len(demo.tokenizer.encode(question, bos=False)) + 12, f"turn {number + 1}"
+        history = turn(history, question, reused["text"])
+
+
+def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(demo):
+    history = []
+    for question in QUESTIONS[:3]:
+        history = turn(history, question, answer(demo, history, question, session="branch")["text"])
+    branches = [
+        (history[:-2], QUESTIONS[2]),                 # regenerate the last answer
+        (history[:-2], "What is the capital of Chile?"),  # undo it, ask something else
+        (history[:2], "What is 12 plus 30?"),         # edit the second message: later turns dropped
+        (history, "What is the capital of Egypt?"),   # back on the long branch
+    ]
+    for past, question in branches:
+        assert answer(demo, past, question, session="branch")["text"] == answer(demo, past, question)["text"]
+    stopped = answer(demo, history, "Who are you?", session="branch", cancel_after=3)
+    assert stopped["finish_reason"] == "cancelled"
+    after_stop = turn(history, "Who are you?", stopped["text"])
+    assert (answer(demo, after_stop, "What is 5 plus 6?", session="branch")["text"]
+            == answer(demo, after_stop, "What is 5 plus 6?")["text"])
+
+
+def test_a_new_image_is_never_answered_from_the_old_ones_cache(demo):
+    first, second = (demo_data.shapes_image(random.Random(seed), 1)[0] for seed in (2, 3))
+    answer(demo, [], "What is in the image?", session="images", image=first)
+    again = answer(demo, [], "What is in the image?", session="images", image=second)
+    assert again["cached_tokens"] <= 1  # at most BOS: every image token runs again with the new pixels
+    assert again["text"] == answer(demo, [], "What is in the image?", image=second)["text"]
+
+
+def test_least_recently_used_sessions_are_dropped_and_just_prefill_again(demo):
+    saved = demo.prefix_caches
+    try:
+        demo.prefix_caches = PrefixCaches(max_sessions=2)
+        for session in ("a", "b", "c"):
+            answer(demo, [], "What is the capital of Spain?", session=session)
+        assert "a" not in demo.prefix_caches and len(demo.prefix_caches) == 2
+        history = turn([], "What is the capital of Spain?", "The capital of Spain is Madrid.")
+        kept = answer(demo, history, "What is 2 plus 2?", session="b")
+        evicted = answer(demo, history, "What is 2 plus 2?", session="a")
+        assert evicted["cached_tokens"] == 0 and kept["cached_tokens"] > 0
+        assert evicted["text"] == kept["text"]
+
+        demo.prefix_caches = PrefixCaches(max_sessions=8)
+        answer(demo, [], "What is the capital of Spain?", session="d")
+        one = demo.prefix_caches.nbytes()
+        demo.prefix_caches.max_bytes = int(2.5 * one)
+        for session in "efgh":
+            answer(demo, [], "What is the capital of Spain?", session=session)
+            assert demo.prefix_caches.nbytes() <= 2.5 * one
+        assert len(demo.prefix_caches) == 2
+        demo.prefix_caches.drop("g")  # a closed tab forgets its conversations
+        assert "g" not in demo.prefix_caches and len(demo.prefix_caches) == 1
+    finally:
+        demo.prefix_caches = saved
