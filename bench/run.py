@@ -3,7 +3,7 @@
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
 absolute time. Writes results.json (a flat object of named figures; --only merges into it) and RESULTS.md (the
 table, with date, machine and versions) into --out, and the table into README.md when --out is bench/.
---quick (the default) is the real measurement, about 4 minutes on 2 cores; --smoke runs the tiniest settings so a
+--quick (the default) is the real measurement, about 4.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing).
 """
 from __future__ import annotations
@@ -34,12 +34,17 @@ class Settings:
     ui_questions: int
     ui_answer_tokens: int
     ui_repeats: int
+    cache_shape: str
+    cache_history_tokens: int
+    cache_repeats: int
 
 
-QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=96, repeats=5, ui_shape="small", ui_questions=2,
-                 ui_answer_tokens=300, ui_repeats=8)
+QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=64, repeats=4, ui_shape="small", ui_questions=2,
+                 ui_answer_tokens=300, ui_repeats=5, cache_shape="100m", cache_history_tokens=2000,
+                 cache_repeats=3)
 SMOKE = Settings(stream_shape="tiny", quant_shape="tiny", new_tokens=8, repeats=1, ui_shape="tiny", ui_questions=1,
-                 ui_answer_tokens=8, ui_repeats=1)
+                 ui_answer_tokens=8, ui_repeats=1, cache_shape="tiny", cache_history_tokens=200,
+                 cache_repeats=1)
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
 FIGURES = {
@@ -56,8 +61,12 @@ FIGURES = {
     "ui_token_rate_ratio": ("pieces/s a gradio_client sees from the app over from the bare endpoint", (">=", 0.97)),
     "gradio_ttft_overhead_ms": ("Gradio + gradio_client alone: time to first piece over the endpoint's own", None),
     "gradio_rate_ratio": ("Gradio + gradio_client alone: pieces/s seen over pieces/s yielded", None),
+    "ttft_history_ratio": ("time to first piece at a turn with a long history over turn 1, KV cache kept between "
+                           "turns, ~100M random Llama", ("<=", 1.5)),
+    "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
+    "cache_history_tokens": ("tokens in the prompt of that turn", None),
 }
-BENCHMARKS = ("stream", "quant", "ui")
+BENCHMARKS = ("stream", "quant", "ui", "cache")
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
@@ -77,6 +86,9 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
         elif name == "ui":
             from bench import ui
             results.update(ui.run(settings))
+        elif name == "cache":
+            from bench import cache
+            results.update(cache.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 
@@ -94,7 +106,8 @@ def table(results: dict[str, float]) -> str:
     rows = ["| figure | value | goal, met | what it measures |", "| --- | --- | --- | --- |"]
     for name, (what, _) in FIGURES.items():
         if name in results:
-            rows.append(f"| `{name}` | {results[name]:.3f} | {met(name, results[name])} | {what} |")
+            value = f"{results[name]:,.0f}" if abs(results[name]) >= 100 else f"{results[name]:.3f}"
+            rows.append(f"| `{name}` | {value} | {met(name, results[name])} | {what} |")
     return "\n".join(rows)
 
 
