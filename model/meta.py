@@ -164,7 +164,7 @@ class MetaModel(torch.nn.Module):
         prompt_tokens = inputs.input_ids.shape[1]
         [stream] = self._streams(1, list(additional_stop_symbols), self.answer_room(prompt_tokens, max_gen_len), cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        pixels_key = image_key(inputs.extra)
+        pixels_key = image_key(inputs.extra) if session is not None else None  # only a kept cache needs it
         cache = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
         shown = ""
