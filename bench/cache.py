@@ -18,26 +18,18 @@ def message(rng: random.Random) -> str:
     return " ".join(f"w{rng.randrange(1000)}" for _ in range(60))
 
 
-def first_piece_seconds(model: MetaModel, history: list[dict], question: str, session: str | None) -> float:
+def turn(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[float, str, int]:
+    """One chat turn: (seconds to the first piece, the answer, the prompt's tokens). The answer runs to its end, so
+    a session keeps its whole turn."""
     from ui.chat import chat_prompt
 
     prompt, stops = chat_prompt(model, "default", None, history, question)
     started = time.perf_counter()
     pieces = model.stream_generate(prompt, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=stops, session=session)
     next(pieces)
-    elapsed = time.perf_counter() - started
-    for _ in pieces:  # finish the answer, so the session keeps its whole turn
-        pass
-    return elapsed
-
-
-def answer_text(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[str, int]:
-    from ui.chat import chat_prompt
-
-    prompt, stops = chat_prompt(model, "default", None, history, question)
-    last = list(model.stream_generate(prompt, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=stops,
-                                      session=session))[-1]
-    return last["text"].strip(), last["prompt_tokens"]
+    first_piece = time.perf_counter() - started
+    *_, last = pieces
+    return first_piece, last["text"].strip(), last["prompt_tokens"]
 
 
 def run(settings) -> dict[str, float]:
@@ -46,19 +38,19 @@ def run(settings) -> dict[str, float]:
     with eos_ignored(model):
         history, question, prompt_tokens = [], message(rng), 0
         while prompt_tokens < settings.cache_history_tokens:  # build the conversation, turn by turn
-            text, prompt_tokens = answer_text(model, history, question, "build")
+            _, text, prompt_tokens = turn(model, history, question, "build")
             history += [{"role": "user", "content": question}, {"role": "assistant", "content": text}]
             question = message(rng)
         earlier, last_question = history[:-2], history[-2]["content"]
         first_question = history[0]["content"]
 
         def with_reuse() -> float:
-            answer_text(model, earlier, last_question, "bench")  # the turn before, as the session had it
-            return first_piece_seconds(model, history, question, "bench")
+            turn(model, earlier, last_question, "bench")  # the turn before, as the session had it
+            return turn(model, history, question, "bench")[0]
 
-        runs = {"turn1": lambda: first_piece_seconds(model, [], first_question, None),
+        runs = {"turn1": lambda: turn(model, [], first_question, None)[0],
                 "reuse": with_reuse,
-                "naive": lambda: first_piece_seconds(model, history, question, None)}
+                "naive": lambda: turn(model, history, question, None)[0]}
         seconds = interleaved_values(runs, settings.cache_repeats)
     turn1 = statistics.median(seconds["turn1"])
     return {"ttft_history_ratio": statistics.median(seconds["reuse"]) / turn1,

@@ -14,13 +14,18 @@ PROMPT = ("Below is an instruction that describes a task. Write a response that 
           "triangle who travel from Paris to Tokyo.\n\n### Response:")
 
 
-def bare_generate(model: MetaModel, new_tokens: int) -> str:
-    inputs = model.prepare_inputs([PROMPT])
+def bare_generate_ids(model: MetaModel, prompt: str, new_tokens: int) -> list[int]:
+    """transformers' own `generate`, greedy, on the same prompt ids as ours."""
+    inputs = model.prepare_inputs([prompt])
     out = model.llma.generate(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, do_sample=False,
                               max_new_tokens=new_tokens, pad_token_id=model.tokenizer.pad_id)
     generated = out[0, inputs.input_ids.shape[1]:]
     assert len(generated) == new_tokens, f"generate made {len(generated)} tokens, not {new_tokens}"
-    return model.tokenizer.decode(generated.tolist())
+    return generated.tolist()
+
+
+def bare_generate(model: MetaModel, new_tokens: int) -> str:
+    return model.tokenizer.decode(bare_generate_ids(model, PROMPT, new_tokens))
 
 
 def our_stream(model: MetaModel, new_tokens: int) -> str:
