@@ -23,9 +23,10 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
     a session keeps its whole turn."""
     from ui.chat import chat_prompt
 
-    prompt, stops = chat_prompt(model, "default", None, history, question)
+    chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
     started = time.perf_counter()
-    pieces = model.stream_generate(prompt, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=stops, session=session)
+    pieces = model.stream_generate(chat.text, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=chat.stop_symbols,
+                                   session=session)
     next(pieces)
     first_piece = time.perf_counter() - started
     *_, last = pieces

@@ -55,10 +55,10 @@ def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     """The pieces /chat yields for `question` (greedy), timed as the model makes them."""
     from ui.chat import Sampling, chat_prompt, default_template, stream_answer
 
-    prompt, stops = chat_prompt(model, default_template(model), None, [], question)
+    chat = chat_prompt(model, default_template(model), None, [], question, answer_tokens=length)
     started = time.perf_counter()
     times, texts = [], []
-    for piece in stream_answer(model, prompt, stops, Sampling(max_gen_len=length, temperature=0.0)):
+    for piece in stream_answer(model, chat.text, chat.stop_symbols, Sampling(max_gen_len=length, temperature=0.0)):
         times.append(time.perf_counter() - started)
         texts.append(piece["text"].strip())
     return Timeline(times, texts)

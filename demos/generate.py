@@ -103,7 +103,8 @@ def apply_template(model, template: str, prompt: str) -> tuple[str, list[str]]:
     """The text the model gets for `prompt`, and the template's stop symbols."""
     if template in TEMPLATE_NAMES:
         return single_turn_prompt(prompt, "", template), []
-    return chat_prompt(model, template, None, [], prompt)
+    chat = chat_prompt(model, template, None, [], prompt)
+    return chat.text, chat.stop_symbols
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:

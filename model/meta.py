@@ -131,6 +131,12 @@ class MetaModel(torch.nn.Module):
         extra = {k: v.to(self.device, dtype=dtype if v.is_floating_point() else None) for k, v in batch.items()}
         return ids, extra
 
+    def prompt_length(self, prompt: str, image=None, image_transform: str = "padded_resize") -> int:
+        """How many tokens `prompt` (with `image`: its image tokens included) takes in the model."""
+        if image is None:
+            return len(self.tokenizer.encode(prompt, bos=True, eos=False))
+        return len(self._encode_with_image(prompt, image, image_transform)[0])
+
     def answer_room(self, prompt_tokens: int, max_gen_len: int) -> int:
         """How many tokens may be generated: `max_gen_len`, clamped to what `max_seq_len` leaves."""
         room = self.max_seq_len - prompt_tokens

@@ -24,10 +24,11 @@ def demo():
 
 def answer(model, history, question, session=None, image=None, cancel_after=None):
     """The last piece of the answer to `question` after `history`, as the chat tab asks for it."""
-    prompt, stops = chat_prompt(model, "default", None, history, question)
+    chat = chat_prompt(model, "default", None, history, question, answer_tokens=64, image=image)
     cancel = threading.Event()
     pieces = []
-    for piece in model.stream_generate(prompt, image=image, max_gen_len=64, additional_stop_symbols=stops,
+    for piece in model.stream_generate(chat.text, image=image, max_gen_len=64,
+                                       additional_stop_symbols=chat.stop_symbols,
                                        session=session, cancel=cancel):
         pieces.append(piece)
         if cancel_after is not None and len(pieces) == cancel_after:

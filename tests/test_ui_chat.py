@@ -16,11 +16,11 @@ def test_history_pairs_read_gradio_messages_in_every_shape():
 def test_chat_prompt_is_the_template_prompt(byte_model):
     from ui.chat import chat_prompt
 
-    prompt, stops = chat_prompt(byte_model, "default", None, [{"role": "user", "content": "Q1"},
-                                                              {"role": "assistant", "content": "A1"}], "Q2")
+    chat = chat_prompt(byte_model, "default", None, [{"role": "user", "content": "Q1"},
+                                                     {"role": "assistant", "content": "A1"}], "Q2")
     conv = default_conversation()
     conv.load_qas([["Q1", "A1"], ["Q2", None]])
-    assert prompt == conv.get_prompt() and stops == ["\n###"]
+    assert chat.text == conv.get_prompt() and chat.stop_symbols == ["\n###"] and chat.dropped_turns == 0
 
 
 def test_upload_checks_happen_before_decoding(tmp_path, monkeypatch):

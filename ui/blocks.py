@@ -54,10 +54,23 @@ def error_message(text: str) -> dict:
     return {"role": "assistant", "content": ERROR_MARK + text}
 
 
-def without_errors(history: list[dict]) -> list[dict]:
-    """The conversation as the model should see it: error notices and the questions they answered left out."""
+def dropped_turns_notice(turns: int, context: int) -> dict:
+    """A note in the chat (not part of the conversation the model sees) that its oldest turns were left out."""
+    return {"role": "assistant", "metadata": {"title": "Older turns left out"},
+            "content": f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this "
+                       f"conversation: the conversation is longer than its {context}-token context."}
+
+
+def is_notice(message: dict) -> bool:
+    return bool((message.get("metadata") or {}).get("title"))
+
+
+def model_view(history: list[dict]) -> list[dict]:
+    """The conversation as the model should see it: notes, and errors with the questions they answered, left out."""
     kept: list[dict] = []
     for message in history:
+        if is_notice(message):
+            continue
         if message["role"] == "assistant" and message_text(message["content"]).startswith(ERROR_MARK):
             if kept and kept[-1]["role"] == "user":
                 kept.pop()
@@ -92,14 +105,20 @@ class ChatTab:
         cancel = self.cancels.fresh(request.session_hash)
         try:
             image = open_upload(image_path) if self.vision else None
-            past = [] if self.single_turn else without_errors(history[:-1])  # single-turn: each question alone
-            prompt, stops = chat_prompt(self.model, template, system, past, question)
+            past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
+            chat = chat_prompt(self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len),
+                               image)
         except (UserError, ValueError) as error:
             yield history + [error_message(str(error))], "", ""
             return
+        if chat.dropped_turns:
+            notice = dropped_turns_notice(chat.dropped_turns, self.model.max_seq_len)
+            if notice["content"] != next((m["content"] for m in reversed(history) if is_notice(m)), None):
+                history.append(notice)  # once for each new cut, not at every turn
         history.append({"role": "assistant", "content": ""})
+        prompt = chat.text
         yield history, "", prompt
-        pieces = stream_answer(self.model, prompt, stops, Sampling(*sampling), image, transform, cancel,
+        pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), image, transform, cancel,
                                session=f"{request.session_hash}/{self.name}")
         async for piece in in_own_thread(pieces):
             if "error" in piece:
@@ -274,15 +293,17 @@ async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: 
 def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str):
     async def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
                    temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> AsyncIterator[str]:
-        """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer."""
+        """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
+        turns of a history longer than the context are left out."""
         cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
             picture = open_upload(path)
-            prompt, stops = chat_prompt(model, template, None, history, message)
+            prompt = chat_prompt(model, template, None, history, message, int(max_gen_len), picture)
         except (UserError, ValueError) as error:
             raise gr.Error(str(error))
-        async for text in api_answer(model, prompt, stops, Sampling(max_gen_len, temperature, top_p), cancel,
+        async for text in api_answer(model, prompt.text, prompt.stop_symbols,
+                                     Sampling(max_gen_len, temperature, top_p), cancel,
                                      picture, image_transform, session=request.session_hash + "/api"):
             yield text
     return chat

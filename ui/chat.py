@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -73,11 +74,65 @@ def history_pairs(history: list[dict]) -> list[list[str]]:
     return pairs
 
 
-def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str):
-    """The prompt for `message` after `history`, and the template's stop symbols."""
+@dataclass
+class ChatPrompt:
+    text: str
+    stop_symbols: list[str]
+    dropped_turns: int = 0  # the oldest question-answer pairs left out so that the prompt fits the context
+
+
+def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str,
+                answer_tokens: int = 0, image=None) -> ChatPrompt:
+    """The prompt for `message` after `history`, with the template's stop symbols.
+
+    When the prompt and `answer_tokens` (counted up to half the context) do not fit in the model's context, the
+    oldest turns are left out, whole: the rest is rendered again by the template, so the system prompt (and the
+    image, which leads the prompt) stay and no template marker is ever cut. A message that cannot fit even alone
+    raises `UserError`.
+    """
     conv = get_conversation(template, hf_tokenizer(model), system)
-    conv.load_qas(history_pairs(history) + [[message, None]])
-    return conv.get_prompt(), list(conv.stop_symbols)
+    pairs = history_pairs(history)
+
+    def render(start: int) -> str:
+        conv.load_qas(pairs[start:] + [[message, None]])
+        return conv.get_prompt()
+
+    full = render(0)
+    image_tokens = model.prompt_length(full, image) - model.prompt_length(full) if image is not None else 0
+
+    @functools.cache
+    def length(start: int) -> int:
+        return model.prompt_length(render(start)) + image_tokens
+
+    budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
+    start = 0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget),
+                                               len(pairs))
+    prompt, tokens = render(start), length(start)
+    if tokens >= model.max_seq_len:
+        raise UserError(
+            f"This message needs {tokens} tokens (with the template{', system prompt' if conv.system else ''}"
+            f"{' and image' if image is not None else ''}) but the model's context holds {model.max_seq_len}; "
+            "shorten it or split it over several messages."
+        )
+    return ChatPrompt(prompt, list(conv.stop_symbols), start)
+
+
+def history_cuts(model: MetaModel, pairs: list[list[str]]) -> Iterator[int]:
+    """Where the history may start when it must be shortened, earliest first: after the first turn that ends
+    past each eighth of the context (counting the turns' own tokens), and last after every turn.
+
+    The cuts of a conversation stay where they are as it grows, so one at its limit loses a block of turns now
+    and then rather than one turn every time: between cuts its prompts share their start, and the session's KV
+    cache keeps serving them.
+    """
+    step = max(1, model.max_seq_len // 8)
+    total, mark = 0, step
+    for index, (question, answer) in enumerate(pairs):
+        total += len(model.tokenizer.encode(question + answer, bos=False, eos=False))
+        if total >= mark and index + 1 < len(pairs):
+            yield index + 1
+            mark = (total // step + 1) * step
+    yield len(pairs)
 
 
 def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
