@@ -15,7 +15,6 @@ precise (the demo model's answers last a third of a second).
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model import MetaModel
+from ui.flags import free_port
 
 from .models import SHAPES, save_random_llama
 
@@ -77,11 +77,6 @@ def client_timeline(client, question: str, length: int) -> Timeline:
             return Timeline(times, texts)
         time.sleep(0.001)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -192,9 +192,9 @@ def _token_loop(model, forward, inputs, sampling, decide, cache, masks) -> Itera
     logits = prefill(model, inputs, cache)
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
+        finished = decide(tokens)  # in lockstep, this may replace `tokens` with rank 0's
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
-        finished = decide(tokens)
         yield tokens  # after `decide`, so the consumer sees this step's text before the next forward pass
         if finished:
             return
@@ -221,6 +221,7 @@ class AnswerStream:
         self._eos_ids = eos_ids
         self._max_new_tokens = max_new_tokens
         self._cancel = cancel
+        self._stopped = False
         self.token_ids: list[int] = []
         self.text = ""
         self.finish_reason: str | None = None
@@ -234,7 +235,11 @@ class AnswerStream:
         return self.finish_reason is not None
 
     def cancelled(self) -> bool:
-        return self._cancel is not None and self._cancel.is_set()
+        return self._stopped or (self._cancel is not None and self._cancel.is_set())
+
+    def cancel(self) -> None:
+        """Make the next token end the answer as cancelled."""
+        self._stopped = True
 
     def finish(self, reason: str) -> None:
         self.finish_reason = reason

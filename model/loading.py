@@ -107,13 +107,15 @@ def as_paths(pretrained_path: str | Path | Sequence[str | Path]) -> list[Path]:
 def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=None, with_visual=False,
          max_seq_len=4096, mp_group=None, dtype=None, device=None, quant=None) -> Loaded:
     """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor."""
-    _check_model_parallel(mp_group)
     folders = as_paths(pretrained_path)
     formats = [ckpt.detect_format(folder) for folder in folders]
-    device = resolve_device(device)
+    pipeline = device == "auto"  # layers spread over every visible GPU by accelerate (--parallel pipeline)
+    device = resolve_device("cuda" if pipeline else device)
     dtype = resolve_dtype(dtype, device)
     bits = resolve_quant(quant)
-    common = dict(dtype=dtype, device=device, bits=bits, max_seq_len=max_seq_len, tokenizer_path=tokenizer_path)
+    tp_size = tensor_parallel_size(mp_group, bits)
+    common = dict(dtype=dtype, device="auto" if pipeline else device, bits=bits, max_seq_len=max_seq_len,
+                  tokenizer_path=tokenizer_path, tp_size=tp_size)
     if "hf" in formats:
         if len(folders) > 1:
             raise UserError(
@@ -125,20 +127,46 @@ def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=
         loaded = _load_consolidated(folders, formats, llama_type=llama_type, llama_config=llama_config,
                                     with_visual=with_visual, **common)
     loaded.info.update(path=", ".join(str(f) for f in folders), dtype=str(dtype).removeprefix("torch."),
-                       device=str(device), quant=f"{bits}-bit" if bits else "none")
+                       device=str(device) + (f" x {tp_size} ranks (tensor parallel)" if tp_size > 1 else "")
+                       + (f" x {torch.cuda.device_count()} GPUs (pipeline)" if pipeline else ""),
+                       quant=f"{bits}-bit" if bits else "none")
     return loaded
 
 
-def _check_model_parallel(mp_group) -> None:
+def tensor_parallel_size(mp_group, bits: int | None) -> int:
+    """How many ranks share each layer: the size of `mp_group` (which must hold every rank), or 1."""
     if mp_group is None:
-        return
+        return 1
     import torch.distributed as dist
 
-    if dist.get_world_size(mp_group) > 1:
-        raise UserError(
-            "Model parallelism over several ranks (mp_group) is not available in this version; "
-            "load the model on one device, or use --quant 4 to fit it."
-        )
+    size = dist.get_world_size(mp_group)
+    if size > 1 and size != dist.get_world_size():
+        raise UserError(f"mp_group holds {size} of the {dist.get_world_size()} ranks; tensor parallelism here "
+                        "spans every rank: pass a group of all ranks (dist.new_group(ranks=list(range(world))).")
+    if size > 1 and bits:
+        raise UserError("--quant cannot be combined with tensor parallel (bitsandbytes weights are not split "
+                        "over ranks); use --parallel pipeline to spread a quantized model over GPUs, or one GPU.")
+    return size
+
+
+def placement(device: torch.device | str, tp_size: int) -> dict:
+    """from_pretrained's placement arguments: the whole model on `device`, its layers over every visible GPU
+    ("auto": accelerate's device map), or 1/N of each layer on each rank (tensor parallel)."""
+    if device == "auto":
+        return {"device_map": "auto"}
+    if tp_size == 1:
+        return {"device_map": {"": device}}
+    from transformers.distributed import DistributedConfig
+
+    return {"distributed_config": DistributedConfig(tp_size=tp_size)}
+
+
+def check_heads_divide(config, tp_size: int) -> None:
+    text = config.get_text_config()
+    heads, kv_heads = text.num_attention_heads, getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    if heads % tp_size or kv_heads % tp_size:
+        raise UserError(f"This model has {heads} attention heads ({kv_heads} key/value heads), which do not divide "
+                        f"over {tp_size} ranks; choose --n_gpus that divides both, or --parallel pipeline.")
 
 
 def _hf_error(folder: Path, exc: Exception) -> UserError:
@@ -146,7 +174,7 @@ def _hf_error(folder: Path, exc: Exception) -> UserError:
     return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
 
 
-def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path) -> Loaded:
+def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size) -> Loaded:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
     try:
@@ -160,11 +188,10 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
             "use a LLaVA-style folder for image chat, or a text launcher for this model."
         )
     model_class = AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
+    check_heads_divide(config, tp_size)
     try:
         model = model_class.from_pretrained(
-            folder, dtype=dtype, device_map={"": device},
-            quantization_config=quantization_config(bits, dtype),
-        )
+            folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size))
         # PIL image processors: our transforms are PIL too, and torchvision is not a dependency.
         processor = AutoProcessor.from_pretrained(folder, backend="pil") if sees_images else None
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
@@ -192,7 +219,7 @@ def _find_tokenizer(folders: list[Path]) -> Path:
 
 
 def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visual, dtype, device, bits,
-                       max_seq_len, tokenizer_path) -> Loaded:
+                       max_seq_len, tokenizer_path, tp_size) -> Loaded:
     from transformers import LlamaForCausalLM
 
     if with_visual:
@@ -210,11 +237,11 @@ def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visua
     tokenizer = load_tokenizer(tokenizer_path or _find_tokenizer(folders), always_bos=True)
     weights = ckpt.load_consolidated_weights(formats)
     config = ckpt.llama_config_from_params(params, weights, max_seq_len, tokenizer)
+    check_heads_divide(config, tp_size)
     state = ckpt.to_hf_state_dict(weights, config, dtype)
     model = LlamaForCausalLM.from_pretrained(
-        None, config=config, state_dict=state, dtype=dtype, device_map={"": device},
-        quantization_config=quantization_config(bits, dtype),
-    )
+        None, config=config, state_dict=state, dtype=dtype, quantization_config=quantization_config(bits, dtype),
+        **placement(device, tp_size))
     del state
     model.eval()
     kind = "LLaMA2-Accessory" if formats[-1].kind == "accessory" else "Meta"

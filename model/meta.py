@@ -13,6 +13,7 @@ from .errors import UserError
 from .generation import AnswerStream, CompiledDecoding, ModelInputs, SamplingParams, batch_decider, generate_tokens
 from .image import shape_image
 from .loading import load
+from .parallel import Lockstep, announced
 from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
 
 
@@ -20,7 +21,7 @@ class MetaModel(torch.nn.Module):
     """A loaded chat model: `llma` (the transformers model), `tokenizer`, and for vision models `processor`."""
 
     def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None,
-                 compile: bool = False):
+                 compile: bool = False, lockstep: Lockstep | None = None):
         super().__init__()
         self.llma = llma
         self.tokenizer = tokenizer
@@ -29,6 +30,8 @@ class MetaModel(torch.nn.Module):
         self.info = dict(info or {})
         self.compiled = CompiledDecoding(llma, max_seq_len) if compile else None
         self.prefix_caches = PrefixCaches()  # conversations' KV caches between turns (stream_generate's session)
+        self.lockstep = lockstep  # tensor parallel: the ranks that decide each step together (model/parallel.py)
+        self.followers = None  # rank 0 of the launchers' layout: announces each generation to the other ranks
         self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
@@ -47,7 +50,12 @@ class MetaModel(torch.nn.Module):
         loaded = load(pretrained_path, llama_type=llama_type, llama_config=llama_config,
                       tokenizer_path=tokenizer_path, with_visual=with_visual, max_seq_len=max_seq_len,
                       mp_group=mp_group, dtype=dtype, device=device, quant=quant)
-        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile)
+        lockstep = Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 \
+            else None
+        if compile and lockstep is not None:
+            raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
+        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile,
+                         lockstep)
 
     # ----- what the model is -----
 
@@ -153,6 +161,16 @@ class MetaModel(torch.nn.Module):
         eos_ids = self.eos_ids(stop_symbols)
         return [AnswerStream(self.tokenizer.decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)]
 
+    def _decider(self, streams: list[AnswerStream]):
+        decide = batch_decider(streams)
+        return decide if self.lockstep is None else self.lockstep.shared(decide)
+
+    @property
+    def failure(self) -> str | None:
+        """Why this model cannot answer any more (a tensor-parallel worker died), or None."""
+        return self.followers.failure() if self.followers is not None else None
+
+    @announced
     def stream_generate(self, prompt: str, image=None, max_gen_len: int = 512, temperature: float = 0.0,
                         top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
                         seed: int | None = None, repetition_penalty: float = 1.0,
@@ -174,16 +192,23 @@ class MetaModel(torch.nn.Module):
         cache = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
         shown = ""
+        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled)
         try:
-            if stream.cancelled():
+            if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
                 stream.finish("cancelled")
-            else:
-                for tokens in generate_tokens(self.llma, inputs, sampling, batch_decider([stream]), cache,
-                                              self.compiled):
-                    sampled.append(int(tokens[0]))
-                    if stream.text != shown and not stream.done:
-                        shown = stream.text
-                        yield {"text": shown, "end_of_content": False}
+                steps.close()
+            for tokens in steps:
+                sampled.append(int(tokens[0]))
+                if stream.text != shown and not stream.done:
+                    shown = stream.text
+                    yield {"text": shown, "end_of_content": False}
+        except GeneratorExit:
+            if self.lockstep is not None and not stream.done:
+                # The reader left mid-answer, but the other ranks wait for this step's decision: take one more
+                # step, decided "cancelled" and shared like any other, so that every rank stops together.
+                stream.cancel()
+                sampled.extend(int(tokens[0]) for tokens in steps)
+            raise
         except Exception:
             cache = None  # a forward pass that failed may have left the cache half written
             raise
@@ -200,6 +225,8 @@ class MetaModel(torch.nn.Module):
         ids = inputs.input_ids[0].tolist()
         if prefix is not None:
             inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
+        if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
+            inputs.cached = self.lockstep.agree(inputs.cached, self.device)
         if not inputs.cached:
             return DynamicCache(config=self.llma.config)
         surplus = prefix.cache.get_seq_length() - inputs.cached
@@ -220,6 +247,7 @@ class MetaModel(torch.nn.Module):
     def _image_token_id(self) -> int | None:
         return getattr(self.processor, "image_token_id", None) if self.processor is not None else None
 
+    @announced
     def generate(self, prompts: Sequence[str], images=None, max_gen_len: int = 512, temperature: float = 0.0,
                  top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
                  seed: int | None = None, repetition_penalty: float = 1.0, cancel: threading.Event | None = None,
@@ -233,7 +261,7 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
         streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        for _ in generate_tokens(self.llma, inputs, sampling, batch_decider(streams), compiled=self.compiled):
+        for _ in generate_tokens(self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled):
             pass
         if not return_details:
             return [s.text for s in streams]

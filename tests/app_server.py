@@ -2,13 +2,13 @@
 slowed down), so a test can see when the server really stops computing."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
 
 from ui import build_app
 from ui.blocks import CSS
+from ui.flags import free_port
 
 
 class ForwardCounter:
@@ -42,11 +42,6 @@ class ForwardCounter:
             last = self.calls
         return self.calls
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -15,7 +15,6 @@ def build_app(*args, **kwargs):
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
     """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`."""
     from model import UserError
-    from model.prefix_cache import PrefixCaches
 
     from .blocks import CSS
 
@@ -23,8 +22,6 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     try:
         check_serving_flags(args)
         model = load_model(args, with_visual=with_visual)
-        model.prefix_caches = PrefixCaches(args.max_cached_sessions,
-                                           None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20))
         app = build_app(model, tabs, args.template, args.image_transform, title=description)
     except (UserError, ValueError) as error:
         fail(error)

@@ -120,7 +120,7 @@ class ChatTab:
         yield history, "", prompt
         pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), image, transform, cancel,
                                session=f"{request.session_hash}/{self.name}")
-        async for piece in in_own_thread(pieces):
+        async for piece in in_own_thread(pieces, lambda: self.model.failure):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
             else:
@@ -253,7 +253,8 @@ class SingleTurnTab:
         except ValueError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        async for piece in in_own_thread(stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)):
+        pieces = stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)
+        async for piece in in_own_thread(pieces, lambda: self.model.failure):
             yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
 
     def stop(self, request: gr.Request):
@@ -284,7 +285,7 @@ async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: 
                      image_transform: str = "padded_resize", session: str | None = None) -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
     pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
-    async for piece in in_own_thread(pieces):
+    async for piece in in_own_thread(pieces, lambda: model.failure):
         if "error" in piece:
             raise gr.Error(piece["error"])
         yield piece["text"].strip()

@@ -7,7 +7,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 import torch
 from PIL import Image
@@ -161,7 +161,8 @@ def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampli
 _END = object()
 
 
-async def in_own_thread(pieces: Iterator[dict]) -> AsyncIterator[dict]:
+async def in_own_thread(pieces: Iterator[dict], failure: Callable[[], str | None] = lambda: None,
+                        check_every: float = 0.5) -> AsyncIterator[dict]:
     """Hand the pieces of a model stream to an async consumer (a Gradio handler) as the model makes them.
 
     Gradio runs a plain generator by sending each `next()` to a worker thread and back, and the model waits
@@ -169,6 +170,8 @@ async def in_own_thread(pieces: Iterator[dict]) -> AsyncIterator[dict]:
     saw. Here one thread runs the stream from start to end, so the model works while the piece before is being
     sent. When the consumer stops (Stop, a closed tab, an error), the thread closes the stream after its current
     step: the model does at most one more forward pass (a cancel flag set by Stop ends it sooner).
+    While it waits, `failure()` is asked every `check_every` seconds: a sentence (a model worker died, and the
+    stream may never move again) ends the answer with that error.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -187,13 +190,26 @@ async def in_own_thread(pieces: Iterator[dict]) -> AsyncIterator[dict]:
             loop.call_soon_threadsafe(queue.put_nowait, _END)
 
     threading.Thread(target=produce, name="answer", daemon=True).start()
+    next_item = None
     try:
-        while (item := await queue.get()) is not _END:
+        while True:
+            next_item = next_item or asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({next_item}, timeout=check_every)
+            if not done:
+                if (message := failure()) is not None:
+                    yield {"text": "", "end_of_content": True, "error": message}
+                    return
+                continue
+            item, next_item = next_item.result(), None
+            if item is _END:
+                return
             if isinstance(item, BaseException):
                 raise item
             yield item
     finally:
         consumer_gone.set()
+        if next_item is not None:
+            next_item.cancel()
 
 
 def stats_line(piece: dict) -> str:

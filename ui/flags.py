@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import socket
 import sys
 from pathlib import Path
 
+import torch
+
 from model import MetaModel, UserError
+from model.parallel import start_ranks, torchrun_world
+from model.prefix_cache import PrefixCaches
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
@@ -49,24 +56,68 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="decode with torch.compile over a static KV cache (faster on a GPU once compiled; "
                         "the first answer waits for the compilation)")
-    p.add_argument("--n_gpus", type=int, default=1, help="GPUs to spread the model over (tensor parallel)")
-    p.add_argument("--gpu_ids", type=int, nargs="+", default=None, help="which GPUs to use with --n_gpus")
-    p.add_argument("--master_addr", default="127.0.0.1", help="address for the GPU workers to meet")
-    p.add_argument("--master_port", type=int, default=None, help="port for the GPU workers to meet")
+    p.add_argument("--n_gpus", type=int, default=1,
+                   help="GPUs to spread the model over, one worker process each (with --device cpu: processes)")
+    p.add_argument("--gpu_ids", type=int, nargs="+", default=None, help="which GPUs to use (sets --n_gpus)")
+    p.add_argument("--parallel", choices=["tensor", "pipeline"], default="tensor",
+                   help="tensor: each layer split over the GPUs, one process each (default); pipeline: the layers "
+                        "spread over the GPUs in one process (accelerate), for models tensor parallel cannot split")
+    p.add_argument("--master_addr", default="127.0.0.1", help="address for the worker processes to meet")
+    p.add_argument("--master_port", type=int, default=None, help="port for the worker processes to meet "
+                                                                   "(default: a free one)")
 
 
 def check_serving_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that cannot work yet, or are malformed, with one sentence each."""
-    if args.n_gpus != 1 or args.gpu_ids:
-        raise UserError("--n_gpus/--gpu_ids are not supported yet (tensor parallel is coming); run on one device "
-                        "without them, or use --quant 4 to fit a big model on one GPU.")
+    """Refuse flags that cannot work, or are malformed, with one sentence each."""
+    parallel_plan(args)
     if getattr(args, "auth", None) is not None and ":" not in args.auth:
         raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
 
 
+def parallel_plan(args: argparse.Namespace) -> tuple[int, str]:
+    """(ranks, mode): how many processes or GPUs the model spreads over, and "tensor" or "pipeline"."""
+    world = torchrun_world()
+    size = world or (len(args.gpu_ids) if args.gpu_ids else args.n_gpus)
+    if size < 1:
+        raise UserError(f"--n_gpus {size}: give at least 1.")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if size == 1 or world:
+        return size, "tensor"
+    if device == "cuda":
+        visible = torch.cuda.device_count()
+        wanted = args.gpu_ids or list(range(size))
+        if max(wanted) >= visible:
+            raise UserError(f"{size} GPUs were asked for ({', '.join(map(str, wanted))}) but {visible} "
+                            f"{'is' if visible == 1 else 'are'} visible; lower --n_gpus or fix --gpu_ids.")
+    if args.parallel == "pipeline" and device != "cuda":
+        raise UserError("--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
+                        "(--n_gpus N --device cpu runs N processes).")
+    return size, args.parallel
+
+
 def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
-    """The model the flags name, or the built-in demo model when no --pretrained_path is given.
+    """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
+    spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
     `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
+    size, mode = parallel_plan(args)
+    if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
+    if args.device == "cpu" and size > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # transformers places tensor-parallel shards on any visible GPU
+    if size == 1 and not torchrun_world():
+        return load_shard(args, with_visual, None)
+    if mode == "pipeline":
+        print(f"Parallel mode: pipeline, the layers spread over {size} GPUs.", file=sys.stderr)
+        return load_shard(args, with_visual, None, device="auto")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
+          file=sys.stderr)
+    return start_ranks(size, device, functools.partial(load_shard, args, with_visual),
+                       args.master_addr, args.master_port or free_port())
+
+
+def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
+    """This process's model: whole, or its share of each layer within `mp_group`."""
     if args.pretrained_path is None:
         if not (DEMO_MODEL / "config.json").exists():
             raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
@@ -74,10 +125,21 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
         paths = [str(DEMO_MODEL)]
     else:  # a --config file may give one path as a plain string
         paths = [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
-    return MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
-                                     llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
-                                     with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
-                                     device=args.device, quant=args.quant, compile=args.compile)
+    model = MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
+                                      llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
+                                      with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
+                                      device=device or args.device, quant=args.quant, compile=args.compile,
+                                      mp_group=mp_group)
+    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
+    model.prefix_caches = PrefixCaches(getattr(args, "max_cached_sessions", 8),
+                                       None if max_cache_mb is None else int(max_cache_mb * 2**20))
+    return model
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def fail(error: Exception) -> None:

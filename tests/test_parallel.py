@@ -1,0 +1,118 @@
+"""--n_gpus N with --device cpu: N processes over gloo in lockstep, as on N GPUs. Answers equal one process's;
+Stop and a dead worker never leave a request waiting."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from ui import DEMO_MODEL
+from ui.flags import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
+CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+
+def generate(tmp_path: Path, name: str, *flags: str) -> str:
+    output = tmp_path / f"{name}.jsonl"
+    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return output.read_text()
+
+
+@pytest.mark.parametrize("model, sampling", [
+    ("demo", ["--temperature", "0"]),
+    ("accessory", ["--temperature", "0.9", "--top_p", "0.9", "--seed", "7", "--max_new_tokens", "24"]),
+])
+def test_generate_on_two_ranks_writes_what_one_writes(tmp_path, checkpoints, model, sampling):
+    prompts = ["--prompts", "What is the capital of France?", "Who are you?", "What is the capital of Peru?"]
+    path = [] if model == "demo" else ["--pretrained_path", str(checkpoints[model]), "--template", "alpaca"]
+    flags = [*prompts, *path, *sampling, "--batch_size", "2"]
+    one = generate(tmp_path, "one", *flags)
+    two = generate(tmp_path, "two", *flags, "--n_gpus", "2", "--device", "cpu")
+    assert two == one and len(one.splitlines()) == 3
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--n_gpus", "3"], "8 attention heads (8 key/value heads), which do not divide over 3 ranks"),
+    (["--n_gpus", "2", "--quant", "4"], "--quant cannot be combined with tensor parallel"),
+    (["--n_gpus", "2", "--parallel", "pipeline"], "--parallel pipeline spreads layers over GPUs"),
+])
+def test_impossible_layouts_are_one_sentence_at_start(flags, sentence):
+    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--prompts", "Hi", "--device",
+                             "cpu", *flags], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 1
+    assert sentence in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def app_on_two_ranks():
+    port = free_port()
+    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--n_gpus", "2", "--device", "cpu",
+                            "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=ENV)
+    deadline = time.time() + 120
+    client = None
+    while client is None and time.time() < deadline and app.poll() is None:
+        try:
+            client = Client(f"http://127.0.0.1:{port}", verbose=False)
+        except Exception:
+            time.sleep(1)
+    assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
+    yield app, client
+    app.kill()
+    app.wait()
+
+
+def followers_of(app) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(app.pid), "-f", "spawn_main"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def ask(client, country: str, history=()) -> str:
+    return client.predict(message=f"What is the capital of {country}?", history=list(history), temperature=0.0,
+                          api_name="/chat")
+
+
+def test_app_on_two_ranks_answers_a_conversation(app_on_two_ranks):
+    _, client = app_on_two_ranks
+    history = []
+    for country, capital in CAPITALS.items():  # the session's KV cache is kept on both ranks between turns
+        answer = ask(client, country, history)
+        assert answer == f"The capital of {country} is {capital}."
+        history += [{"role": "user", "content": f"What is the capital of {country}?"},
+                    {"role": "assistant", "content": answer}]
+
+
+def test_stop_on_two_ranks_then_the_next_request_works(app_on_two_ranks):
+    _, client = app_on_two_ranks
+    job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
+    while len(job.outputs()) < 3:
+        time.sleep(0.01)
+    job.cancel()
+    started = time.time()
+    assert ask(client, "Italy") == "The capital of Italy is Rome."
+    assert time.time() - started < 30
+
+
+def test_a_killed_worker_is_an_error_within_ten_seconds_and_the_app_exits(app_on_two_ranks):
+    app, client = app_on_two_ranks
+    job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
+    while len(job.outputs()) < 3:
+        time.sleep(0.01)
+    [follower] = followers_of(app)
+    killed_at = time.time()
+    os.kill(follower, signal.SIGKILL)
+    with pytest.raises(Exception, match="A model worker stopped: rank 1"):
+        job.result(timeout=10)
+    assert time.time() - killed_at < 10
+    assert app.wait(timeout=20) == 1  # the launcher exits with the message, as the README says
+    assert "error: A model worker stopped" in app.stdout.read()
