@@ -45,7 +45,6 @@ class Lockstep:
     def __init__(self, group):
         self.group = group
         self.rank = dist.get_rank(group)
-        self.size = dist.get_world_size(group)
         self.leader = dist.get_global_rank(group, 0)
 
     @property
@@ -95,8 +94,9 @@ class Followers:
                                  "app (with a smaller model, --quant 4 or more GPUs if it ran out of memory).")
         return self._failure
 
-    def announce(self, name: str, kwargs: dict) -> None:
-        dist.broadcast_object_list([(name, kwargs)], src=dist.get_global_rank(self.control, 0), group=self.control)
+    def _tell(self, call: tuple | None) -> None:
+        """Send the followers a call to run (name, kwargs), or None: the end."""
+        dist.broadcast_object_list([call], src=dist.get_global_rank(self.control, 0), group=self.control)
 
     def run(self, method, model, kwargs: dict):
         """Call `method` on every rank: announced to the followers, run here."""
@@ -115,7 +115,7 @@ class Followers:
             if self.failure():
                 raise UserError(self.failure())
             shared = {k: v for k, v in kwargs.items() if k != "cancel"}  # rank 0 alone reads the cancel flag
-            self.announce(name, shared)
+            self._tell((name, shared))
             try:
                 yield
             except (UserError, GeneratorExit):
@@ -132,7 +132,7 @@ class Followers:
             return  # no one to tell, or a generation holds the ranks: the spawned ones die with this process
         self._stopping = True
         try:
-            dist.broadcast_object_list([None], src=dist.get_global_rank(self.control, 0), group=self.control)
+            self._tell(None)
         finally:
             self._lock.release()
         for process in self.processes:

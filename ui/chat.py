@@ -97,12 +97,14 @@ def chat_prompt(model: MetaModel, template: str, system: str | None, history: li
         conv.load_qas(pairs[start:] + [[message, None]])
         return conv.get_prompt()
 
-    full = render(0)
-    image_tokens = model.prompt_length(full, image) - model.prompt_length(full) if image is not None else 0
-
     @functools.cache
+    def text_length(start: int) -> int:
+        return model.prompt_length(render(start))
+
+    image_tokens = model.prompt_length(render(0), image) - text_length(0) if image is not None else 0
+
     def length(start: int) -> int:
-        return model.prompt_length(render(start)) + image_tokens
+        return text_length(start) + image_tokens
 
     budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
     start = 0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget),

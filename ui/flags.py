@@ -74,15 +74,16 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
 
 
-def parallel_plan(args: argparse.Namespace) -> tuple[int, str]:
-    """(ranks, mode): how many processes or GPUs the model spreads over, and "tensor" or "pipeline"."""
+def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(ranks, mode, device): how many processes or GPUs the model spreads over, "tensor" or "pipeline", and
+    "cuda" or "cpu"."""
     world = torchrun_world()
     size = world or (len(args.gpu_ids) if args.gpu_ids else args.n_gpus)
     if size < 1:
         raise UserError(f"--n_gpus {size}: give at least 1.")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if size == 1 or world:
-        return size, "tensor"
+        return size, "tensor", device
     if device == "cuda":
         visible = torch.cuda.device_count()
         wanted = args.gpu_ids or list(range(size))
@@ -92,24 +93,23 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str]:
     if args.parallel == "pipeline" and device != "cuda":
         raise UserError("--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
                         "(--n_gpus N --device cpu runs N processes).")
-    return size, args.parallel
+    return size, args.parallel, device
 
 
 def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
     """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
     spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
     `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
-    size, mode = parallel_plan(args)
+    size, mode, device = parallel_plan(args)
     if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
-    if args.device == "cpu" and size > 1:
+    if device == "cpu" and size > 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # transformers places tensor-parallel shards on any visible GPU
     if size == 1 and not torchrun_world():
         return load_shard(args, with_visual, None)
     if mode == "pipeline":
         print(f"Parallel mode: pipeline, the layers spread over {size} GPUs.", file=sys.stderr)
         return load_shard(args, with_visual, None, device="auto")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
           file=sys.stderr)
     return start_ranks(size, device, functools.partial(load_shard, args, with_visual),
