@@ -6,6 +6,7 @@ are mapped to `LlamaForCausalLM`'s, so the rest of the project only ever sees an
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,19 @@ def check_llama_type(llama_type: str) -> None:
 def _load_shard(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as exc:  # a truncated file, or one that holds pickled objects rather than tensors
+    except pickle.UnpicklingError:
+        raise pickled_objects_error(path)
+    except Exception as exc:  # a truncated file
         raise UserError(f"Cannot read checkpoint shard {path} ({type(exc).__name__}); the file may be incomplete.")
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
     # Accessory prefixes its weights with "llma."; Meta's are bare.
     return {key.removeprefix("llma."): value for key, value in state.items()}
+
+
+def pickled_objects_error(path: Path) -> UserError:
+    return UserError(f"{path} holds pickled Python objects besides tensors, which could run code when loaded, and "
+                     "this app loads weights only (weights_only=True); use a safetensors copy of the checkpoint.")
 
 
 def _merge_shards(shard_states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

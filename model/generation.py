@@ -25,6 +25,7 @@ from transformers.generation.logits_process import (
 )
 
 from .detokenize import IncrementalDetokenizer, StopStrings
+from .errors import UserError
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,17 @@ class SamplingParams:
     top_k: int = 0
     repetition_penalty: float = 1.0
     seed: int | None = None
+
+    def __post_init__(self):
+        """Settings no sampler can use are one sentence, whichever front end they came from."""
+        problems = [(not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
+                    (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
+                    (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
+                    (not self.repetition_penalty > 0,
+                     f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)")]
+        for bad, sentence in problems:
+            if bad:
+                raise UserError(f"The {sentence}.")
 
     @property
     def greedy(self) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -105,7 +106,7 @@ def as_paths(pretrained_path: str | Path | Sequence[str | Path]) -> list[Path]:
 
 
 def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=None, with_visual=False,
-         max_seq_len=4096, mp_group=None, dtype=None, device=None, quant=None) -> Loaded:
+         max_seq_len=4096, mp_group=None, dtype=None, device=None, quant=None, trust_remote_code=False) -> Loaded:
     """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor."""
     folders = as_paths(pretrained_path)
     formats = [ckpt.detect_format(folder) for folder in folders]
@@ -122,7 +123,7 @@ def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=
                 "Several --pretrained_path folders are merged only for Accessory/Meta checkpoints; "
                 f"pass the Hugging Face folder {folders[formats.index('hf')]} alone."
             )
-        loaded = _load_hf(folders[0], with_visual=with_visual, **common)
+        loaded = _load_hf(folders[0], with_visual=with_visual, trust_remote_code=bool(trust_remote_code), **common)
     else:
         loaded = _load_consolidated(folders, formats, llama_type=llama_type, llama_config=llama_config,
                                     with_visual=with_visual, **common)
@@ -170,15 +171,22 @@ def check_heads_divide(config, tp_size: int) -> None:
 
 
 def _hf_error(folder: Path, exc: Exception) -> UserError:
+    if "trust_remote_code" in str(exc):
+        return UserError(f"{folder} ships its own Python code (auto_map in its config), which runs only with "
+                         "--trust_remote_code (trust_remote_code=True); add it only if you trust the checkpoint's "
+                         "authors.")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
 
 
-def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size) -> Loaded:
+def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size,
+             trust_remote_code) -> Loaded:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
+    # Always an explicit True or False: left at None, transformers asks on the terminal whether to run the code.
+    remote = dict(trust_remote_code=trust_remote_code)
     try:
-        config = AutoConfig.from_pretrained(folder)
+        config = AutoConfig.from_pretrained(folder, **remote)
     except (OSError, ValueError, KeyError) as exc:
         raise _hf_error(folder, exc)
     sees_images = hasattr(config, "vision_config")
@@ -191,15 +199,18 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
     check_heads_divide(config, tp_size)
     try:
         model = model_class.from_pretrained(
-            folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size))
+            folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size),
+            **remote)
         # PIL image processors: our transforms are PIL too, and torchvision is not a dependency.
-        processor = AutoProcessor.from_pretrained(folder, backend="pil") if sees_images else None
+        processor = AutoProcessor.from_pretrained(folder, backend="pil", **remote) if sees_images else None
+        if processor is not None and tokenizer_path is None:
+            tokenizer = HFTokenizer(processor.tokenizer)
+        else:
+            tokenizer = load_tokenizer(tokenizer_path or folder, trust_remote_code=trust_remote_code)
+    except pickle.UnpicklingError:  # transformers reads .bin weights with weights_only=True
+        raise ckpt.pickled_objects_error(next(folder.glob("pytorch_model*.bin"), folder))
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise _hf_error(folder, exc)
-    if processor is not None and tokenizer_path is None:
-        tokenizer = HFTokenizer(processor.tokenizer)
-    else:
-        tokenizer = load_tokenizer(tokenizer_path or folder)
     position_limit = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len
     model.eval()
     return Loaded(model, tokenizer, processor, min(max_seq_len, position_limit),

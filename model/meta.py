@@ -39,17 +39,20 @@ class MetaModel(torch.nn.Module):
     @staticmethod
     def from_pretrained(pretrained_path, llama_type: str | None = None, llama_config=None,
                         tokenizer_path: str | None = None, with_visual: bool = False, max_seq_len: int = 4096,
-                        mp_group=None, dtype=None, device=None, quant=None, compile: bool = False) -> "MetaModel":
+                        mp_group=None, dtype=None, device=None, quant=None, compile: bool = False,
+                        trust_remote_code: bool = False) -> "MetaModel":
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
         `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
         `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
         answers are slow while it compiles; worth it on a GPU).
+        `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(pretrained_path, llama_type=llama_type, llama_config=llama_config,
                       tokenizer_path=tokenizer_path, with_visual=with_visual, max_seq_len=max_seq_len,
-                      mp_group=mp_group, dtype=dtype, device=device, quant=quant)
+                      mp_group=mp_group, dtype=dtype, device=device, quant=quant,
+                      trust_remote_code=trust_remote_code)
         lockstep = Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 \
             else None
         if compile and lockstep is not None:
@@ -147,6 +150,8 @@ class MetaModel(torch.nn.Module):
 
     def answer_room(self, prompt_tokens: int, max_gen_len: int) -> int:
         """How many tokens may be generated: `max_gen_len`, clamped to what `max_seq_len` leaves."""
+        if not max_gen_len >= 1:
+            raise UserError(f"The answer length (max_gen_len) is {max_gen_len}; ask for at least 1 token.")
         room = self.max_seq_len - prompt_tokens
         if room < 1:
             raise UserError(

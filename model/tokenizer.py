@@ -92,13 +92,14 @@ def _is_tiktoken_file(path: Path) -> bool:
     return bool(_TIKTOKEN_LINE.match(first_line))
 
 
-def load_tokenizer(path: str | Path, always_bos: bool = False) -> Tokenizer:
+def load_tokenizer(path: str | Path, always_bos: bool = False, trust_remote_code: bool = False) -> Tokenizer:
     """Load `tokenizer.model` (sentencepiece) or a folder of Hugging Face tokenizer files."""
     path = Path(path)
     if path.is_dir() and has_hf_tokenizer(path):
         from transformers import AutoTokenizer
 
-        return HFTokenizer(AutoTokenizer.from_pretrained(str(path)), always_bos=always_bos)
+        hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        return HFTokenizer(hf, always_bos=always_bos)
     model_file = path / "tokenizer.model" if path.is_dir() else path
     if not model_file.is_file():
         raise UserError(

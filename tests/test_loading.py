@@ -1,5 +1,6 @@
 """MetaModel.from_pretrained: every checkpoint format, Accessory's legacy arguments, and bad input."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -212,7 +213,23 @@ def test_checkpoint_holding_pickled_objects_is_refused(tmp_path, checkpoints):
     import argparse  # any object that is not a tensor: loading it would mean running pickled code
 
     torch.save({"model": {"llma.x": argparse.Namespace(a=1)}}, folder / "consolidated.00-of-02.model.pth")
-    expect_user_error("Cannot read checkpoint shard", str(folder))
+    expect_user_error(r"consolidated.00-of-02.model.pth holds pickled Python objects .* \(weights_only=True\)",
+                      str(folder))
+
+
+def test_hf_weights_holding_a_pickled_command_are_refused_without_running_it(tmp_path, byte_llama_dir):
+    from safetensors.torch import load_file
+
+    folder = _copy(byte_llama_dir, tmp_path / "hf", skip=("model.safetensors",))
+    marker = tmp_path / "code-ran"
+
+    class Command:  # unpickling it would run a shell command
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    torch.save(load_file(byte_llama_dir / "model.safetensors") | {"extra": Command()}, folder / "pytorch_model.bin")
+    expect_user_error("pytorch_model.bin holds pickled Python objects", str(folder))
+    assert not marker.exists()
 
 
 PEAK_MEMORY_SCRIPT = """
