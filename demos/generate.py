@@ -15,13 +15,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model import UserError  # noqa: E402
+from model.generation import SamplingParams  # noqa: E402
 from templates import TEMPLATE_NAMES  # noqa: E402
 from ui.chat import chat_prompt, conversation_templates, single_turn_prompt  # noqa: E402
-from ui.flags import add_model_flags, check_serving_flags, fail, load_model  # noqa: E402
+from ui.flags import FlagParser, add_model_flags, check_serving_flags, fail, load_model  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = FlagParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_flags(p)
     p.add_argument("--name_or_path", dest="pretrained_path", nargs="+", help="alias of --pretrained_path")
     p.add_argument("--prompts", nargs="+", default=None, help="the prompts themselves")
@@ -109,8 +110,12 @@ def apply_template(model, template: str, prompt: str) -> tuple[str, list[str]]:
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
+    prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
+    SamplingParams(args.temperature, args.top_p, args.top_k, args.repetition_penalty)
+    for flag in ("max_new_tokens", "batch_size"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag} is {getattr(args, flag)}; give 1 or more.")
     model = load_model(args)
-    prompts = read_prompts(args)
     template = resolve_template(model, args.template)
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()

@@ -14,9 +14,9 @@ import gradio as gr
 from model import MetaModel, UserError, weight_bytes
 from templates import TEMPLATE_NAMES
 
-from .chat import (Cancels, Sampling, chat_prompt, conversation_templates, default_system, default_template,
-                   in_own_thread, message_text, open_upload, save_preview, single_turn_prompt, stats_line,
-                   stream_answer)
+from .chat import (EMPTY_MESSAGE, MAX_UPLOAD_MB, Cancels, Sampling, chat_prompt, conversation_templates,
+                   default_system, default_template, in_own_thread, message_text, open_upload, save_preview,
+                   single_turn_prompt, stats_line, stream_answer)
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
@@ -91,9 +91,9 @@ class ChatTab:
     """One chat (text or about an image); `history` is Gradio's list of {"role", "content"} messages."""
 
     def __init__(self, model: MetaModel, cancels: Cancels, template: str, image_transform: str, vision: bool,
-                 single_turn: bool = False):
+                 single_turn: bool = False, max_upload_mb: float = MAX_UPLOAD_MB):
         self.model, self.cancels, self.vision, self.single_turn = model, cancels, vision, single_turn
-        self.template, self.image_transform = template, image_transform
+        self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = ("vision" if vision else "chat") + ("_single" if single_turn else "")  # its KV cache's key
 
     # ----- the handlers -----
@@ -104,7 +104,7 @@ class ChatTab:
         question = message_text(history[-1]["content"])
         cancel = self.cancels.fresh(request.session_hash)
         try:
-            image = open_upload(image_path) if self.vision else None
+            image = open_upload(image_path, self.max_upload_mb) if self.vision else None
             past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
             chat = chat_prompt(self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len),
                                image)
@@ -130,6 +130,7 @@ class ChatTab:
     async def submit(self, message, history, image_path, template, system, transform, max_gen_len, temperature,
                      top_p, top_k, repetition_penalty, request: gr.Request):
         if not message.strip():
+            gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip()
             return
         history = list(history or []) + [{"role": "user", "content": message}]
@@ -170,13 +171,12 @@ class ChatTab:
         last = message_text(history.pop()["content"]) if history else ""
         return history, last
 
-    @staticmethod
-    def new_image(path):
+    def new_image(self, path):
         """A new image starts a new conversation about it; the checked copy is what the model and preview see."""
         if not path:
             return [], None, None, ""
         try:
-            preview = save_preview(open_upload(path))
+            preview = save_preview(open_upload(path, self.max_upload_mb))
         except UserError as error:
             return [error_message(str(error))], None, None, ""
         return [], preview, preview, "New image: a new conversation about it starts."
@@ -250,7 +250,7 @@ class SingleTurnTab:
         cancel = self.cancels.fresh(request.session_hash + "/single")
         try:
             prompt = single_turn_prompt(instruction, input_text, template)
-        except ValueError as error:
+        except (UserError, ValueError) as error:
             yield ERROR_MARK + str(error), "", ""
             return
         pieces = stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)
@@ -281,17 +281,23 @@ class SingleTurnTab:
         stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
 
 
+def api_error(sentence: str) -> gr.Error:
+    """The sentence for an API caller; a caller's mistake is not the server's, so no traceback in its terminal."""
+    return gr.Error(sentence, print_exception=False)
+
+
 async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
                      image_transform: str = "padded_resize", session: str | None = None) -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
     pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
     async for piece in in_own_thread(pieces, lambda: model.failure):
         if "error" in piece:
-            raise gr.Error(piece["error"])
+            raise api_error(piece["error"])
         yield piece["text"].strip()
 
 
-def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str):
+def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str,
+             max_upload_mb: float = MAX_UPLOAD_MB):
     async def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
                    temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> AsyncIterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
@@ -299,10 +305,12 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
         cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
-            picture = open_upload(path)
+            if not message.strip():
+                raise UserError(EMPTY_MESSAGE)
+            picture = open_upload(path, max_upload_mb)
             prompt = chat_prompt(model, template, None, history, message, int(max_gen_len), picture)
         except (UserError, ValueError) as error:
-            raise gr.Error(str(error))
+            raise api_error(str(error))
         async for text in api_answer(model, prompt.text, prompt.stop_symbols,
                                      Sampling(max_gen_len, temperature, top_p), cancel,
                                      picture, image_transform, session=request.session_hash + "/api"):
@@ -318,16 +326,18 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
         cancel = cancels.fresh(request.session_hash + "/api-single")
         try:
             prompt = single_turn_prompt(instruction, input, template)
-        except ValueError as error:
-            raise gr.Error(str(error))
+        except (UserError, ValueError) as error:
+            raise api_error(str(error))
         async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel):
             yield text
     return single_turn
 
 
 def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "single"), template: str | None = None,
-              image_transform: str = "padded_resize", title: str = "Chat") -> gr.Blocks:
-    """The app over `model`; a "vision" tab is left out when the model cannot see images."""
+              image_transform: str = "padded_resize", title: str = "Chat",
+              max_upload_mb: float = MAX_UPLOAD_MB) -> gr.Blocks:
+    """The app over `model`; a "vision" tab is left out when the model cannot see images. `max_upload_mb` caps
+    the images this app reads (also pass it to `launch(max_file_size=...)`, which caps what Gradio receives)."""
     template = default_template(model, template)
     cancels = Cancels()
     if not model.sees_images:
@@ -342,8 +352,9 @@ def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "sing
                         SingleTurnTab(model, cancels).build()
                     else:
                         ChatTab(model, cancels, template, image_transform, vision=tab.startswith("vision"),
-                                single_turn=tab == "vision_single").build()
-        gr.api(api_chat(model, cancels, template, image_transform), api_name="chat", concurrency_id=GENERATION)
+                                single_turn=tab == "vision_single", max_upload_mb=max_upload_mb).build()
+        gr.api(api_chat(model, cancels, template, image_transform, max_upload_mb), api_name="chat",
+               concurrency_id=GENERATION)
         if "single" in tabs:
             gr.api(api_single_turn(model, cancels), api_name="single_turn", concurrency_id=GENERATION)
 

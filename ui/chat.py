@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from conversation import get_conversation, template_names
 from model import MetaModel, UserError
 from templates import format_prompt
 
-MAX_UPLOAD_BYTES = 20_000_000
+MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
 MAX_UPLOAD_PIXELS = 40_000_000
+EMPTY_MESSAGE = "The message is empty; type a question first."
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,9 +66,16 @@ def message_text(content) -> str:
 
 
 def history_pairs(history: list[dict]) -> list[list[str]]:
-    """[[question, answer], ...] from {"role", "content"} messages (an unanswered question gets "")."""
+    """[[question, answer], ...] from {"role", "content"} messages (an unanswered question gets ""); older
+    clients' [question, answer] pairs pass through."""
     pairs: list[list[str]] = []
     for message in history or []:
+        if isinstance(message, (list, tuple)) and len(message) == 2:
+            pairs.append([message_text(message[0]), message_text(message[1])])
+            continue
+        if not isinstance(message, dict):
+            raise UserError(f"The history holds {str(message)[:40]!r}, which is not a message; pass a list of "
+                            '{"role": "user" or "assistant", "content": text} dictionaries.')
         role, text = message.get("role"), message_text(message.get("content"))
         if role == "user":
             pairs.append([text, ""])
@@ -138,6 +148,8 @@ def history_cuts(model: MetaModel, pairs: list[list[str]]) -> Iterator[int]:
 
 
 def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
+    if not (instruction or "").strip():
+        raise UserError("The instruction is empty; type one first.")
     return format_prompt({"instruction": instruction, "input": input_text}, sys_name=template)
 
 
@@ -158,6 +170,15 @@ def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampli
         yield {"text": "", "end_of_content": True,
                "error": "The GPU ran out of memory for this answer; ask for a shorter answer, clear the "
                         "conversation, or load the model with --quant 4."}
+    except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
+        log.exception("The answer failed")
+        yield {"text": "", "end_of_content": True, "error": model.failure or failure_sentence(error)}
+
+
+def failure_sentence(error: Exception) -> str:
+    detail = next(iter(str(error).strip().splitlines()), "")[:200]
+    return (f"The model failed while answering ({type(error).__name__}{': ' + detail if detail else ''}); "
+            "send the message again, and if it keeps failing see the app's terminal for the details.")
 
 
 _END = object()
@@ -248,15 +269,16 @@ class Cancels:
             event.set()
 
 
-def open_upload(path: str | Path | None, max_side: int = 1024) -> Image.Image | None:
+def open_upload(path: str | Path | None, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024) -> Image.Image | None:
     """An uploaded image, checked before it is decoded (file size, then pixel count from the header), as RGB and
     at most `max_side` pixels on its longer side."""
     if not path:
         return None
     path = Path(path)
     size = path.stat().st_size
-    if size > MAX_UPLOAD_BYTES:
-        raise UserError(f"The image file is {size / 1e6:.0f} MB; upload one under {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+    if size > max_mb * 1e6:
+        raise UserError(f"The image file is {size / 1e6:.1f} MB; upload one under {max_mb:g} MB "
+                        "(the app's --max_upload_mb).")
     try:
         with Image.open(path) as header:
             width, height = header.size
@@ -266,8 +288,12 @@ def open_upload(path: str | Path | None, max_side: int = 1024) -> Image.Image | 
             image = header.convert("RGB")
     except UserError:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError):
-        raise UserError(f"{path.name} is not an image this app can read; upload a PNG, JPEG, WebP or GIF file.")
+    except Image.DecompressionBombError:  # Pillow refuses to even read the header of a huge image
+        raise UserError(f"The image has over {Image.MAX_IMAGE_PIXELS * 2 / 1e6:.0f} million pixels; upload one under "
+                        f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels.")
+    except (OSError, ValueError, SyntaxError):  # Pillow raises SyntaxError for a broken file
+        raise UserError(f"{path.name} is not an image this app can read (not an image, or a damaged one); upload a "
+                        "PNG, JPEG, WebP or GIF file.")
     if max(image.size) > max_side:
         image.thumbnail((max_side, max_side))
     return image

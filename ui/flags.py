@@ -13,13 +13,25 @@ import torch
 from model import MetaModel, UserError
 from model.parallel import start_ranks, torchrun_world
 from model.prefix_cache import PrefixCaches
+from ui.chat import MAX_UPLOAD_MB
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class FlagParser(argparse.ArgumentParser):
+    """argparse, with a malformed flag told like every other start-up problem: one sentence, exit code 1."""
+
+    def error(self, message: str):
+        print(f"error: {message}; see --help for the flags.", file=sys.stderr)
+        raise SystemExit(1)
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """The flags of app.py and the browser demos: the model's, then serving."""
-    p = argparse.ArgumentParser(description=description)
+    p = FlagParser(description=description)
     add_model_flags(p)
     p.add_argument("--image_transform", choices=["padded_resize", "resized_center_crop"], default="padded_resize",
                    help="how an uploaded image is fitted to the model's square input")
@@ -28,7 +40,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
     p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
     p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
-    p.add_argument("--auth", default=None, metavar="USER:PASSWORD", help="ask for this user name and password")
+    p.add_argument("--auth", default=None, metavar="USER:PASSWORD|FILE",
+                   help="ask for this user name and password, or any USER:PASSWORD line of this file")
+    p.add_argument("--max_upload_mb", type=float, default=MAX_UPLOAD_MB, help="largest image file accepted, in MB")
     p.add_argument("--concurrency", type=int, default=1,
                    help="answers generated at the same time (others wait in a queue that shows their place)")
     p.add_argument("--max_cached_sessions", type=int, default=8,
@@ -65,13 +79,60 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master_addr", default="127.0.0.1", help="address for the worker processes to meet")
     p.add_argument("--master_port", type=int, default=None, help="port for the worker processes to meet "
                                                                    "(default: a free one)")
+    p.add_argument("--trust_remote_code", action="store_true",
+                   help="run the Python code a Hugging Face checkpoint ships (auto_map in its config.json); only "
+                        "for checkpoints whose authors you trust")
 
 
 def check_serving_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that cannot work, or are malformed, with one sentence each."""
+    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads."""
     parallel_plan(args)
-    if getattr(args, "auth", None) is not None and ":" not in args.auth:
-        raise UserError("--auth takes USER:PASSWORD, for example --auth alice:secret.")
+    if getattr(args, "auth", None) is not None:
+        logins(args.auth)
+    if getattr(args, "port", None) is not None:
+        check_port_free(args.host, args.port)
+    if getattr(args, "max_upload_mb", 1) <= 0:
+        raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
+
+
+def logins(auth: str) -> list[tuple[str, str]]:
+    """--auth: USER:PASSWORD, or a file of USER:PASSWORD lines (blank lines and # comments skipped)."""
+    path = Path(auth)
+    if path.is_file():
+        lines = [line.strip() for line in path.read_text().splitlines()]
+        pairs = [tuple(line.split(":", 1)) for line in lines if line and not line.startswith("#")]
+        if not pairs or any(len(pair) != 2 or not all(pair) for pair in pairs):
+            raise UserError(f"--auth file {path} must hold USER:PASSWORD lines, one per login.")
+        return pairs
+    user, colon, password = auth.partition(":")
+    if not (user and colon and password):
+        raise UserError("--auth takes USER:PASSWORD (for example --auth alice:secret) or a file of such lines; "
+                        f"{auth!r} is neither.")
+    return [(user, password)]
+
+
+def check_port_free(host: str, port: int) -> None:
+    if not 0 < port < 65536:
+        raise UserError(f"--port {port} is not a port number; pick one from 1 to 65535.")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        try:
+            s.bind((host, port))
+        except OSError as error:
+            raise UserError(f"Port {port} on {host} cannot be used ({error.strerror}); another program may hold "
+                            "it: pass a different --port, or stop that program.")
+
+
+def exposure_warnings(args: argparse.Namespace) -> list[str]:
+    """What to tell the person starting a server that others can reach."""
+    no_password = "" if args.auth else " Add --auth USER:PASSWORD to ask for a password."
+    warnings = []
+    if args.host not in LOCAL_HOSTS:
+        warnings.append(f"Listening on {args.host}: anyone who can reach this machine on port "
+                        f"{args.port or 'the one below'} can use the model.{no_password}")
+    if args.share:
+        warnings.append(f"--share opens a public link: anyone who has it can use the model.{no_password}")
+    return warnings
 
 
 def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
@@ -84,6 +145,9 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if size == 1 or world:
         return size, "tensor", device
+    if args.device is None and device == "cpu":
+        raise UserError(f"--n_gpus {size} was asked for but no GPU is visible; add --device cpu to run {size} "
+                        "CPU processes instead.")
     if device == "cuda":
         visible = torch.cuda.device_count()
         wanted = args.gpu_ids or list(range(size))
@@ -129,7 +193,7 @@ def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: st
                                       llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
                                       with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
                                       device=device or args.device, quant=args.quant, compile=args.compile,
-                                      mp_group=mp_group)
+                                      mp_group=mp_group, trust_remote_code=args.trust_remote_code)
     max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
     model.prefix_caches = PrefixCaches(getattr(args, "max_cached_sessions", 8),
                                        None if max_cache_mb is None else int(max_cache_mb * 2**20))
