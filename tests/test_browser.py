@@ -204,3 +204,34 @@ def test_no_vision_tab_for_a_text_only_model(browser, byte_model):
         tabs = page.get_by_role("tab").all_inner_texts()
         page.screenshot(path=str(ARTIFACTS / "text-only.png"), full_page=True)
         assert "Chat" in tabs and "Single-turn" in tabs and "Vision chat" not in tabs
+
+
+ATTACK = '<img src=x onerror="window.attacked=(window.attacked||0)+1"> <script>window.attacked=99</script> **bold**'
+
+
+def test_html_in_a_message_and_in_an_answer_never_runs(browser, demo, monkeypatch):
+    def answer_with_html(prompt, *args, **kwargs):  # a model that echoes what a web page told it to say
+        yield {"text": ATTACK, "end_of_content": False}
+        yield {"text": ATTACK, "end_of_content": True, "finish_reason": "stop", "completion_tokens": 1}
+
+    monkeypatch.setattr(demo, "stream_generate", answer_with_html)
+    with serve(demo) as (url, _):
+        page = open_page(browser, url)
+        dialogs = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        send(page, ATTACK)
+        wait_for_answer(page, lambda t: "bold" in t)
+        page.locator("button", has_text="Prompt sent to the model").first.click()
+        time.sleep(1)
+        page.screenshot(path=str(ARTIFACTS / "html-in-messages.png"), full_page=True)
+        assert page.evaluate("window.attacked") is None and dialogs == []
+        assert page.locator("[onerror]").count() == 0 and page.locator(".message-content script").count() == 0
+        assert page.locator('[data-testid="user"] strong').first.inner_text() == "bold"  # markdown still renders
+
+
+def test_an_empty_message_is_a_warning(browser, demo):
+    with serve(demo) as (url, counter):
+        page = open_page(browser, url)
+        send(page, "   ")
+        page.get_by_text("The message is empty; type a question first.").wait_for(timeout=10000)
+        assert counter.calls == 0 and page.locator('[data-testid="user"]').count() == 0

@@ -1,0 +1,161 @@
+"""Many users at once, and faults: 8 gradio_client clients in 3-turn conversations of their own, a Stop from one
+of them, and an exception thrown inside generation. (Closing a tab: test_browser.py; a dead --n_gpus worker:
+test_parallel.py.)"""
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from gradio_client import Client
+
+from app_server import serve
+from model import MetaModel
+from ui import DEMO_MODEL
+from ui.blocks import ERROR_MARK, ChatTab
+from ui.chat import Cancels, chat_prompt
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+COUNTRIES = ["France", "Germany", "Italy", "Spain", "Portugal", "Japan", "China", "India", "Canada", "Brazil",
+             "Argentina", "Mexico", "Egypt", "Kenya", "Nigeria", "Russia", "Australia", "Greece", "Turkey", "Sweden",
+             "Norway", "Finland", "Poland", "Austria"]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+def conversation_alone(model: MetaModel, questions: list[str]) -> list[str]:
+    """The greedy answers of one conversation, asked straight of the model, without the app or a cache."""
+    history, answers = [], []
+    for question in questions:
+        prompt = chat_prompt(model, "default", None, history, question, 64)
+        [answer] = model.generate([prompt.text], max_gen_len=64, additional_stop_symbols=prompt.stop_symbols)
+        answers.append(answer.strip())
+        history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.strip()}]
+    return answers
+
+
+class PromptLog:
+    """Every prompt the model is asked, with the session that asked it."""
+
+    def __init__(self, model):
+        self.model, self.seen, self._original = model, [], model.stream_generate
+
+        def logged(prompt, *args, session=None, **kwargs):
+            self.seen.append((session, prompt))
+            return self._original(prompt, *args, session=session, **kwargs)
+
+        model.stream_generate = logged
+
+    def restore(self):
+        del self.model.stream_generate  # the instance attribute: the class's method shows again
+
+
+def test_eight_clients_three_turns_each_and_one_stop(demo):
+    conversations = [[f"What is the capital of {COUNTRIES[3 * i + turn]}?" for turn in range(3)] for i in range(8)]
+    expected = [conversation_alone(demo, questions) for questions in conversations]
+    log = PromptLog(demo)
+    answers, errors, sessions = {}, [], {}
+    try:
+        with serve(demo, delay=0.005, concurrency=2) as (url, counter):
+            def talk(index):
+                try:
+                    client = Client(url, verbose=False)
+                    sessions[index] = client.session_hash
+                    history = []
+                    for question in conversations[index]:
+                        answer = client.predict(message=question, history=history, temperature=0.0,
+                                                api_name="/chat")
+                        answers.setdefault(index, []).append(answer)
+                        history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+                except Exception as error:  # noqa: BLE001 - reported below, with the client it happened to
+                    errors.append((index, repr(error)))
+
+            stopped = {}
+
+            def stop_one():
+                client = Client(url, verbose=False)
+                job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
+                while len(job.outputs()) < 3 and not job.done():
+                    time.sleep(0.01)
+                job.cancel()
+                stopped["pieces"] = len(job.outputs())
+
+            started = time.perf_counter()
+            threads = [threading.Thread(target=talk, args=(i,)) for i in range(8)]
+            threads.append(threading.Thread(target=stop_one))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+            wall = time.perf_counter() - started
+    finally:
+        log.restore()
+    assert not errors, errors
+    assert [answers[i] for i in range(8)] == expected  # each its own answers, as if it had been alone
+    assert all(a.startswith("The capital of") for conversation in expected for a in conversation)
+    for index, questions in enumerate(conversations):  # no question of one conversation reached another's prompt
+        mine = [prompt for session, prompt in log.seen if session == f"{sessions[index]}/api"]
+        assert len(mine) == 3
+        others = [q for j, qs in enumerate(conversations) if j != index for q in qs]
+        assert not any(q in prompt for prompt in mine for q in others)
+        assert all(questions[turn] in mine[turn] and questions[turn - 1] in mine[turn] for turn in (1, 2))
+    assert 3 <= stopped["pieces"] < 30
+    print(f"\n8 clients x 3 turns and one stopped: {wall:.1f} s wall")
+
+
+def injected_failure(model, on_call: int):
+    """Make the `on_call`-th forward pass from now raise, once."""
+    original, calls = model.llma.forward, [0]
+
+    def forward(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == on_call:
+            raise RuntimeError("injected fault in the forward pass")
+        return original(*args, **kwargs)
+
+    model.llma.forward = forward
+    return lambda: setattr(model.llma, "forward", original)
+
+
+def test_an_exception_inside_generation_shows_in_the_chat_and_the_next_message_works(demo, caplog):
+    tab = ChatTab(demo, Cancels(), "default", "padded_resize", vision=False)
+
+    def send(message, history):
+        async def last():
+            update = None
+            async for update in tab.submit(message, history, None, "default", None, "padded_resize", 64, 0.0, 0.75,
+                                           0, 1.0, request=SimpleNamespace(session_hash="tab")):
+                pass
+            return update
+        return asyncio.run(last())
+
+    first = send("What is the capital of Japan?", [])[0]
+    restore = injected_failure(demo, on_call=3)  # mid-answer: after the prefill and one decode step
+    try:
+        history, box, *_ = send("Who are you?", first)
+    finally:
+        restore()
+    assert history[-1]["content"] == ERROR_MARK + (
+        "The model failed while answering (RuntimeError: injected fault in the forward pass); send the message "
+        "again, and if it keeps failing see the app's terminal for the details.")
+    assert box == "Who are you?"
+    assert any(r.exc_info and "injected fault" in str(r.exc_info[1]) for r in caplog.records)  # the traceback is logged
+    history, *_ = send("What is the capital of Peru?", history)
+    assert history[-1]["content"] == "The capital of Peru is Lima."  # the session's cache was not left half written
+
+
+def test_an_exception_inside_generation_through_the_api(demo):
+    with serve(demo) as (url, _):
+        client = Client(url, verbose=False)
+        restore = injected_failure(demo, on_call=2)
+        try:
+            with pytest.raises(Exception, match="The model failed while answering"):
+                client.predict(message="Who are you?", history=[], api_name="/chat")
+        finally:
+            restore()
+        assert client.predict(message="What is the capital of Chile?", history=[], temperature=0.0,
+                              api_name="/chat") == "The capital of Chile is Santiago."
