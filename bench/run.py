@@ -37,14 +37,17 @@ class Settings:
     cache_shape: str
     cache_history_tokens: int
     cache_repeats: int
+    load_clients: int
+    load_turns: int
+    load_repeats: int
 
 
 QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=64, repeats=4, ui_shape="small", ui_questions=2,
                  ui_answer_tokens=300, ui_repeats=5, cache_shape="100m", cache_history_tokens=2000,
-                 cache_repeats=3)
+                 cache_repeats=3, load_clients=8, load_turns=3, load_repeats=3)
 SMOKE = Settings(stream_shape="tiny", quant_shape="tiny", new_tokens=8, repeats=1, ui_shape="tiny", ui_questions=1,
                  ui_answer_tokens=8, ui_repeats=1, cache_shape="tiny", cache_history_tokens=200,
-                 cache_repeats=1)
+                 cache_repeats=1, load_clients=2, load_turns=1, load_repeats=1)
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
 FIGURES = {
@@ -65,8 +68,14 @@ FIGURES = {
                            "turns, ~100M random Llama", ("<=", 1.5)),
     "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
     "cache_history_tokens": ("tokens in the prompt of that turn", None),
+    "load_clients_over_one_client": ("8 clients at once, 3-turn conversations each, demo app: wall time over one "
+                                     "client asking the same conversations one after another", None),
+    "load_concurrency2_over_one_client": ("the same with --concurrency 2", None),
+    "load_wait_p90_over_alone": ("time to first piece of the slowest tenth of those requests (queued) over a "
+                                 "request's alone", None),
+    "load_wait_p90_over_alone_concurrency2": ("the same with --concurrency 2", None),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load")
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
@@ -89,6 +98,9 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
         elif name == "cache":
             from bench import cache
             results.update(cache.run(settings))
+        elif name == "load":
+            from bench import load
+            results.update(load.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

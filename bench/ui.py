@@ -64,9 +64,10 @@ def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     return Timeline(times, texts)
 
 
-def client_timeline(client, question: str, length: int) -> Timeline:
+def client_timeline(client, question: str, length: int, history: list[dict] | None = None) -> Timeline:
     started = time.perf_counter()
-    job = client.submit(message=question, history=[], max_gen_len=length, temperature=0.0, api_name="/chat")
+    job = client.submit(message=question, history=history or [], max_gen_len=length, temperature=0.0,
+                        api_name="/chat")
     times, texts = [], []
     while True:  # polled like Job.__next__ does, which does not always see the end of a job
         done = job.done()
