@@ -188,7 +188,7 @@ class ChatTab:
         chatbot = gr.Chatbot(label="Conversation", height=460, buttons=["copy", "copy_all"], editable="user",
                              placeholder="Ask something, or pick an example below.")
         with gr.Row():
-            message = gr.Textbox(show_label=False, placeholder="Type a message and press Enter", scale=8,
+            message = gr.Textbox(show_label=False, placeholder="Type a message and press Enter", scale=8, max_lines=6,
                                  autofocus=not self.vision, elem_classes="message")
             send = gr.Button("Send", variant="primary", scale=1, min_width=80)
             stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
