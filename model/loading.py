@@ -162,6 +162,27 @@ def placement(device: torch.device | str, tp_size: int) -> dict:
     return {"distributed_config": DistributedConfig(tp_size=tp_size)}
 
 
+def has_tensor_parallel_plan(config) -> bool:
+    """Whether transformers knows how to split this architecture over ranks (Llama, Mistral, Qwen2, LLaVA's
+    language model... yes; GPT-2, OPT, Falcon, Bloom... no)."""
+    return bool(getattr(config.get_text_config(), "base_model_tp_plan", None))
+
+
+def unsplittable_model_type(pretrained_path, trust_remote_code: bool = False) -> str | None:
+    """The model type of a Hugging Face checkpoint that tensor parallel cannot split, else None (Accessory and
+    Meta checkpoints are Llamas: they split)."""
+    folders = as_paths(pretrained_path)
+    if len(folders) != 1 or ckpt.detect_format(folders[0]) != "hf":
+        return None
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(folders[0], trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _hf_error(folders[0], exc)
+    return None if has_tensor_parallel_plan(config) else config.model_type
+
+
 def check_heads_divide(config, tp_size: int) -> None:
     text = config.get_text_config()
     heads, kv_heads = text.num_attention_heads, getattr(text, "num_key_value_heads", None) or text.num_attention_heads
@@ -196,6 +217,10 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
             "use a LLaVA-style folder for image chat, or a text launcher for this model."
         )
     model_class = AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
+    if tp_size > 1 and not has_tensor_parallel_plan(config):
+        raise UserError(f"{folder} holds a {config.model_type} model, which transformers cannot split over ranks "
+                        "(it has no tensor-parallel plan); spread its layers over GPUs instead with --parallel "
+                        "pipeline (device='auto'), or run it in one process.")
     check_heads_divide(config, tp_size)
     try:
         model = model_class.from_pretrained(

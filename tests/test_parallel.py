@@ -116,3 +116,32 @@ def test_a_killed_worker_is_an_error_within_ten_seconds_and_the_app_exits(app_on
     assert time.time() - killed_at < 10
     assert app.wait(timeout=20) == 1  # the launcher exits with the message, as the README says
     assert "error: A model worker stopped" in app.stdout.read()
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory, byte_tokenizer):
+    import tiny_models
+
+    return tiny_models.save_hf(tiny_models.random_gpt2(len(byte_tokenizer)), tmp_path_factory.mktemp("gpt2"),
+                               hf_tokenizer=byte_tokenizer)
+
+
+def test_a_model_tensor_parallel_cannot_split_is_one_sentence_on_cpu_ranks(gpt2_dir):
+    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--prompts", "Hi", "--device",
+                             "cpu", "--n_gpus", "2", "--pretrained_path", str(gpt2_dir)],
+                            capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "This gpt2 model cannot be split over processes (transformers has no tensor-parallel plan" in result.stderr
+
+
+def test_on_gpus_such_a_model_runs_in_pipeline_mode_instead(gpt2_dir, checkpoints, monkeypatch):
+    import torch
+
+    from ui.flags import parallel_plan, parser
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan only: nothing is loaded
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    plan = lambda path: parallel_plan(parser("test").parse_args(["--n_gpus", "2", "--pretrained_path", str(path)]))
+    assert plan(gpt2_dir) == (2, "pipeline", "cuda")
+    assert plan(checkpoints["hf"]) == (2, "tensor", "cuda")  # a Llama splits
+    assert plan(checkpoints["accessory"]) == (2, "tensor", "cuda")

@@ -75,6 +75,16 @@ def random_llama(vocab_size: int, seed: int = 0, **overrides):
     return model
 
 
+def random_gpt2(vocab_size: int, seed: int = 0):
+    """An architecture transformers has no tensor-parallel plan for."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=4, bos_token_id=1,
+                        eos_token_id=2)
+    return GPT2LMHeadModel(config).eval()
+
+
 def save_hf(model, folder: Path, tokenizer_model: Path | None = None, hf_tokenizer=None) -> Path:
     model.save_pretrained(folder)
     if tokenizer_model is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from model import MetaModel, UserError
+from model.loading import unsplittable_model_type
 from model.parallel import start_ranks, torchrun_world
 from model.prefix_cache import PrefixCaches
 from ui.chat import MAX_UPLOAD_MB
@@ -157,7 +158,20 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
     if args.parallel == "pipeline" and device != "cuda":
         raise UserError("--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
                         "(--n_gpus N --device cpu runs N processes).")
+    if args.parallel == "tensor" and (kind := unsplittable(args)):
+        if device != "cuda":
+            raise UserError(f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
+                            "plan for it); run it in one process, or on GPUs, where pipeline mode runs it.")
+        return size, "pipeline", device  # load_model says so
     return size, args.parallel, device
+
+
+def unsplittable(args: argparse.Namespace) -> str | None:
+    """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
+    if args.pretrained_path is None:
+        return None  # the demo model is a LLaVA: it splits
+    paths = [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
+    return unsplittable_model_type(paths, getattr(args, "trust_remote_code", False))
 
 
 def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
@@ -172,7 +186,8 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
     if size == 1 and not torchrun_world():
         return load_shard(args, with_visual, None)
     if mode == "pipeline":
-        print(f"Parallel mode: pipeline, the layers spread over {size} GPUs.", file=sys.stderr)
+        why = "" if args.parallel == "pipeline" else " (chosen for you: tensor parallel cannot split this model)"
+        print(f"Parallel mode: pipeline, the layers spread over {size} GPUs{why}.", file=sys.stderr)
         return load_shard(args, with_visual, None, device="auto")
     print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
           file=sys.stderr)
