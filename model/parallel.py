@@ -14,7 +14,8 @@ Why the processes are laid out as they are:
   spawning (`--n_gpus N`: the launcher process becomes rank 0 and spawns ranks 1..N-1), so there is one code path.
 - Rank 0 watches the followers it spawned: a follower that dies turns into one clear sentence for the answer in
   flight (and every later one) within a second or two, and the launcher exits, since a collective with a dead peer
-  may block forever. Under torchrun, torchrun's own agent ends every rank when one fails.
+  may block forever. So does an exception on rank 0 in the middle of a generation: the followers may wait in a
+  step it never finished. Under torchrun, torchrun's own agent ends every rank when one fails.
 """
 from __future__ import annotations
 
@@ -122,9 +123,14 @@ class Followers:
                 raise
             except Exception as error:
                 time.sleep(0.5)  # a dead peer shows in a collective a moment before its exit code does
-                if self.failure():
-                    raise UserError(self.failure()) from error
-                raise
+                if not self.failure():
+                    # This rank failed on its own (out of memory on its GPU, say): the others may wait in a step
+                    # it never finished, and nothing can bring them back in step.
+                    detail = next(iter(str(error).strip().splitlines()), "")[:200]
+                    self._failure = (f"The model failed on rank 0 ({type(error).__name__}: {detail}), so its ranks "
+                                     "are out of step and it cannot answer any more. Restart the app (with a smaller "
+                                     "model, --quant 4 or more GPUs if it ran out of memory).")
+                raise UserError(self.failure()) from error
 
     def stop(self) -> None:
         """Tell the followers to exit, and wait for them a moment (this process is ending)."""
@@ -139,7 +145,8 @@ class Followers:
             process.join(timeout=5)
 
     def watch(self, exit_after: float = EXIT_AFTER_FAILURE_S) -> None:
-        """A thread that ends this process a moment after a follower dies (the sentence is printed first)."""
+        """A thread that ends this process a moment after a follower dies or this rank fails mid-generation (the
+        sentence is printed first); under torchrun, its agent then ends the other ranks."""
 
         def watch() -> None:
             while not self.failure():
@@ -152,8 +159,7 @@ class Followers:
                 process.kill()
             os._exit(1)
 
-        if self.processes:
-            threading.Thread(target=watch, name="followers-watch", daemon=True).start()
+        threading.Thread(target=watch, name="followers-watch", daemon=True).start()
 
 
 def announced(method):

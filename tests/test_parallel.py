@@ -145,3 +145,14 @@ def test_on_gpus_such_a_model_runs_in_pipeline_mode_instead(gpt2_dir, checkpoint
     assert plan(gpt2_dir) == (2, "pipeline", "cuda")
     assert plan(checkpoints["hf"]) == (2, "tensor", "cuda")  # a Llama splits
     assert plan(checkpoints["accessory"]) == (2, "tensor", "cuda")
+
+
+def test_an_exception_on_rank_0_mid_answer_is_an_error_and_the_launcher_exits(tmp_path):
+    started = time.time()
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "rank0_fault.py")], capture_output=True,
+                            text=True, env=ENV, timeout=120)
+    assert "The model failed on rank 0 (RuntimeError: injected fault on rank 0), so its ranks are out of step" \
+        in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1 and "still running" not in result.stdout
+    assert "error: The model failed on rank 0" in result.stderr
+    assert time.time() - started < 60
