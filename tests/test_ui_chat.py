@@ -50,3 +50,12 @@ def test_cancel_flags_are_per_session():
     assert alice.is_set() and not bob.is_set()
     newer = cancels.fresh("bob")  # a new answer in the same session cancels the one before
     assert bob.is_set() and not newer.is_set()
+
+
+def test_tabs_of_one_session_stop_alone_and_a_closed_page_stops_them_all():
+    cancels = Cancels()
+    chat, vision, single, other = (cancels.fresh(k) for k in ("s1/chat", "s1/vision", "s1/single", "s2/chat"))
+    cancels.fresh("s1/vision")  # a message sent in the vision tab leaves the chat tab's answer alone
+    assert vision.is_set() and not chat.is_set()
+    cancels.cancel_session("s1")  # the page closed
+    assert chat.is_set() and single.is_set() and not other.is_set()

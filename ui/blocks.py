@@ -102,7 +102,8 @@ class ChatTab:
         """Answer the last user message of `history`; yields (history, stats, prompt)."""
         history = [dict(m) for m in history or []]
         question = message_text(history[-1]["content"])
-        cancel = self.cancels.fresh(request.session_hash)
+        key = f"{request.session_hash}/{self.name}"  # this tab of this browser session: its Stop, its KV cache
+        cancel = self.cancels.fresh(key)
         try:
             image = open_upload(image_path, self.max_upload_mb) if self.vision else None
             past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
@@ -119,7 +120,7 @@ class ChatTab:
         prompt = chat.text
         yield history, "", prompt
         pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), image, transform, cancel,
-                               session=f"{request.session_hash}/{self.name}")
+                               session=key)
         async for piece in in_own_thread(pieces, lambda: self.model.failure):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
@@ -163,7 +164,7 @@ class ChatTab:
             yield update
 
     def stop(self, request: gr.Request):
-        self.cancels.cancel(request.session_hash)
+        self.cancels.cancel(f"{request.session_hash}/{self.name}")
 
     @staticmethod
     def undo(history):
@@ -359,7 +360,7 @@ def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "sing
             gr.api(api_single_turn(model, cancels), api_name="single_turn", concurrency_id=GENERATION)
 
         def tab_closed(request: gr.Request):
-            cancels.cancel(request.session_hash)
+            cancels.cancel_session(request.session_hash)
             model.prefix_caches.drop(request.session_hash)
 
         app.unload(tab_closed)

@@ -247,7 +247,8 @@ def stats_line(piece: dict) -> str:
 
 
 class Cancels:
-    """One cancel flag per browser session: Stop, a new message or a closed tab stops that session's answer only."""
+    """One cancel flag per tab of a browser session ("session/tab"): Stop or a new message stops that tab's answer
+    only, a closed page stops every answer of its session."""
 
     def __init__(self):
         self._events: dict[str, threading.Event] = {}
@@ -262,11 +263,17 @@ class Cancels:
             self._events[session] = event = threading.Event()
             return event
 
-    def cancel(self, session: str) -> None:
+    def cancel(self, key: str) -> None:
         with self._lock:
-            event = self._events.pop(session, None)
+            event = self._events.pop(key, None)
         if event is not None:
             event.set()
+
+    def cancel_session(self, session: str) -> None:
+        with self._lock:
+            keys = [k for k in self._events if k == session or k.startswith(session + "/")]
+        for key in keys:
+            self.cancel(key)
 
 
 def open_upload(path: str | Path | None, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024) -> Image.Image | None:

@@ -189,8 +189,9 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
         why = "" if args.parallel == "pipeline" else " (chosen for you: tensor parallel cannot split this model)"
         print(f"Parallel mode: pipeline, the layers spread over {size} GPUs{why}.", file=sys.stderr)
         return load_shard(args, with_visual, None, device="auto")
-    print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
-          file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, once
+        print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
+              file=sys.stderr)
     return start_ranks(size, device, functools.partial(load_shard, args, with_visual),
                        args.master_addr, args.master_port or free_port())
 
