@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .errors import UserError
+from .errors import UserError, described
 
 IDLE_FOREVER = datetime.timedelta(days=365)  # followers may wait for the next request as long as the app runs
 EXIT_AFTER_FAILURE_S = 3.0  # long enough for the error to reach the browser
@@ -126,8 +126,7 @@ class Followers:
                 if not self.failure():
                     # This rank failed on its own (out of memory on its GPU, say): the others may wait in a step
                     # it never finished, and nothing can bring them back in step.
-                    detail = next(iter(str(error).strip().splitlines()), "")[:200]
-                    self._failure = (f"The model failed on rank 0 ({type(error).__name__}: {detail}), so its ranks "
+                    self._failure = (f"The model failed on rank 0 ({described(error)}), so its ranks "
                                      "are out of step and it cannot answer any more. Restart the app (with a smaller "
                                      "model, --quant 4 or more GPUs if it ran out of memory).")
                 raise UserError(self.failure()) from error

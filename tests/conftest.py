@@ -68,3 +68,18 @@ def byte_model(byte_llama_dir):
 @pytest.fixture(scope="session")
 def llava_dir(work) -> Path:
     return tiny_models.save_tiny_llava(work / "llava")
+
+
+@pytest.fixture
+def no_bitsandbytes(monkeypatch):
+    """bitsandbytes made impossible to import, as on a machine where it cannot run."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name == "bitsandbytes":
+            raise ImportError("No module named 'bitsandbytes'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refuse)

@@ -121,17 +121,7 @@ def _gpus() -> int:
     return torch.cuda.device_count()
 
 
-def test_quant_where_bitsandbytes_cannot_run(start_output, monkeypatch, checkpoints):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_bitsandbytes(name, *args, **kwargs):
-        if name == "bitsandbytes":
-            raise ImportError("No module named 'bitsandbytes'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_bitsandbytes)
+def test_quant_where_bitsandbytes_cannot_run(start_output, no_bitsandbytes, checkpoints):
     line = start_output(["--pretrained_path", str(checkpoints["hf"]), "--quant", "4"])
     assert "--quant needs bitsandbytes, which cannot run here" in line
 

@@ -177,17 +177,7 @@ def test_bad_dtype_and_quant(checkpoints):
     expect_user_error("--quant takes 4 or 8", str(checkpoints["hf"]), quant=3)
 
 
-def test_quant_where_bitsandbytes_cannot_run(checkpoints, monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_bitsandbytes(name, *args, **kwargs):
-        if name == "bitsandbytes":
-            raise ImportError("No module named 'bitsandbytes'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_bitsandbytes)
+def test_quant_where_bitsandbytes_cannot_run(checkpoints, no_bitsandbytes):
     expect_user_error("--quant needs bitsandbytes, which cannot run here", str(checkpoints["hf"]), quant=4)
 
 

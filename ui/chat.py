@@ -15,6 +15,7 @@ from PIL import Image
 
 from conversation import get_conversation, template_names
 from model import MetaModel, UserError
+from model.errors import described
 from templates import format_prompt
 
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
@@ -176,9 +177,8 @@ def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampli
 
 
 def failure_sentence(error: Exception) -> str:
-    detail = next(iter(str(error).strip().splitlines()), "")[:200]
-    return (f"The model failed while answering ({type(error).__name__}{': ' + detail if detail else ''}); "
-            "send the message again, and if it keeps failing see the app's terminal for the details.")
+    return (f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
+            "failing see the app's terminal for the details.")
 
 
 _END = object()
