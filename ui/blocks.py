@@ -22,6 +22,10 @@ ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
 IMAGE_EXAMPLES = ["What is in the image?", "What color is the circle?", "How many shapes are there?"]
 CSS = ".stats { font-size: 0.8em; opacity: 0.75; }"
+# Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
+# cannot make the browser call an outside address (and send it whatever the model put into the URL).
+HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
+PAGE = {"css": CSS, "head": HEAD}  # what `launch` needs besides the address
 GENERATION = "generation"  # one concurrency group for every event that runs the model
 UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
 
