@@ -168,10 +168,17 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
 
 def unsplittable(args: argparse.Namespace) -> str | None:
     """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
+    return unsplittable_model_type(checkpoint_paths(args), getattr(args, "trust_remote_code", False))
+
+
+def checkpoint_paths(args: argparse.Namespace) -> list[str]:
+    """--pretrained_path (a --config file may give one path as a plain string), else the built-in demo model."""
     if args.pretrained_path is None:
-        return None  # the demo model is a LLaVA: it splits
-    paths = [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
-    return unsplittable_model_type(paths, getattr(args, "trust_remote_code", False))
+        if not (DEMO_MODEL / "config.json").exists():
+            raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
+                            "`python assets/build_demo_model.py`, or pass --pretrained_path.")
+        return [str(DEMO_MODEL)]
+    return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
 
 
 def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
@@ -198,13 +205,7 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
 
 def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
     """This process's model: whole, or its share of each layer within `mp_group`."""
-    if args.pretrained_path is None:
-        if not (DEMO_MODEL / "config.json").exists():
-            raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
-                            "`python assets/build_demo_model.py`, or pass --pretrained_path.")
-        paths = [str(DEMO_MODEL)]
-    else:  # a --config file may give one path as a plain string
-        paths = [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
+    paths = checkpoint_paths(args)
     model = MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
                                       llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
                                       with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
