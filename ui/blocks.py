@@ -310,8 +310,6 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
         cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
-            if not message.strip():
-                raise UserError(EMPTY_MESSAGE)
             picture = open_upload(path, max_upload_mb)
             prompt = chat_prompt(model, template, None, history, message, int(max_gen_len), picture)
         except (UserError, ValueError) as error:

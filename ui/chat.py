@@ -99,8 +99,10 @@ def chat_prompt(model: MetaModel, template: str, system: str | None, history: li
     When the prompt and `answer_tokens` (counted up to half the context) do not fit in the model's context, the
     oldest turns are left out, whole: the rest is rendered again by the template, so the system prompt (and the
     image, which leads the prompt) stay and no template marker is ever cut. A message that cannot fit even alone
-    raises `UserError`.
+    raises `UserError`, and so does an empty one.
     """
+    if not (message or "").strip():
+        raise UserError(EMPTY_MESSAGE)
     conv = get_conversation(template, hf_tokenizer(model), system)
     pairs = history_pairs(history)
 
@@ -254,13 +256,13 @@ class Cancels:
         self._events: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def fresh(self, session: str) -> threading.Event:
-        """Cancel what this session is generating, and hand out the flag for its next answer."""
+    def fresh(self, key: str) -> threading.Event:
+        """Cancel what this tab of a session is generating, and hand out the flag for its next answer."""
         with self._lock:
-            old = self._events.get(session)
+            old = self._events.get(key)
             if old is not None:
                 old.set()
-            self._events[session] = event = threading.Event()
+            self._events[key] = event = threading.Event()
             return event
 
     def cancel(self, key: str) -> None:
