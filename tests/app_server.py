@@ -2,9 +2,11 @@
 slowed down), so a test can see when the server really stops computing."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from ui import build_app
 from ui.blocks import PAGE
@@ -42,6 +44,20 @@ class ForwardCounter:
             last = self.calls
         return self.calls
 
+
+
+def submit(tab, message: str, history=(), image=None, **settings):
+    """A chat tab's Send handler as Gradio runs it (greedy, default template); returns its last (history, message
+    box, stats, prompt)."""
+    sampling = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0) | settings
+
+    async def last_update():
+        update = None
+        async for update in tab.submit(message, list(history), image, "default", None, "padded_resize",
+                                       *sampling.values(), request=SimpleNamespace(session_hash="tab")):
+            pass
+        return update
+    return asyncio.run(last_update())
 
 
 @contextmanager

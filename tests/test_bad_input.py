@@ -21,7 +21,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 import ui
-from app_server import serve
+from app_server import serve, submit
 from model import MetaModel
 from ui import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
@@ -260,19 +260,6 @@ def test_an_image_for_a_text_only_model(byte_model, uploads):
 
 
 # ----- while running: in the chat itself -----
-
-def submit(tab: ChatTab, message: str, history=(), image=None, **settings):
-    """The Send handler as Gradio runs it; returns its last (history, message box, stats, prompt)."""
-    sampling = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0) | settings
-
-    async def last_update():
-        update = None
-        async for update in tab.submit(message, list(history), image, "default", None, "padded_resize",
-                                       *sampling.values(), request=SimpleNamespace(session_hash="tab")):
-            pass
-        return update
-    return asyncio.run(last_update())
-
 
 def shows_error_and_keeps_message(update, message: str, sentence: str) -> None:
     history, box = update[0], update[1]

@@ -1,12 +1,11 @@
 """The context limit: the oldest turns of a long conversation are left out whole, the system prompt and the image
 stay, the user is told, and a message that cannot fit is one sentence (on the demo model with a 256-token context)."""
-import asyncio
 import random
-from types import SimpleNamespace
 
 import demo_data
 import pytest
 
+from app_server import submit
 from conversation import get_conversation
 from model import MetaModel, UserError
 from ui import DEMO_MODEL
@@ -85,17 +84,8 @@ def test_an_answer_longer_than_half_the_context_keeps_the_history(demo):
     assert chat_prompt(demo, "default", None, history, "What is the capital of Peru?", CONTEXT).dropped_turns == 0
 
 
-def run_submit(tab, message, history, max_gen_len=ANSWER):
-    """The chat tab's Send handler as Gradio runs it; returns its last (history, message box, stats, prompt)."""
-    request = SimpleNamespace(session_hash="tab")
-
-    async def last_update():
-        update = None
-        async for update in tab.submit(message, history, None, "default", None, "padded_resize", max_gen_len, 0.0,
-                                       0.75, 0, 1.0, request=request):
-            pass
-        return update
-    return asyncio.run(last_update())
+def run_submit(tab, message, history):
+    return submit(tab, message, history, max_gen_len=ANSWER)
 
 
 def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too_long(demo):

@@ -1,15 +1,13 @@
 """Many users at once, and faults: 8 gradio_client clients in 3-turn conversations of their own, a Stop from one
 of them, and an exception thrown inside generation. (Closing a tab: test_browser.py; a dead --n_gpus worker:
 test_parallel.py.)"""
-import asyncio
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from gradio_client import Client
 
-from app_server import serve
+from app_server import serve, submit
 from model import MetaModel
 from ui import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab
@@ -124,19 +122,10 @@ def injected_failure(model, on_call: int):
 def test_an_exception_inside_generation_shows_in_the_chat_and_the_next_message_works(demo, caplog):
     tab = ChatTab(demo, Cancels(), "default", "padded_resize", vision=False)
 
-    def send(message, history):
-        async def last():
-            update = None
-            async for update in tab.submit(message, history, None, "default", None, "padded_resize", 64, 0.0, 0.75,
-                                           0, 1.0, request=SimpleNamespace(session_hash="tab")):
-                pass
-            return update
-        return asyncio.run(last())
-
-    first = send("What is the capital of Japan?", [])[0]
+    first = submit(tab, "What is the capital of Japan?", [])[0]
     restore = injected_failure(demo, on_call=3)  # mid-answer: after the prefill and one decode step
     try:
-        history, box, *_ = send("Who are you?", first)
+        history, box, *_ = submit(tab, "Who are you?", first)
     finally:
         restore()
     assert history[-1]["content"] == ERROR_MARK + (
@@ -144,7 +133,7 @@ def test_an_exception_inside_generation_shows_in_the_chat_and_the_next_message_w
         "again, and if it keeps failing see the app's terminal for the details.")
     assert box == "Who are you?"
     assert any(r.exc_info and "injected fault" in str(r.exc_info[1]) for r in caplog.records)  # the traceback is logged
-    history, *_ = send("What is the capital of Peru?", history)
+    history, *_ = submit(tab, "What is the capital of Peru?", history)
     assert history[-1]["content"] == "The capital of Peru is Lima."  # the session's cache was not left half written
 
 
