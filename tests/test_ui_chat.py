@@ -59,3 +59,41 @@ def test_tabs_of_one_session_stop_alone_and_a_closed_page_stops_them_all():
     assert vision.is_set() and not chat.is_set()
     cancels.cancel_session("s1")  # the page closed
     assert chat.is_set() and single.is_set() and not other.is_set()
+
+
+def _stream_of(texts, then=None, pause=0.0):
+    """A model stream's shape: each piece holds the whole answer so far; `then` is raised after the pieces."""
+    import time
+
+    for text in texts:
+        time.sleep(pause)
+        yield {"text": text, "end_of_content": False}
+    if then is not None:
+        raise then
+    yield {"text": texts[-1], "end_of_content": True}
+
+
+def _collect(pieces, update_interval):
+    import asyncio
+
+    from ui.chat import in_own_thread
+
+    async def consume():
+        return [piece async for piece in in_own_thread(pieces, update_interval=update_interval)]
+    return asyncio.run(consume())
+
+
+def test_updates_merge_the_pieces_made_in_between_and_lose_none():
+    texts = ["word" * i for i in range(1, 2001)]
+    updates = _collect(_stream_of(texts), update_interval=0.05)
+    assert updates[-1] == {"text": texts[-1], "end_of_content": True}  # the whole answer, ended
+    assert len(updates) < len(texts) / 10  # 2,001 pieces made far faster than one per 50 ms
+    shown = [texts.index(u["text"]) for u in updates]
+    assert shown == sorted(shown)  # never an older text after a newer one
+
+
+def test_each_piece_is_sent_when_the_consumer_keeps_up_and_errors_still_reach_it():
+    slow = _collect(_stream_of(["a", "ab", "abc"], pause=0.05), update_interval=0.01)
+    assert list(dict.fromkeys(u["text"] for u in slow)) == ["a", "ab", "abc"] and slow[-1]["end_of_content"]
+    with pytest.raises(RuntimeError, match="boom"):
+        _collect(_stream_of(["a", "ab"], then=RuntimeError("boom")), update_interval=0.05)

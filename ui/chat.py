@@ -184,57 +184,75 @@ def failure_sentence(error: Exception) -> str:
 
 
 _END = object()
+UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page or over the API, at the least
 
 
 async def in_own_thread(pieces: Iterator[dict], failure: Callable[[], str | None] = lambda: None,
-                        check_every: float = 0.5) -> AsyncIterator[dict]:
+                        check_every: float = 0.5, update_interval: float = UPDATE_INTERVAL) -> AsyncIterator[dict]:
     """Hand the pieces of a model stream to an async consumer (a Gradio handler) as the model makes them.
 
     Gradio runs a plain generator by sending each `next()` to a worker thread and back, and the model waits
     idle during both hops and while Gradio sends the piece: on the demo model that halved the pieces/s a client
     saw. Here one thread runs the stream from start to end, so the model works while the piece before is being
-    sent. When the consumer stops (Stop, a closed tab, an error), the thread closes the stream after its current
-    step: the model does at most one more forward pass (a cancel flag set by Stop ends it sooner).
+    sent. Each piece carries the whole answer so far, so the consumer gets the newest one at most every
+    `update_interval` seconds (the first at once): pieces made in between are merged into it, not lost. Sending
+    one update per token cost Gradio's event loop a quarter of the process's time (the GIL), which the model
+    then lacked. When the consumer stops (Stop, a closed tab, an error), the thread closes the stream after its
+    current step: the model does at most one more forward pass (a cancel flag set by Stop ends it sooner).
     While it waits, `failure()` is asked every `check_every` seconds: a sentence (a model worker died, and the
     stream may never move again) ends the answer with that error.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+    arrived = asyncio.Event()
+    lock = threading.Lock()
+    box: list = []  # what the thread made since the consumer last looked: pieces, then _END or an error
     consumer_gone = threading.Event()
+
+    def put(item) -> None:
+        with lock:
+            box.append(item)
+            if len(box) == 1:  # wake the consumer once per batch, not once per token
+                loop.call_soon_threadsafe(arrived.set)
 
     def produce() -> None:
         try:
             for piece in pieces:
-                loop.call_soon_threadsafe(queue.put_nowait, piece)
+                put(piece)
                 if consumer_gone.is_set():
                     break
         except BaseException as error:  # handed to the consumer, which raises it where Gradio can show it
-            loop.call_soon_threadsafe(queue.put_nowait, error)
+            put(error)
         finally:
             pieces.close()
-            loop.call_soon_threadsafe(queue.put_nowait, _END)
+            put(_END)
 
     threading.Thread(target=produce, name="answer", daemon=True).start()
-    next_item = None
     try:
         while True:
-            next_item = next_item or asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({next_item}, timeout=check_every)
-            if not done:
+            try:
+                await asyncio.wait_for(arrived.wait(), timeout=check_every)
+            except asyncio.TimeoutError:
                 if (message := failure()) is not None:
                     yield {"text": "", "end_of_content": True, "error": message}
                     return
                 continue
-            item, next_item = next_item.result(), None
-            if item is _END:
+            with lock:
+                items = box[:]
+                box.clear()
+                arrived.clear()
+            newest = next((item for item in reversed(items) if isinstance(item, dict)), None)
+            if newest is not None:
+                sent = loop.time()
+                yield newest
+            error = next((item for item in items if isinstance(item, BaseException)), None)
+            if error is not None:
+                raise error
+            if _END in items:
                 return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            if newest is not None:
+                await asyncio.sleep(max(0.0, sent + update_interval - loop.time()))
     finally:
         consumer_gone.set()
-        if next_item is not None:
-            next_item.cancel()
 
 
 def stats_line(piece: dict) -> str:
