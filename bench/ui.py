@@ -1,15 +1,16 @@
 """What the app adds on top of Gradio itself, seen by a program calling it through gradio_client.
 
 Three things are measured in one run, for the same questions:
-- the model's own pieces, generated in this process through the app's prompt and streaming helpers: when each
-  piece is ready after the call starts (its time to first piece, its pieces/s);
+- the model's own pieces (one per token), generated in this process through the app's prompt and streaming
+  helpers: when each piece is ready after the call starts (its time to first piece, its tokens/s);
 - the real launcher (`python app.py --pretrained_path ...`, its /chat endpoint), in a subprocess;
 - a bare Gradio endpoint (bench/bare_gradio.py) replaying the model's recorded pieces at the recorded pace.
 Each client-side figure is taken relative to what the server side needed, and the app's extra is compared with
-the bare endpoint's: what is left is our own overhead.
+the bare endpoint's: what is left is our own overhead. Rates count answer tokens, not pieces: the app sends the
+newest answer at most 30 times a second, so one piece it sends can hold several tokens.
 
 The model is a random Llama the size of the demo model whose tokenizer has no EOS, so every answer runs to
-`max_gen_len`: gradio_client hands over what arrived every 50 ms, and only long answers make its pieces/s
+`max_gen_len`: gradio_client hands over what arrived every 50 ms, and only long answers make its rates
 precise (the demo model's answers last a third of a second).
 """
 from __future__ import annotations
@@ -49,6 +50,14 @@ class Timeline:
         """Pieces per second after the first."""
         span = self.times[-1] - self.times[0]
         return (len(self.times) - 1) / span if span > 0 else float("nan")
+
+    def token_rate(self, model_pieces: "Timeline") -> float:
+        """Answer tokens per second after the first piece: how fast the text grows for the reader. The app sends
+        the newest answer at most every `ui.chat.UPDATE_INTERVAL`, so one piece it sends can hold several of the
+        model's; each text seen is counted as the number of model pieces (tokens) it holds."""
+        tokens = {text: count for count, text in reversed(list(enumerate(model_pieces.texts, 1)))}
+        span = self.times[-1] - self.times[0]
+        return (tokens[self.texts[-1]] - tokens[self.texts[0]]) / span if span > 0 else float("nan")
 
 
 def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
@@ -144,9 +153,9 @@ def compare_clients(app, bare, own: dict[str, list[Timeline]], settings) -> dict
                                          f"{recorded.texts[-1][:80]!r}...")
                 if name == "app":
                     seen["app_extra"].append(timeline.first - model_first)
-                    seen["app_rate"].append(timeline.rate)
+                    seen["app_rate"].append(timeline.token_rate(recorded))
                 else:
                     seen["bare_extra"].append(timeline.first - recorded.first)
-                    seen["bare_rate"].append(timeline.rate)
-                    seen["bare_rate_ratio"].append(timeline.rate / recorded.rate)
+                    seen["bare_rate"].append(timeline.token_rate(recorded))
+                    seen["bare_rate_ratio"].append(timeline.token_rate(recorded) / recorded.rate)
     return seen
