@@ -156,6 +156,7 @@ def compare_clients(app, bare, own: dict[str, list[Timeline]], settings) -> dict
                     seen["app_rate"].append(timeline.token_rate(recorded))
                 else:
                     seen["bare_extra"].append(timeline.first - recorded.first)
-                    seen["bare_rate"].append(timeline.token_rate(recorded))
-                    seen["bare_rate_ratio"].append(timeline.token_rate(recorded) / recorded.rate)
+                    rate = timeline.token_rate(recorded)
+                    seen["bare_rate"].append(rate)
+                    seen["bare_rate_ratio"].append(rate / recorded.rate)
     return seen
