@@ -1,10 +1,13 @@
 """The chat logic under the Gradio app: prompts from messages, upload checks, per-session cancel flags."""
+import asyncio
+import time
+
 import pytest
 from PIL import Image
 
 from conversation import default_conversation
 from model import UserError
-from ui.chat import Cancels, history_pairs, open_upload
+from ui.chat import Cancels, history_pairs, in_own_thread, open_upload
 
 
 def test_history_pairs_read_gradio_messages_in_every_shape():
@@ -63,8 +66,6 @@ def test_tabs_of_one_session_stop_alone_and_a_closed_page_stops_them_all():
 
 def _stream_of(texts, then=None, pause=0.0):
     """A model stream's shape: each piece holds the whole answer so far; `then` is raised after the pieces."""
-    import time
-
     for text in texts:
         time.sleep(pause)
         yield {"text": text, "end_of_content": False}
@@ -74,10 +75,6 @@ def _stream_of(texts, then=None, pause=0.0):
 
 
 def _collect(pieces, update_interval):
-    import asyncio
-
-    from ui.chat import in_own_thread
-
     async def consume():
         return [piece async for piece in in_own_thread(pieces, update_interval=update_interval)]
     return asyncio.run(consume())

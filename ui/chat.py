@@ -247,7 +247,7 @@ async def in_own_thread(pieces: Iterator[dict], failure: Callable[[], str | None
             error = next((item for item in items if isinstance(item, BaseException)), None)
             if error is not None:
                 raise error
-            if _END in items:
+            if items and items[-1] is _END:  # the thread's last word
                 return
             if newest is not None:
                 await asyncio.sleep(max(0.0, sent + update_interval - loop.time()))
