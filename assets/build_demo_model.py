@@ -309,8 +309,10 @@ def is_correct(turn: data.Turn, answer: str) -> bool:
         return re.search(rf"(?<!\d){turn.value}(?!\d)", answer.split(" is ")[-1]) is not None
     if turn.kind == "capital":
         return turn.value in answer
-    if turn.kind == "image_color":
-        return answer.count(turn.value) == 1 and not any(c in answer for c in data.COLORS if c != turn.value)
+    if turn.kind == "image_color":  # about the shape asked, and only its colour
+        asked = turn.question.rstrip("?").split()[-1]
+        return (re.findall("|".join(data.SHAPES), answer) == [asked] and answer.count(turn.value) == 1
+                and not any(c in answer for c in data.COLORS if c != turn.value))
     if turn.kind == "image_what":
         found = re.findall(rf"({'|'.join(data.COLORS)}) ({'|'.join(data.SHAPES)})", answer)
         return sorted(found) == turn.value
