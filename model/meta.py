@@ -10,6 +10,7 @@ from PIL import Image
 from transformers import DynamicCache
 
 from .errors import UserError
+from .footprint import weight_bytes
 from .generation import AnswerStream, CompiledDecoding, ModelInputs, SamplingParams, batch_decider, generate_tokens
 from .image import shape_image
 from .loading import load
@@ -79,6 +80,13 @@ class MetaModel(torch.nn.Module):
                 if side:
                     return int(side)
         return int(self.llma.config.vision_config.image_size)
+
+    def summary(self) -> dict:
+        """`info` (path, format, dtype, device, quantization) with the architecture, weight MiB and context: what
+        the app's model panel shows."""
+        return {**self.info, "architecture": self.info.get("architecture", type(self.llma).__name__),
+                "weight_mib": weight_bytes(self.llma) / 2**20, "context": self.max_seq_len,
+                "sees_images": self.sees_images, "compiled": self.compiled is not None}
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
         """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are

@@ -11,7 +11,7 @@ from typing import AsyncIterator
 
 import gradio as gr
 
-from model import MetaModel, UserError, weight_bytes
+from model import MetaModel, UserError
 from templates import TEMPLATE_NAMES
 
 from .chat import (EMPTY_MESSAGE, MAX_UPLOAD_MB, Cancels, Sampling, chat_prompt, conversation_templates,
@@ -31,14 +31,12 @@ UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /cha
 
 
 def model_panel(model: MetaModel) -> str:
-    info = model.info
-    memory = weight_bytes(model.llma) / 2**20
-    name = info.get("path", "")
-    return (f"**Model** `{name}` · {info.get('architecture', type(model.llma).__name__)} · {info.get('format', '')} · "
-            f"dtype {info.get('dtype', '')} · device {info.get('device', '')} · quantization {info.get('quant', 'none')} · "
-            f"weights {memory:,.0f} MiB · context {model.max_seq_len} tokens"
-            + (" · sees images" if model.sees_images else "")
-            + (" · compiled decoding" if model.compiled is not None else ""))
+    facts = model.summary()
+    return (f"**Model** `{facts.get('path', '')}` · {facts['architecture']} · {facts.get('format', '')} · "
+            f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
+            f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
+            + (" · sees images" if facts["sees_images"] else "")
+            + (" · compiled decoding" if facts["compiled"] else ""))
 
 
 def sampling_controls() -> list[gr.components.Component]:

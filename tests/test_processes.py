@@ -1,0 +1,148 @@
+"""The browser launchers' two processes (ui/processes.py): the web server's stand-in for the model answers as the
+model does and passes Stop on; either process ending ends the other, with a sentence."""
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from app_server import ForwardCounter
+from model import UserError
+from ui import DEMO_MODEL
+from ui.flags import free_port
+from ui.processes import RemoteModel, serve_model
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def remote(byte_model):
+    """(the byte model as the web server's process sees it, a counter of the model's forward passes)."""
+    model_end, server_end = multiprocessing.Pipe()
+    counter = ForwardCounter(byte_model)
+    serving = threading.Thread(target=serve_model, args=(byte_model, model_end), daemon=True)
+    serving.start()
+    facts = {"tokenizer": byte_model.tokenizer, "summary": byte_model.summary()}
+    yield RemoteModel(server_end, facts, end_process=False), counter
+    hang_up(server_end)  # as when the web server's process ends: the model's side returns
+    serving.join(timeout=10)
+    counter.restore()
+    assert not serving.is_alive()
+
+
+def hang_up(connection) -> None:
+    """End a pipe at once, even while threads wait on it (closing their descriptor would not wake them)."""
+    socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+def test_the_stand_in_answers_as_the_model_does(remote, byte_model):
+    model, _ = remote
+    assert model.prompt_length("Hello there") == byte_model.prompt_length("Hello there")
+    assert model.max_seq_len == byte_model.max_seq_len and model.summary() == byte_model.summary()
+    asked = dict(max_gen_len=20, temperature=0.8, top_p=0.9, seed=3, additional_stop_symbols=["\n###"])
+    remote_pieces, own_pieces = list(model.stream_generate("Hello", **asked)), list(byte_model.stream_generate("Hello", **asked))
+    assert [p["text"] for p in remote_pieces] == [p["text"] for p in own_pieces]
+    counts = lambda piece: {k: v for k, v in piece.items() if not k.endswith(("time", "second", "token"))}
+    assert counts(remote_pieces[-1]) == counts(own_pieces[-1]) and "completion_tokens" in counts(own_pieces[-1])
+
+
+def test_a_users_mistake_is_the_same_sentence(remote):
+    model, _ = remote
+    with pytest.raises(UserError, match="The answer length"):
+        list(model.stream_generate("Hello", max_gen_len=0))
+    assert model.prompt_length("Hello again") > 0  # and the model still answers
+
+
+def test_stop_and_a_reader_that_leaves_stop_the_model(remote):
+    model, counter = remote
+    counter.delay = 0.02
+    cancel = threading.Event()
+    pieces = model.stream_generate("Hello", max_gen_len=400, cancel=cancel)
+    for _ in range(3):
+        next(pieces)
+    cancel.set()
+    at_stop = counter.calls
+    assert list(pieces)[-1]["finish_reason"] == "cancelled"
+    assert counter.settled(quiet=0.3) - at_stop <= 3  # the steps under way while the flag crossed over
+
+    pieces = model.stream_generate("Hello", max_gen_len=400)
+    for _ in range(3):
+        next(pieces)
+    pieces.close()
+    at_close = counter.calls
+    assert counter.settled(quiet=0.3) - at_close <= 3
+
+
+def launched(*flags: str):
+    port = free_port()
+    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    deadline, client = time.time() + 120, None
+    while client is None and time.time() < deadline and app.poll() is None:
+        try:
+            client = Client(f"http://127.0.0.1:{port}", verbose=False)
+        except Exception:
+            time.sleep(0.5)
+    assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
+    return app, client
+
+
+def web_server_of(app) -> int:
+    found = subprocess.run(["pgrep", "-P", str(app.pid), "-f", "spawn_main"], capture_output=True, text=True)
+    return int(found.stdout)
+
+
+def ended(pid: int, within: float) -> bool:
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+needs_demo = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+
+@needs_demo
+def test_a_killed_model_process_is_an_error_in_the_chat_and_the_server_exits():
+    app, client = launched()
+    server = web_server_of(app)
+    job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
+    while len(job.outputs()) < 2:
+        time.sleep(0.01)
+    app.kill()
+    with pytest.raises(Exception, match="The model's process stopped"):
+        job.result(timeout=10)
+    assert ended(server, within=10)
+    app.wait()
+
+
+@needs_demo
+def test_a_killed_web_server_ends_the_launcher_with_a_sentence():
+    app, client = launched()
+    assert client.predict(message="What is the capital of Peru?", history=[], temperature=0.0,
+                          api_name="/chat") == "The capital of Peru is Lima."
+    os.kill(web_server_of(app), signal.SIGKILL)
+    assert app.wait(timeout=20) == 1
+    assert "error: the web server's process stopped (exit code -9)." in app.stdout.read()
+
+
+@needs_demo
+def test_a_terminated_launcher_ends_its_server_quietly():
+    app, _ = launched()
+    server = web_server_of(app)
+    app.terminate()
+    assert app.wait(timeout=20) == 0
+    assert ended(server, within=5)
+    assert "error" not in app.stdout.read()
