@@ -59,10 +59,10 @@ FIGURES = {
     "quant8_footprint": ("the same with --quant 8", ("<=", 0.53)),
     "quant4_footprint_whole": ("whole model with --quant 4 over bf16 (embeddings, lm_head stay 16-bit)", None),
     "quant8_footprint_whole": ("whole model with --quant 8 over bf16", None),
-    "ui_ttft_overhead_ms": ("the app's extra time to first piece through gradio_client, minus a bare Gradio "
+    "ui_ttft_overhead_ms": ("the app's extra time to first piece over HTTP (Gradio's /call stream), minus a bare Gradio "
                             "endpoint's (300-token answers of a random Llama the demo model's size)", ("<=", 20)),
     "ui_token_rate_ratio": ("answer tokens/s a gradio_client sees from the app over from the bare endpoint", (">=", 0.97)),
-    "gradio_ttft_overhead_ms": ("Gradio + gradio_client alone: time to first piece over the endpoint's own", None),
+    "gradio_ttft_overhead_ms": ("Gradio alone: time to first piece over HTTP over the endpoint's own", None),
     "gradio_rate_ratio": ("Gradio + gradio_client alone: tokens/s seen over tokens/s yielded", None),
     "ttft_history_ratio": ("time to first piece at a turn with a long history over turn 1, KV cache kept between "
                            "turns, ~100M random Llama", ("<=", 1.5)),

@@ -1,8 +1,10 @@
-"""What the app adds on top of Gradio itself, seen by a program calling it through gradio_client.
+"""What the app adds on top of Gradio itself, seen by a program calling it: rates through gradio_client, first
+pieces off Gradio's HTTP stream (`http_first_piece` says why).
 
 Three things are measured in one run, for the same questions:
 - the model's own pieces (one per token), generated in this process through the app's prompt and streaming
-  helpers: when each piece is ready after the call starts (its time to first piece, its tokens/s);
+  helpers, with the threads the app's model runs with: when each piece is ready after the call starts (its time
+  to first piece, its tokens/s);
 - the real launcher (`python app.py --pretrained_path ...`, its /chat endpoint), in a subprocess;
 - a bare Gradio endpoint (bench/bare_gradio.py) replaying the model's recorded pieces at the recorded pace.
 Each client-side figure is taken relative to what the server side needed, and the app's extra is compared with
@@ -25,13 +27,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from model import MetaModel
 from ui.flags import free_port
+from ui.processes import leave_a_core_to_the_server
 
 from .models import SHAPES, save_random_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = ["Who are you?", "What can you do?"]
+FIRST_PIECE_TOKENS = 8  # the answers timed for their first piece: short, so that they cost little
 
 
 @dataclass
@@ -60,6 +66,11 @@ class Timeline:
         return (tokens[self.texts[-1]] - tokens[self.texts[0]]) / span if span > 0 else float("nan")
 
 
+def typical(runs: list[Timeline]) -> Timeline:
+    """The run of median pace: what the bare endpoint replays (one run's pace varies by 10-20% from the next)."""
+    return sorted(runs, key=lambda run: run.rate)[len(runs) // 2]
+
+
 def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     """The pieces /chat yields for `question` (greedy), timed as the model makes them."""
     from ui.chat import Sampling, chat_prompt, default_template, stream_answer
@@ -71,6 +82,31 @@ def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
         times.append(time.perf_counter() - started)
         texts.append(piece["text"].strip())
     return Timeline(times, texts)
+
+
+def http_first_piece(client, question: str, length: int) -> float:
+    """Seconds from a call of /chat to its first piece, read off Gradio's own HTTP stream (its /call API).
+
+    gradio_client hands pieces over on a 50 ms tick (it sleeps 0.05 s whenever it has none), which moves a first
+    piece to the next tick: the app's and the bare endpoint's first pieces then land on either side of a tick, and
+    their difference jumps between about 0 and 50 ms. Rates, over hundreds of tokens, are measured through it."""
+    import httpx
+
+    url = f"{client.src.rstrip('/')}/gradio_api/call/chat"
+    started = time.perf_counter()
+    event_id = httpx.post(url, json={"data": [question, [], None, length, 0.0, 0.75]}).json()["event_id"]
+    first, event = None, None
+    with httpx.stream("GET", f"{url}/{event_id}", timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event in ("generating", "complete") and first is None:
+                first = time.perf_counter() - started
+            if event in ("complete", "error") and line.startswith("data:"):
+                break
+    if first is None or event != "complete":
+        raise AssertionError(f"/chat at {url} did not answer: its last event was {event!r}")
+    return first
 
 
 def client_timeline(client, question: str, length: int, history: list[dict] | None = None) -> Timeline:
@@ -120,10 +156,14 @@ def run(settings) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
         folder = save_random_llama(SHAPES[settings.ui_shape], Path(tmp) / "model", with_eos=False)
         model = MetaModel.from_pretrained(str(folder))
+        threads = torch.get_num_threads()
+        leave_a_core_to_the_server(model)  # timed with the threads the app's model runs with
         own = {q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(settings.ui_repeats + 1)][1:]
                for q in QUESTIONS[: settings.ui_questions]}
+        torch.set_num_threads(threads)
         del model
-        schedule = {q: [[t, text] for t, text in zip(runs[0].times, runs[0].texts)] for q, runs in own.items()}
+        schedule = {q: [[t, text] for t, text in zip(typical(runs).times, typical(runs).texts)]
+                    for q, runs in own.items()}
         (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
         with server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app, \
                 server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare:
@@ -145,17 +185,19 @@ def compare_clients(app, bare, own: dict[str, list[Timeline]], settings) -> dict
     for round_ in range(settings.ui_repeats):
         for question, runs in own.items():
             model_first = statistics.median(t.first for t in runs)
-            recorded = runs[0]  # what the bare endpoint replays
+            recorded = typical(runs)  # what the bare endpoint replays
             for name in ("app", "bare") if round_ % 2 == 0 else ("bare", "app"):
-                timeline = client_timeline(app if name == "app" else bare, question, length)
+                client = app if name == "app" else bare
+                first = http_first_piece(client, question, FIRST_PIECE_TOKENS)
+                timeline = client_timeline(client, question, length)
                 if timeline.texts[-1] != recorded.texts[-1]:
                     raise AssertionError(f"{name} answered {timeline.texts[-1][:80]!r}..., the model "
                                          f"{recorded.texts[-1][:80]!r}...")
                 if name == "app":
-                    seen["app_extra"].append(timeline.first - model_first)
+                    seen["app_extra"].append(first - model_first)
                     seen["app_rate"].append(timeline.token_rate(recorded))
                 else:
-                    seen["bare_extra"].append(timeline.first - recorded.first)
+                    seen["bare_extra"].append(first - recorded.first)
                     rate = timeline.token_rate(recorded)
                     seen["bare_rate"].append(rate)
                     seen["bare_rate_ratio"].append(rate / recorded.rate)
