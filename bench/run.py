@@ -3,7 +3,7 @@
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
 absolute time. Writes results.json (a flat object of named figures; --only merges into it) and RESULTS.md (the
 table, with date, machine and versions) into --out, and the table into README.md when --out is bench/.
---quick (the default) is the real measurement, about 4.5 minutes on 2 cores; --smoke runs the tiniest settings so a
+--quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing).
 """
 from __future__ import annotations
