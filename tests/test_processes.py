@@ -61,6 +61,20 @@ def test_a_users_mistake_is_the_same_sentence(remote):
     assert model.prompt_length("Hello again") > 0  # and the model still answers
 
 
+def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_model, monkeypatch):
+    from ui.chat import Sampling, stream_answer
+
+    def broken(*args, **kwargs):
+        yield {"text": "Hel", "end_of_content": False}
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(byte_model, "stream_generate", broken)
+    model, _ = remote
+    pieces = list(stream_answer(model, "Hello", [], Sampling()))
+    assert pieces[0]["text"] == "Hel"
+    assert pieces[-1]["error"].startswith("The model failed while answering (RuntimeError: injected fault)")
+
+
 def test_stop_and_a_reader_that_leaves_stop_the_model(remote):
     model, counter = remote
     counter.delay = 0.02

@@ -123,9 +123,9 @@ def _reply(send, number: int, compute: Callable) -> None:
 
 
 def _portable(error: Exception) -> Exception:
-    """`error` as the server can receive it: itself when it pickles, else a RuntimeError saying what it was; an
-    error that is not the user's leaves its traceback in this terminal."""
-    if not isinstance(error, UserError):
+    """`error` as the server can receive it: itself when it pickles, else a RuntimeError saying what it was; a bug
+    (not the user's mistake, not memory running out) leaves its traceback in this terminal."""
+    if not isinstance(error, (UserError, torch.OutOfMemoryError)):
         traceback.print_exception(error)
     try:
         pickle.dumps(error)
