@@ -1,16 +1,40 @@
 """Serve the real app in this process on a free port, over a model whose forward passes are counted (and can be
-slowed down), so a test can see when the server really stops computing."""
+slowed down), so a test can see when the server really stops computing; or start a real launcher (`launched`)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 from ui import build_app
 from ui.blocks import PAGE
 from ui.flags import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def launched(*flags: str):
+    """(process, gradio_client) of `python app.py *flags` on a free port, once it answers."""
+    from gradio_client import Client
+
+    port = free_port()
+    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    deadline, client = time.time() + 120, None
+    while client is None and time.time() < deadline and app.poll() is None:
+        try:
+            client = Client(f"http://127.0.0.1:{port}", verbose=False)
+        except Exception:
+            time.sleep(0.5)
+    assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
+    return app, client
 
 
 class ForwardCounter:

@@ -1,6 +1,5 @@
 """--n_gpus N with --device cpu: N processes over gloo in lockstep, as on N GPUs. Answers equal one process's;
 Stop and a dead worker never leave a request waiting."""
-import json
 import os
 import signal
 import subprocess
@@ -9,13 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
+from app_server import ENV, ROOT, launched
 from ui import DEMO_MODEL
-from ui.flags import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -55,18 +51,7 @@ def test_impossible_layouts_are_one_sentence_at_start(flags, sentence):
 
 @pytest.fixture(scope="module")
 def app_on_two_ranks():
-    port = free_port()
-    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--n_gpus", "2", "--device", "cpu",
-                            "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=ENV)
-    deadline = time.time() + 120
-    client = None
-    while client is None and time.time() < deadline and app.poll() is None:
-        try:
-            client = Client(f"http://127.0.0.1:{port}", verbose=False)
-        except Exception:
-            time.sleep(1)
-    assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
+    app, client = launched("--n_gpus", "2", "--device", "cpu")
     yield app, client
     app.kill()
     app.wait()

@@ -5,22 +5,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
-from app_server import ForwardCounter
+from app_server import ForwardCounter, launched
 from model import UserError
 from ui import DEMO_MODEL
-from ui.flags import free_port
 from ui.processes import RemoteModel, serve_model
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture
@@ -93,20 +87,6 @@ def test_stop_and_a_reader_that_leaves_stop_the_model(remote):
     pieces.close()
     at_close = counter.calls
     assert counter.settled(quiet=0.3) - at_close <= 3
-
-
-def launched(*flags: str):
-    port = free_port()
-    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    deadline, client = time.time() + 120, None
-    while client is None and time.time() < deadline and app.poll() is None:
-        try:
-            client = Client(f"http://127.0.0.1:{port}", verbose=False)
-        except Exception:
-            time.sleep(0.5)
-    assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
-    return app, client
 
 
 def web_server_of(app) -> int:
