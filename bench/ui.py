@@ -162,8 +162,9 @@ def run(settings) -> dict[str, float]:
                for q in QUESTIONS[: settings.ui_questions]}
         torch.set_num_threads(threads)
         del model
-        schedule = {q: [[t, text] for t, text in zip(typical(runs).times, typical(runs).texts)]
-                    for q, runs in own.items()}
+        replayed = {q: typical(runs) for q, runs in own.items()}
+        schedule = {q: [[t, text] for t, text in zip(timeline.times, timeline.texts)]
+                    for q, timeline in replayed.items()}
         (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
         with server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app, \
                 server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare:
