@@ -24,6 +24,7 @@ import datetime
 import functools
 import inspect
 import os
+import signal
 import sys
 import threading
 import time
@@ -138,6 +139,8 @@ class Followers:
         self._stopping = True
         try:
             self._tell(None)
+        except RuntimeError:
+            pass  # they are gone already (Ctrl-C under torchrun reaches every rank)
         finally:
             self._lock.release()
         for process in self.processes:
@@ -216,8 +219,15 @@ def _environment(rank: int, size: int, master_addr: str, master_port: int) -> di
                 LOCAL_RANK=str(rank))
 
 
+def _leave_ctrl_c_to_rank_0() -> None:
+    """Ctrl-C in a terminal reaches every rank; rank 0 alone handles it and tells the others to end, so that they
+    leave quietly instead of each printing where the interrupt found it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _follower_main(environment: dict, device: str, load) -> None:
     """A spawned rank: load its shard, then follow rank 0 until it says the end."""
+    _leave_ctrl_c_to_rank_0()
     try:
         control = _join(device, environment)
         follow(load(dist.group.WORLD), control)
@@ -235,6 +245,8 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
     each generation is announced to the others; a spawned follower that dies ends this process with a message.
     """
     processes = []
+    if torchrun_world() and os.environ.get("RANK") != "0":
+        _leave_ctrl_c_to_rank_0()
     if not torchrun_world():
         context = torch.multiprocessing.get_context("spawn")
         processes = [context.Process(target=_follower_main, name=f"rank-{rank}", daemon=True,

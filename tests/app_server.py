@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,12 +21,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
 
 
-def launched(*flags: str):
-    """(process, gradio_client) of `python app.py *flags` on a free port, once it answers."""
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def launched(*flags: str, launcher=(sys.executable,)):
+    """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on a
+    free port, once it answers. It runs in a session of its own, as from a terminal: `interrupted` is its Ctrl-C."""
     from gradio_client import Client
 
     port = free_port()
-    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags],
+    app = subprocess.Popen([*launcher, str(ROOT / "app.py"), "--port", str(port), *flags], start_new_session=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
@@ -35,6 +40,14 @@ def launched(*flags: str):
             time.sleep(0.5)
     assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
     return app, client
+
+
+def interrupted(app: subprocess.Popen) -> str:
+    """Ctrl-C in the terminal of a `launched` app (SIGINT to all its processes); what it printed, once every
+    process that could print has ended."""
+    os.killpg(app.pid, signal.SIGINT)
+    output, _ = app.communicate(timeout=60)
+    return output
 
 
 class ForwardCounter:

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from app_server import ENV, ROOT, launched
+from app_server import ENV, ROOT, TORCHRUN, interrupted, launched
 from ui import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
 
-def generate(tmp_path: Path, name: str, *flags: str) -> str:
+def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
     output = tmp_path / f"{name}.jsonl"
-    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
+    result = subprocess.run([*launcher, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
                             capture_output=True, text=True, env=ENV, timeout=300)
     assert result.returncode == 0, result.stderr
     return output.read_text()
@@ -35,6 +35,12 @@ def test_generate_on_two_ranks_writes_what_one_writes(tmp_path, checkpoints, mod
     one = generate(tmp_path, "one", *flags)
     two = generate(tmp_path, "two", *flags, "--n_gpus", "2", "--device", "cpu")
     assert two == one and len(one.splitlines()) == 3
+
+
+def test_generate_under_torchrun_writes_what_one_process_writes(tmp_path):
+    flags = ["--prompts", "What is the capital of Japan?", "What is the capital of Chile?", "--temperature", "0"]
+    one = generate(tmp_path, "one", *flags)
+    assert generate(tmp_path, "torchrun", *flags, "--device", "cpu", launcher=TORCHRUN) == one
 
 
 @pytest.mark.parametrize("flags, sentence", [
@@ -102,6 +108,25 @@ def test_a_killed_worker_is_an_error_within_ten_seconds_and_the_app_exits(app_on
     assert time.time() - killed_at < 10
     assert app.wait(timeout=20) == 1  # the launcher exits with the message, as the README says
     assert "error: A model worker stopped" in app.stdout.read()
+
+
+def ends_quietly(output: str) -> bool:
+    """No rank printed where Ctrl-C found it, and rank 0 told the others to end without an error."""
+    return not any(sign in output for sign in ("KeyboardInterrupt", "Exception ignored", "[rank1]", "error:"))
+
+
+def test_ctrl_c_ends_every_rank_quietly():
+    app, client = launched("--n_gpus", "2", "--device", "cpu")
+    assert ask(client, "Peru") == "The capital of Peru is Lima."
+    output = interrupted(app)
+    assert app.returncode == 0 and ends_quietly(output) and "Traceback" not in output, output
+
+
+def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_ends_every_rank():
+    app, client = launched("--device", "cpu", launcher=TORCHRUN)
+    assert ask(client, "Chile") == "The capital of Chile is Santiago."
+    output = interrupted(app)  # torchrun's agent reports the signal with a traceback of its own
+    assert "tensor parallel over 2 CPU processes" in output and ends_quietly(output), output
 
 
 @pytest.fixture(scope="module")
