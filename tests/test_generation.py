@@ -7,21 +7,9 @@ import torch
 from model import MetaModel, UserError
 from model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
 
+from app_server import ForwardCounter
+
 MULTILINGUAL = "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓ The answer is 19."
-
-
-class ForwardCounter:
-    """Counts the model's forward passes through a hook."""
-
-    def __init__(self, module):
-        self.calls = 0
-        self._handle = module.register_forward_hook(self._count)
-
-    def _count(self, *_):
-        self.calls += 1
-
-    def remove(self):
-        self._handle.remove()
 
 
 def stream(model, prompt, **kwargs):
@@ -70,11 +58,11 @@ def test_stop_strings_hold_back_prefixes_and_cut_at_first_match():
 
 def counted_pieces(model, prompt, **kwargs):
     """Each streamed piece with the number of forward passes the model had made when it arrived."""
-    counter = ForwardCounter(model.llma)
+    counter = ForwardCounter(model)
     try:
         return [(piece, counter.calls) for piece in model.stream_generate(prompt, **kwargs)]
     finally:
-        counter.remove()
+        counter.restore()
 
 
 @pytest.mark.parametrize("which", ["sp", "byte"])
@@ -118,13 +106,13 @@ def test_eos_stops_the_answer(byte_model):
     eos_free = full[-1]
     # Declare the first generated token as the end of sequence: the answer is then empty and stops at once.
     first_id = byte_model.tokenizer.encode(eos_free["text"], bos=False)[0]
-    counter = ForwardCounter(byte_model.llma)
+    counter = ForwardCounter(byte_model)
     byte_model.llma.generation_config.eos_token_id = [2, first_id]
     try:
         pieces = stream(byte_model, "Hello", max_gen_len=30)
     finally:
         byte_model.llma.generation_config.eos_token_id = 2
-        counter.remove()
+        counter.restore()
     assert pieces[-1]["text"] == "" and pieces[-1]["finish_reason"] == "stop" and counter.calls == 1
 
 
@@ -145,7 +133,7 @@ def test_last_piece_carries_counts_and_timings(byte_model):
 
 def test_cancel_stops_the_model_within_two_steps(byte_model):
     cancel = threading.Event()
-    counter = ForwardCounter(byte_model.llma)
+    counter = ForwardCounter(byte_model)
     calls_at_cancel = None
     pieces = []
     for piece in byte_model.stream_generate("The quick brown fox", max_gen_len=200, temperature=1.0, seed=0,
@@ -154,14 +142,14 @@ def test_cancel_stops_the_model_within_two_steps(byte_model):
         if len(pieces) == 3:
             cancel.set()
             calls_at_cancel = counter.calls
-    counter.remove()
+    counter.restore()
     assert pieces[-1]["finish_reason"] == "cancelled"
     assert counter.calls - calls_at_cancel <= 2
 
 
 def test_cancel_from_another_thread(byte_model):
     cancel = threading.Event()
-    counter = ForwardCounter(byte_model.llma)
+    counter = ForwardCounter(byte_model)
     seen_at_cancel = []
 
     def cancel_after_five_passes(*_):
@@ -174,14 +162,14 @@ def test_cancel_from_another_thread(byte_model):
         pieces = stream(byte_model, "Hello", max_gen_len=500, temperature=1.0, seed=0, cancel=cancel)
     finally:
         handle.remove()
-        counter.remove()
+        counter.restore()
     assert pieces[-1]["finish_reason"] == "cancelled"
     assert counter.calls - seen_at_cancel[0] <= 2
     assert threading.active_count() < 10  # nothing left running
 
 
 def test_closing_the_stream_stops_the_model(byte_model):
-    counter = ForwardCounter(byte_model.llma)
+    counter = ForwardCounter(byte_model)
     generator = byte_model.stream_generate("Hello", max_gen_len=500, temperature=1.0, seed=0)
     for i, _ in enumerate(generator):
         if i == 2:
@@ -189,16 +177,16 @@ def test_closing_the_stream_stops_the_model(byte_model):
             break
     generator.close()
     calls = counter.calls
-    counter.remove()
+    counter.restore()
     assert calls == calls_at_close
 
 
 def test_cancelled_before_start_runs_nothing(byte_model):
     cancel = threading.Event()
     cancel.set()
-    counter = ForwardCounter(byte_model.llma)
+    counter = ForwardCounter(byte_model)
     pieces = stream(byte_model, "Hello", cancel=cancel)
-    counter.remove()
+    counter.restore()
     assert counter.calls == 0 and pieces == [pieces[-1]] and pieces[-1]["finish_reason"] == "cancelled"
 
 
