@@ -55,7 +55,7 @@ def test_a_users_mistake_is_the_same_sentence(remote):
     assert model.prompt_length("Hello again") > 0  # and the model still answers
 
 
-def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_model, monkeypatch):
+def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_model, monkeypatch, capsys, caplog):
     from ui.chat import Sampling, stream_answer
 
     def broken(*args, **kwargs):
@@ -67,6 +67,9 @@ def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_mode
     pieces = list(stream_answer(model, "Hello", [], Sampling()))
     assert pieces[0]["text"] == "Hel"
     assert pieces[-1]["error"].startswith("The model failed while answering (RuntimeError: injected fault)")
+    # The traceback is printed once, by the model's process, which has its frames; not again by the server's.
+    printed = capsys.readouterr().err + caplog.text
+    assert printed.count("RuntimeError: injected fault") == 1 and "in broken" in printed, printed
 
 
 def test_stop_and_a_reader_that_leaves_stop_the_model(remote):

@@ -174,7 +174,8 @@ def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampli
                "error": "The GPU ran out of memory for this answer; ask for a shorter answer, clear the "
                         "conversation, or load the model with --quant 4."}
     except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
-        log.exception("The answer failed")
+        if not getattr(error, "traceback_printed", False):  # by the model's process (ui/processes.py)
+            log.exception("The answer failed")
         yield {"text": "", "end_of_content": True, "error": model.failure or failure_sentence(error)}
 
 
