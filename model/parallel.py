@@ -245,9 +245,10 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
     each generation is announced to the others; a spawned follower that dies ends this process with a message.
     """
     processes = []
-    if torchrun_world() and os.environ.get("RANK") != "0":
-        _leave_ctrl_c_to_rank_0()
-    if not torchrun_world():
+    if torchrun_world():
+        if os.environ.get("RANK") != "0":
+            _leave_ctrl_c_to_rank_0()
+    else:
         context = torch.multiprocessing.get_context("spawn")
         processes = [context.Process(target=_follower_main, name=f"rank-{rank}", daemon=True,
                                      args=(_environment(rank, size, master_addr, master_port), device, load))
