@@ -31,7 +31,8 @@ def launched(*flags: str, launcher=(sys.executable,)):
 
     port = free_port()
     app = subprocess.Popen([*launcher, str(ROOT / "app.py"), "--port", str(port), *flags], start_new_session=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+                           preexec_fn=_ctrl_c_as_in_a_terminal, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=ENV)
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
         try:
@@ -42,11 +43,21 @@ def launched(*flags: str, launcher=(sys.executable,)):
     return app, client
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A test run started in the background (`cmd &` in a script, nohup) ignores SIGINT, and so would the app it
+    starts: Python then installs no Ctrl-C handler at all. In a terminal, Ctrl-C is never ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(app: subprocess.Popen) -> str:
     """Ctrl-C in the terminal of a `launched` app (SIGINT to all its processes); what it printed, once every
-    process that could print has ended."""
+    process that could print has ended. An app still running a minute later is killed (no process outlives the test)."""
     os.killpg(app.pid, signal.SIGINT)
-    output, _ = app.communicate(timeout=60)
+    try:
+        output, _ = app.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(app.pid, signal.SIGKILL)
+        raise
     return output
 
 
