@@ -3,8 +3,11 @@
 A Llama-2-7B-shaped random model in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode
 tokens/s of bare `model.generate`, of our `stream_generate`, and of `stream_generate` with `--compile` (static KV
 cache + torch.compile), against the limit: the bytes read per decode step (every weight but the embedding table)
-over the device-to-device copy bandwidth measured here. Writes bench/gpu_results.json and refreshes
-bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+over the device-to-device copy bandwidth measured here. First, the built-in demo model in the same dtype, the way `demos/generate.py` loads it:
+the decode rate of its first answer (every sequence length new to the process) and of later ones. Then the 7B model saved to disk and loaded back with
+`--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights' bytes next to bf16's
+(skip with --no_quant). Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md. --smoke runs
+a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
 from __future__ import annotations
 
@@ -12,16 +15,19 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.models import SHAPES, eos_ignored, random_meta_model  # noqa: E402
 from bench.run import write_gpu_section  # noqa: E402
 from bench.stream import bare_generate_ids  # noqa: E402
+from ui.flags import DEMO_MODEL  # noqa: E402
 from model import MetaModel, weight_bytes  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
@@ -86,10 +92,51 @@ def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int,
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
+def demo_model_rates(device: str, dtype: torch.dtype, new_tokens: int = 64, later: int = 5) -> dict:
+    """The demo model's decode tokens/s on its first answer in this process, and the median of the next ones.
+
+    A first answer meets sequence lengths the process has not seen: any per-shape setup (cuDNN attention builds
+    a plan per length) lands there, which is what a user's first answer feels."""
+    model = MetaModel.from_pretrained(str(DEMO_MODEL), device=device, dtype=dtype)
+    prompt = "### Instruction:\nTell me a long story.\n\n### Response:"
+    with eos_ignored(model):
+        first = stream_decode_rate(model, prompt, new_tokens)
+        rates = [stream_decode_rate(model, prompt, new_tokens) for _ in range(later)]
+    return {"demo_first_answer_tok_s": first, "demo_later_answers_tok_s": statistics.median(rates)}
+
+
+def quantized(model: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
+    """Decode tokens/s and weight bytes of `model` saved and loaded back in 4 and 8 bits (bitsandbytes)."""
+    results = {"gpu_weights_gb": weight_bytes(model.llma) / 1e9}
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-quant-") as folder:
+        model.llma.save_pretrained(folder)
+        model.tokenizer.hf.save_pretrained(folder)
+        for bits in (4, 8):
+            loaded = MetaModel.from_pretrained(folder, quant=bits, device=model.device.type,
+                                               max_seq_len=model.max_seq_len)
+            with eos_ignored(loaded):
+                stream_decode_rate(loaded, prompt, new_tokens)  # warm up
+                rates = [stream_decode_rate(loaded, prompt, new_tokens) for _ in range(repeats)]
+            results[f"gpu_quant{bits}_tok_s"] = statistics.median(rates)
+            results[f"gpu_quant{bits}_weights_gb"] = weight_bytes(loaded.llma) / 1e9
+            del loaded
+            if model.device.type == "cuda":
+                torch.cuda.empty_cache()
+    return results
+
+
+def save(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_gpu_section(out / "RESULTS.md", results)
+    print(json.dumps(results, indent=2), flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to test that the script runs")
     p.add_argument("--out", type=Path, default=None, help="where gpu_results.json goes (default: bench/)")
+    p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
     args = p.parse_args(argv)
     if args.smoke:
         device, dtype, shape, prompt_tokens, new_tokens, repeats = "cpu", torch.float32, "tiny", 16, 8, 1
@@ -97,11 +144,12 @@ def main(argv=None) -> None:
         if not torch.cuda.is_available():
             raise SystemExit("error: bench/gpu.py needs a CUDA GPU; use --smoke to try it on the CPU.")
         device, dtype, shape, prompt_tokens, new_tokens, repeats = "cuda", torch.bfloat16, "7b", 128, 256, 3
+    demo = demo_model_rates(device, dtype)  # first: no other model has run in this process yet
     max_seq_len = prompt_tokens + new_tokens + 16
     model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
     compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=max_seq_len, compile=True)
     prompt = prompt_of(model, prompt_tokens)
-    results = measure(model, compiled, prompt, new_tokens, repeats)
+    results = {**measure(model, compiled, prompt, new_tokens, repeats), **demo}
     read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
     bandwidth = copy_bandwidth(model.device, 16 if args.smoke else 2048)
     results["gpu_limit_tok_s"] = bandwidth / read_per_token
@@ -111,12 +159,14 @@ def main(argv=None) -> None:
     results.update(device=name, date=time.strftime("%Y-%m-%d"),
                    setup=(f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, {prompt_tokens}-token "
                           f"prompt, {new_tokens} new tokens; copy bandwidth {bandwidth / 1e9:.0f} GB/s, "
-                          f"{read_per_token / 1e9:.2f} GB read per token; torch {torch.__version__}"))
+                          f"{read_per_token / 1e9:.2f} GB read per token; torch {torch.__version__}, "
+                          f"transformers {transformers.__version__}"))
     out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_gpu_section(out / "RESULTS.md", results)
-    print(json.dumps(results, indent=2))
+    save(results, out)
+    if not args.no_quant:
+        del compiled
+        results.update(quantized(model, prompt, new_tokens, repeats))
+        save(results, out)
 
 
 if __name__ == "__main__":
