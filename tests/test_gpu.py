@@ -1,0 +1,84 @@
+"""CUDA paths, run where a GPU is visible (CI has none: these skip there). `pytest tests/test_gpu.py` on a GPU
+machine repeats the checks first run by hand on an H100 (2026-11-22): the launcher in bf16 and with --quant,
+torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API."""
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from conversation import default_conversation
+from model import MetaModel
+from templates import format_prompt
+from ui import DEMO_MODEL
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPTS = ["What is the capital of France?", "Who are you?"]
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
+              pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")]
+
+
+def generate_file(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
+    output = tmp_path / f"{name}.jsonl"
+    subprocess.run([*launcher, str(REPO / "demos" / "generate.py"), "--prompts", *PROMPTS, "--output", str(output),
+                    *flags], check=True, cwd=REPO, timeout=300)
+    return output.read_text()
+
+
+@pytest.mark.parametrize("flags", [["--dtype", "bf16"], ["--quant", "4"], ["--quant", "8"]], ids=" ".join)
+def test_launcher_on_cuda(tmp_path, flags):
+    records = [json.loads(line) for line in generate_file(tmp_path, "out", "--device", "cuda", *flags).splitlines()]
+    assert records[0]["response"].strip() == "The capital of France is Paris."
+    assert all(r["finish_reason"] == "stop" and r["response"].strip() for r in records)
+
+
+def test_torchrun_one_rank_over_nccl_writes_what_one_process_writes(tmp_path):
+    alone = generate_file(tmp_path, "alone", "--device", "cuda")
+    torchrun = generate_file(tmp_path, "torchrun", "--device", "cuda",
+                             launcher=(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"))
+    assert torchrun == alone
+
+
+def answers(model: MetaModel) -> list[str]:
+    """Greedy answers about an image, a plain question, and a second turn that reuses the first turn's cache."""
+    image = Image.new("RGB", (224, 224), "white")
+    ImageDraw.Draw(image).ellipse((40, 40, 180, 180), fill="red")
+    said = [last(model, format_prompt({"instruction": "What is in the image?"}, sys_name="alpaca"), image=image),
+            last(model, format_prompt({"instruction": "What is the capital of Italy?"}, sys_name="alpaca"))]
+    conversation = default_conversation()
+    for question in ("What is 2 plus 3?", "What is the capital of Spain?"):
+        conversation.append_message(conversation.roles[0], question)
+        conversation.append_message(conversation.roles[1], None)
+        answer = last(model, conversation.get_prompt(), session="chat",
+                      additional_stop_symbols=conversation.stop_symbols)
+        conversation.messages[-1][1] = answer
+        said.append(answer)
+    return said
+
+
+def last(model: MetaModel, prompt: str, **kwargs) -> str:
+    return list(model.stream_generate(prompt, max_gen_len=40, **kwargs))[-1]["text"]
+
+
+def test_cuda_answers_as_the_cpu_does_and_stop_stops():
+    on_cpu = answers(MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cpu", dtype="fp32"))
+    model = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32")
+    assert answers(model) == on_cpu
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # see model/meta.py: avoid_cudnn_attention
+    cancel = threading.Event()
+    for count, piece in enumerate(model.stream_generate("Tell me a story.", max_gen_len=200, temperature=0.8,
+                                                        seed=1, cancel=cancel)):
+        if count == 2:
+            cancel.set()
+    assert piece["finish_reason"] == "cancelled" and piece["completion_tokens"] <= count + 3
+
+
+def test_device_map_auto_answers_as_one_gpu_does():
+    one_gpu = answers(MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="bf16"))
+    spread = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="auto", dtype="bf16")
+    assert answers(spread) == one_gpu
