@@ -1,13 +1,14 @@
 """python bench/gpu.py [--smoke]: decode speed on a GPU against the memory-bandwidth limit.
 
-A Llama-2-7B-shaped random model in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode
-tokens/s of bare `model.generate`, of our `stream_generate`, and of `stream_generate` with `--compile` (static KV
-cache + torch.compile), against the limit: the bytes read per decode step (every weight but the embedding table)
-over the device-to-device copy bandwidth measured here. First, the built-in demo model in the same dtype, the way `demos/generate.py` loads it:
-the decode rate of its first answer (every sequence length new to the process) and of later ones. Then the 7B model saved to disk and loaded back with
-`--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights' bytes next to bf16's
-(skip with --no_quant). Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md. --smoke runs
-a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+First, the built-in demo model in the GPU's dtype, loaded as `demos/generate.py` loads it: the decode rate of its
+first answer (every sequence length new to the process) and of later ones. Then a Llama-2-7B-shaped random model
+in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode tokens/s of bare `model.generate`, of
+our `stream_generate` (also with cuDNN attention allowed, once warm), and of `stream_generate` with `--compile`
+(static KV cache + torch.compile), against the limit: the bytes read per decode step (every weight but the
+embedding table) over the device-to-device copy bandwidth measured here. Then the 7B model saved to disk and
+loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights'
+bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and refreshes
+bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
 from __future__ import annotations
 
@@ -78,9 +79,21 @@ def stream_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
     return last["decode_tokens_per_second"]
 
 
+def with_cudnn_attention(run):
+    """`run` with cuDNN attention allowed, as PyTorch has it by default (model/meta.py turns it off: a plan per new
+    length). Measured after the warm-up, when every length has its plan: what cuDNN gives once warm."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        return run()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
     runs = {"gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
             "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
+            "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(lambda: stream_decode_rate(model, prompt, new_tokens)),
             "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens)}
     with eos_ignored(model):
         for run in runs.values():  # warm up; twice, so the compiled graph is built and recorded
