@@ -93,7 +93,8 @@ def with_cudnn_attention(run):
 def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
     runs = {"gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
             "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
-            "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(lambda: stream_decode_rate(model, prompt, new_tokens)),
+            "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(
+                lambda: stream_decode_rate(model, prompt, new_tokens)),
             "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens)}
     with eos_ignored(model):
         for run in runs.values():  # warm up; twice, so the compiled graph is built and recorded
