@@ -120,13 +120,25 @@ def test_ctrl_c_ends_every_rank_quietly():
     assert ask(client, "Peru") == "The capital of Peru is Lima."
     output = interrupted(app)
     assert app.returncode == 0 and ends_quietly(output) and "Traceback" not in output, output
+    assert not processes_of(app), processes_of(app)
 
 
-def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_ends_every_rank():
+def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_mid_answer_ends_every_rank():
     app, client = launched("--device", "cpu", launcher=TORCHRUN)
     assert ask(client, "Chile") == "The capital of Chile is Santiago."
+    job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
+    while len(job.outputs()) < 3:  # both ranks are inside the answer's steps
+        time.sleep(0.01)
     output = interrupted(app)  # torchrun's agent reports the signal with a traceback of its own
     assert "tensor parallel over 2 CPU processes" in output and ends_quietly(output), output
+    assert not processes_of(app), processes_of(app)
+
+
+def processes_of(app) -> list[str]:
+    """The processes still running in the app's session (`launched` starts one): ranks, the web server. An ended
+    one whose parent left before reaping it stays listed as a zombie until init does: those are not counted."""
+    listed = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(app.pid)], capture_output=True, text=True)
+    return [line for line in listed.stdout.splitlines() if not line.split()[1].startswith("Z")]
 
 
 @pytest.fixture(scope="module")
