@@ -20,7 +20,7 @@ from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
 
 def avoid_cudnn_attention() -> None:
     """Keep attention off cuDNN in this process. PyTorch sends bf16/fp16 attention to cuDNN first on recent GPUs,
-    and cuDNN builds an execution plan for every new sequence length: while the KV cache grows by one token a
+    and cuDNN builds an execution plan for every new sequence length. While the KV cache grows by one token a
     step, each step with a length not seen before waited tens of milliseconds for its plan: on an H100 the demo
     model's first answer decoded 12 tokens/s, later ones 340. Flash and memory-efficient attention need no plans
     (with them: 115 and 281)."""
@@ -47,7 +47,6 @@ class MetaModel(torch.nn.Module):
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
         if self.device.type == "cuda":
             avoid_cudnn_attention()
-
 
     @staticmethod
     def from_pretrained(pretrained_path, llama_type: str | None = None, llama_config=None,

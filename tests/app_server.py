@@ -24,6 +24,15 @@ ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
+def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
+    """What `demos/generate.py --output FILE *flags` (run by `launcher`) writes to FILE."""
+    output = tmp_path / f"{name}.jsonl"
+    result = subprocess.run([*launcher, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return output.read_text()
+
+
 def launched(*flags: str, launcher=(sys.executable,)):
     """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on a
     free port, once it answers. It runs in a session of its own, as from a terminal: `interrupted` is its Ctrl-C."""

@@ -2,46 +2,36 @@
 machine repeats the checks first run by hand on an H100 (2026-11-22): the launcher in bf16 and with --quant,
 torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API."""
 import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from app_server import TORCHRUN, generate
 from conversation import default_conversation
 from model import MetaModel
 from templates import format_prompt
 from ui import DEMO_MODEL
 
-REPO = Path(__file__).resolve().parent.parent
 PROMPTS = ["What is the capital of France?", "Who are you?"]
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
               pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")]
 
 
-def generate_file(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
-    output = tmp_path / f"{name}.jsonl"
-    subprocess.run([*launcher, str(REPO / "demos" / "generate.py"), "--prompts", *PROMPTS, "--output", str(output),
-                    *flags], check=True, cwd=REPO, timeout=300)
-    return output.read_text()
-
-
 @pytest.mark.parametrize("flags", [["--dtype", "bf16"], ["--quant", "4"], ["--quant", "8"]], ids=" ".join)
 def test_launcher_on_cuda(tmp_path, flags):
-    records = [json.loads(line) for line in generate_file(tmp_path, "out", "--device", "cuda", *flags).splitlines()]
+    written = generate(tmp_path, "out", "--prompts", *PROMPTS, "--device", "cuda", *flags)
+    records = [json.loads(line) for line in written.splitlines()]
     assert records[0]["response"].strip() == "The capital of France is Paris."
     assert all(r["finish_reason"] == "stop" and r["response"].strip() for r in records)
 
 
 def test_torchrun_one_rank_over_nccl_writes_what_one_process_writes(tmp_path):
-    alone = generate_file(tmp_path, "alone", "--device", "cuda")
-    torchrun = generate_file(tmp_path, "torchrun", "--device", "cuda",
-                             launcher=(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"))
-    assert torchrun == alone
+    flags = ["--prompts", *PROMPTS, "--device", "cuda"]
+    one_rank = [*TORCHRUN[:-1], "1"]
+    assert generate(tmp_path, "torchrun", *flags, launcher=one_rank) == generate(tmp_path, "alone", *flags)
 
 
 def answers(model: MetaModel) -> list[str]:

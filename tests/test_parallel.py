@@ -5,23 +5,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from app_server import ENV, ROOT, TORCHRUN, interrupted, launched
+from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched
 from ui import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
-
-
-def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
-    output = tmp_path / f"{name}.jsonl"
-    result = subprocess.run([*launcher, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
-                            capture_output=True, text=True, env=ENV, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return output.read_text()
 
 
 @pytest.mark.parametrize("model, sampling", [
