@@ -111,7 +111,8 @@ def test_ctrl_c_ends_every_rank_quietly():
     assert ask(client, "Peru") == "The capital of Peru is Lima."
     output = interrupted(app)
     assert app.returncode == 0 and ends_quietly(output) and "Traceback" not in output, output
-    assert not processes_of(app), processes_of(app)
+    left = processes_of(app)
+    assert not left, left
 
 
 def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_mid_answer_ends_every_rank():
@@ -122,7 +123,8 @@ def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_mid_answer_ends_every_r
         time.sleep(0.01)
     output = interrupted(app)  # torchrun's agent reports the signal with a traceback of its own
     assert "tensor parallel over 2 CPU processes" in output and ends_quietly(output), output
-    assert not processes_of(app), processes_of(app)
+    left = processes_of(app)
+    assert not left, left
 
 
 def processes_of(app) -> list[str]:
