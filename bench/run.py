@@ -43,7 +43,7 @@ class Settings:
 
 
 QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=64, repeats=4, ui_shape="small", ui_questions=2,
-                 ui_answer_tokens=300, ui_repeats=5, cache_shape="100m", cache_history_tokens=2000,
+                 ui_answer_tokens=300, ui_repeats=6, cache_shape="100m", cache_history_tokens=2000,
                  cache_repeats=3, load_clients=8, load_turns=3, load_repeats=3)
 SMOKE = Settings(stream_shape="tiny", quant_shape="tiny", new_tokens=8, repeats=1, ui_shape="tiny", ui_questions=1,
                  ui_answer_tokens=8, ui_repeats=1, cache_shape="tiny", cache_history_tokens=200,
