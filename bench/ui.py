@@ -172,7 +172,7 @@ def run(settings) -> dict[str, float]:
             (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
             with server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app, \
                     server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare:
-                seen = compare_clients(app, bare, model, own, settings)
+                seen = compare_clients(app, bare, model, replayed, settings)
         finally:
             torch.set_num_threads(threads)
     gradio_rate_ratio = statistics.median(seen["bare_rate_ratio"])
@@ -184,18 +184,17 @@ def run(settings) -> dict[str, float]:
     }
 
 
-def compare_clients(app, bare, model: MetaModel, own: dict[str, list[Timeline]], settings) -> dict[str, list[float]]:
+def compare_clients(app, bare, model: MetaModel, replayed: dict[str, Timeline], settings) -> dict[str, list[float]]:
     """Ask both servers the same questions in turns, and time the model's own answer in each round too; each
     figure relative to what the server side needed. `ui_token_rate_ratio` is the app's rate over the model's own
     in the same round (median over rounds), over what Gradio alone delivers of the pace it is given
     (`gradio_rate_ratio`)."""
     length = settings.ui_answer_tokens
     seen = {"app_extra": [], "bare_extra": [], "app_over_own": [], "bare_rate_ratio": []}
-    for question in own:  # warm up both servers
+    for question in replayed:  # warm up both servers
         client_timeline(app, question, length), client_timeline(bare, question, length)
     for round_ in range(settings.ui_repeats):
-        for question, runs in own.items():
-            recorded = typical(runs)  # what the bare endpoint replays
+        for question, recorded in replayed.items():  # `recorded`: what the bare endpoint replays
             mine = model_timeline(model, question, length)  # the model's own pace in this round
             for name in ("app", "bare") if round_ % 2 == 0 else ("bare", "app"):
                 client = app if name == "app" else bare
