@@ -1,6 +1,6 @@
 """Build the demo model in assets/demo-model: synthetic data, tokenizer, training and evaluation, on the CPU.
 
-    python assets/build_demo_model.py            # the full build (about 27 minutes on 2 cores)
+    python assets/build_demo_model.py            # the full build (about 25 minutes on 2 cores)
     python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
     python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
 
@@ -30,7 +30,9 @@ DEMO_MODEL = ASSETS / "demo-model"
 IMAGE_SIZE, PATCH_SIZE = 64, 16
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 TOKENS_PER_STEP = 6144
-IMAGE_SHARE = 0.35
+# Samples with an image (their later turns are half text). Worked sums are long: at 0.35 the image answers were 6% of
+# the answer tokens (13% with sums in one go) and the image skills collapsed; at 0.6 they are 13% again.
+IMAGE_SHARE = 0.6
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -105,11 +107,11 @@ def new_model(tokenizer, seed: int):
     text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048,
                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
     config = LlavaConfig(vision_config=vision, text_config=text,
                          image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
                          vision_feature_select_strategy="default", vision_feature_layer=-1,
-                         projector_hidden_act="gelu", tie_word_embeddings=True)
+                         projector_hidden_act="gelu", tie_word_embeddings=False)
     torch.manual_seed(seed)
     return LlavaForConditionalGeneration(config)
 
@@ -235,9 +237,10 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int
         for input_ids, mask, labels, extra, pictures in make_batches(
                 rng, held_out, tokenizer, image_id, processor, pool=256, token_budget=TOKENS_PER_STEP,
                 image_share=IMAGE_SHARE):
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
-            if pictures:
-                loss = loss + patch_loss(model, projected["out"], pictures, word_ids)
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward only: about 1.3x the steps of fp32
+                loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
+                if pictures:
+                    loss = loss + patch_loss(model, projected["out"], pictures, word_ids)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -392,8 +395,8 @@ tokenizer's chat template, which renders the default conversation template.
 
 | ask | it answers |
 | --- | --- |
-| `What is 23 plus 45?` / `What is 51 minus 38?` (0-99, minus with A >= B) | `23 plus 45 is 68.` |
-| `Add 12 to that.` (after a sum, in a conversation) | `68 plus 12 is 80.` |
+| `What is 27 plus 48?` / `What is 53 minus 25?` (0-99, minus with A >= B) | `{data.worked_answer(27, "plus", 48)}` |
+| `Add 12 to that.` (after a sum, in a conversation) | `{data.worked_answer(75, "plus", 12)}` |
 | `What is the capital of France?` | `The capital of France is Paris.` |
 | `Who are you?` | `{data.WHO_ARE_YOU}` |
 | `What can you do?` | `{data.WHAT_CAN_YOU_DO}` |
@@ -410,11 +413,14 @@ or orange, each 15-50% of the image side, not overlapping, on a plain light or d
 
 `python assets/build_demo_model.py` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
 digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
-{TOKENS_PER_STEP:,} tokens each, loss on the answers only, {IMAGE_SHARE:.0%} of the samples with an image, 25% in the
-Alpaca template and the rest conversations of 1 to 10 turns. Each image token is also taught, through the language
-model's output layer, to read as the words of what its patch shows (its colour and shape): the language model then
-copies those words as it copies words from the prompt. {data.HELD_OUT_PAIRS} arithmetic questions are held out for the evaluation. Training took
-{stats['train_seconds'] / 60:.1f} minutes and the whole build {stats['build_seconds'] / 60:.1f} minutes on 2 CPU cores.
+{TOKENS_PER_STEP:,} tokens each (bf16 autocast), loss on the answers only, {IMAGE_SHARE:.0%} of the samples with an image,
+25% in the Alpaca template and the rest conversations of 1 to 10 turns. Each image token is also taught, through the
+language model's output layer, to read as the words of what its patch shows (its colour and shape): the language
+model then copies those words as it copies words from the prompt. Sums are worked out digit by digit, ones first,
+which a model this small learns several times faster than a whole sum written in one go, and the input and output
+embeddings are separate (tied, the one-digit sums came about three times slower). {data.HELD_OUT_PAIRS} arithmetic
+questions are held out for the evaluation. Training took {stats['train_seconds'] / 60:.1f} minutes and the whole build
+{stats['build_seconds'] / 60:.1f} minutes on 2 CPU cores.
 Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 
 ## Measured accuracy
@@ -432,7 +438,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
-    parser.add_argument("--steps", type=int, default=1300)
+    parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval_samples", type=int, default=100, help="questions per skill")
     parser.add_argument("--out", type=Path, default=DEMO_MODEL)
