@@ -10,7 +10,6 @@ from model import MetaModel
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "assets"))
 
-import build_demo_model as build  # noqa: E402
 import demo_data as data  # noqa: E402
 
 
