@@ -47,3 +47,13 @@ def test_sums_are_worked_out_digit_by_digit_and_every_step_is_right():
             rebuilt += int(value) % 10 * 10 ** place
         rebuilt += int(value) // 10 * 10 ** len(steps)  # the last carry
         assert rebuilt == result, answer
+
+
+def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
+    import build_demo_model as build
+
+    factors = [build.learning_rate_factor(step, 1200) for step in range(1201)]
+    assert factors[0] < 0.05 and factors[99] == 1.0
+    assert all(f == 1.0 for f in factors[100:901])  # held through the first three quarters
+    decay = factors[900:]
+    assert all(a >= b for a, b in zip(decay, decay[1:])) and abs(factors[1200] - 0.1) < 1e-9

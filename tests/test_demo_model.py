@@ -107,7 +107,7 @@ def test_images_what_color_count(demo):
 def test_deep_conversation_and_follow_up(demo):
     rng = random.Random(7)
     right = 0
-    for _ in range(5):
+    for _ in range(10):
         history = [data.text_turn(rng, None, None) for _ in range(5)]
         question = data.arithmetic_turn(rng)
         first = data.arithmetic_turn(rng)
@@ -116,4 +116,4 @@ def test_deep_conversation_and_follow_up(demo):
                                                 + [[question.question, None]]))
         right += build.is_correct(follow, ask(demo, "conversation", [[first.question, first.answer],
                                                                      [follow.question, None]]))
-    assert right >= 9, f"{right} of 10 right"
+    assert right >= 16, f"{right} of 20 right"  # the bars: 80%
