@@ -32,8 +32,8 @@ IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 TOKENS_PER_STEP = 6144
 # Samples with an image (their later turns are half text): IMAGES_FIRST_SHARE for the first IMAGES_FIRST_STEPS steps,
 # IMAGE_SHARE after. Reading the image tokens and working out sums each come suddenly, after enough samples of their
-# own. Worked sums are long: at 0.35 throughout the image answers were 6% of the answer tokens and the model never
-# learnt to look at the image; at 0.5-0.6 throughout it did (at 0.6) but the sums had too few samples to come.
+# own. Worked sums are long: at 0.35 throughout, the image answers were 6% of the answer tokens and the model never
+# learnt to look at the image; at 0.6 throughout it did, but the sums had too few samples to come; at 0.5, neither.
 IMAGES_FIRST_STEPS, IMAGES_FIRST_SHARE = 300, 0.85
 IMAGE_SHARE = 0.35
 VOCAB_SIZE = 1024
