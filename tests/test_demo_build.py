@@ -10,6 +10,7 @@ from model import MetaModel
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "assets"))
 
+import build_demo_model as build  # noqa: E402
 import demo_data as data  # noqa: E402
 
 
@@ -50,8 +51,6 @@ def test_sums_are_worked_out_digit_by_digit_and_every_step_is_right():
 
 
 def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
-    import build_demo_model as build
-
     factors = [build.learning_rate_factor(step, 1200) for step in range(1201)]
     assert factors[0] < 0.05 and factors[99] == 1.0
     assert all(f == 1.0 for f in factors[100:901])  # held through the first three quarters
