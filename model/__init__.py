@@ -1,4 +1,5 @@
 """The inference core: `MetaModel` (loading and generation) and Accessory's image transforms."""
+from . import vision_stem  # noqa: F401  (registers the demo model's vision tower with transformers)
 from .errors import UserError
 from .footprint import weight_bytes
 from .generation import AnswerStream, ModelInputs, SamplingParams, generate_tokens

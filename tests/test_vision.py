@@ -1,10 +1,14 @@
 """A tiny LLaVA answers about an image through both Accessory transforms, from PIL images and from tensors."""
+import json
+
 import pytest
 import torch
 from PIL import Image
 
+import tiny_models
 from model import MetaModel, UserError, get_transform
 from model.image import CLIP_MEAN, shape_image
+from model.vision_stem import MODEL_TYPE, ConvStemCLIPVisionModel
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +41,17 @@ def test_the_image_changes_the_answer(llava):
     assert (inputs.input_ids == image_id).sum() == 16  # (32 / 8) ** 2 patches, placed before the prompt
     assert inputs.input_ids[0, 0] == llava.tokenizer.bos_id and inputs.input_ids[0, 1] == image_id
     assert blank != red
+
+
+def test_the_demo_models_conv_stem_tower_loads_and_gives_clips_patch_grid(tmp_path):
+    folder = tiny_models.save_tiny_llava(tmp_path / "stem", conv_stem=True)
+    assert json.loads((folder / "config.json").read_text())["vision_config"]["model_type"] == MODEL_TYPE
+    stem = MetaModel.from_pretrained(str(folder), with_visual=True, max_seq_len=2048)
+    assert isinstance(stem.llma.model.vision_tower, ConvStemCLIPVisionModel)
+    inputs = stem.prepare_inputs(["What is in the image?"], [red_square_on_wide_canvas()])
+    assert (inputs.input_ids == stem.processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == 16
+    blank = stem.generate(["What is in the image?"], images=[Image.new("RGB", (32, 32), "black")], max_gen_len=12)
+    assert blank != stem.generate(["What is in the image?"], images=[red_square_on_wide_canvas()], max_gen_len=12)
 
 
 def test_transforms_pad_or_crop_before_the_processor(llava):

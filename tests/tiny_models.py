@@ -175,13 +175,17 @@ def save_meta(model, folder: Path, tokenizer_model: Path, shards: int = 2) -> Pa
     return folder
 
 
-def save_tiny_llava(folder: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8) -> Path:
-    """A random LLaVA (CLIP vision tower, projector, Llama) with its processor, as a Hugging Face folder."""
+def save_tiny_llava(folder: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8,
+                    conv_stem: bool = False) -> Path:
+    """A random LLaVA (CLIP vision tower, projector, Llama) with its processor, as a Hugging Face folder.
+    `conv_stem`: the demo model's tower, CLIP with convolutions in place of the patch embedding."""
     from transformers import (CLIPImageProcessorPil, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)
 
+    from model.vision_stem import ConvStemCLIPVisionConfig
+
     tokenizer = train_byte_level_tokenizer()
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+    vision = (ConvStemCLIPVisionConfig if conv_stem else CLIPVisionConfig)(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                               image_size=image_size, patch_size=patch_size)
     text = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=1, eos_token_id=2, **TEXT_CONFIG)
     config = LlavaConfig(vision_config=vision, text_config=text,
