@@ -70,7 +70,6 @@ def test_capitals(demo, template):
     assert right >= 8, f"{right} of 8 right"
 
 
-@BELOW_BAR
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
 def test_arithmetic(demo, template):
     rng = random.Random(1234)
@@ -103,7 +102,6 @@ def test_images_what_color_count(demo):
     assert right >= asked - 2, f"{right} of {asked} right"
 
 
-@BELOW_BAR
 def test_deep_conversation_and_follow_up(demo):
     rng = random.Random(7)
     right = 0
