@@ -406,8 +406,8 @@ def write_model_card(folder: Path, figures: dict, stats: dict, size_mb: float, p
     capitals = ", ".join(data.CAPITALS)
     below = [k for k, bar in BARS.items() if figures.get(k, 0.0) < bar]
     limits = ("\n**Not yet at its accuracy bars:** " + ", ".join(f"{k} {figures[k]:.0%} (bar {BARS[k]:.0%})" for k in below)
-              + ". Trust its capitals, its identity answers and how it ends answers; its sums and what it says about an "
-              "image are often wrong. It shows how the app works, not what a model can do.\n") if below else ""
+              + ": what it says about those is often wrong; the table below shows what to trust. It shows how the app "
+              "works, not what a model can do.\n") if below else ""
     card = f"""# Demo model
 
 The built-in model of this chat app: a {params_m:.1f}M-parameter LLaVA-style model (a 3-layer CLIP vision
