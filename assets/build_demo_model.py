@@ -120,7 +120,8 @@ def new_model(tokenizer, seed: int):
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config)
     # Three times the usual scale: the vision stage learns its words through this layer, and at std 0.02 a probe
-    # of it read the shapes' colours right 49% of the time after 750 steps, at 0.06 61% (experiments/demo_stem).
+    # of it read the shapes' colours right 49% of the time after 750 steps, at 0.06 61% (branch demo-stem,
+    # experiments/demo_stem).
     torch.nn.init.normal_(model.lm_head.weight, std=0.06)
     return model
 
