@@ -157,11 +157,18 @@ def encode(sample: data.Sample, tokenizer, image_id: int) -> tuple[list[int], li
     return ids, labels
 
 
+def as_seen(rng, image, shapes) -> tuple:
+    """(the image as the model sees it, its shapes): a lone shape padded or cropped at random, several padded
+    (cropping could cut a shape off the side)."""
+    from model.image import shape_image
+
+    transform = rng.choice(("padded_resize", "resized_center_crop")) if len(shapes) == 1 else "padded_resize"
+    return shape_image(image, transform, IMAGE_SIZE), shapes
+
+
 def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float):
     """A pool of samples, grouped by length into batches of about `token_budget` (padded) tokens. Each batch
     comes with its images as the model sees them and their shapes, for the slot loss."""
-    from model.image import shape_image
-
     samples = [data.training_sample(rng, held_out, image_share) for _ in range(pool)]
     encoded = sorted(((encode(s, tokenizer, image_id), s) for s in samples), key=lambda e: len(e[0][0]))
     batches, current = [], []
@@ -183,9 +190,7 @@ def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token
             labels[row, : len(labs)] = torch.tensor(labs)
             mask[row, : len(ids)] = 1
             if sample.image is not None:
-                transform = rng.choice(("padded_resize", "resized_center_crop")) if len(sample.shapes) == 1 \
-                    else "padded_resize"  # cropping could cut a shape off the side
-                pictures.append((shape_image(sample.image, transform, IMAGE_SIZE), sample.shapes))
+                pictures.append(as_seen(rng, sample.image, sample.shapes))
         extra = {"pixel_values": processor.image_processor([p for p, _ in pictures], return_tensors="pt")[
             "pixel_values"]} if pictures else {}
         yield input_ids, mask, labels, extra, pictures
@@ -224,8 +229,6 @@ def word_ids_of(tokenizer) -> dict:
 def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int = 100) -> dict:
     """Before the language model: the vision tower, the projector and the output layer alone learn the slot loss
     on batches of images, which cost a fifth of a language model step."""
-    from model.image import shape_image
-
     word_ids = word_ids_of(tokenizer)
     params = [*model.model.vision_tower.parameters(), *model.model.multi_modal_projector.parameters(),
               *model.lm_head.parameters()]
@@ -235,9 +238,7 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
     for step in range(1, steps + 1):
         pictures = []
         for _ in range(VISION_BATCH):
-            image, shapes = data.shapes_image(rng)
-            transform = rng.choice(("padded_resize", "resized_center_crop")) if len(shapes) == 1 else "padded_resize"
-            pictures.append((shape_image(image, transform, IMAGE_SIZE), shapes))
+            pictures.append(as_seen(rng, *data.shapes_image(rng)))
         pixels = processor.image_processor([p for p, _ in pictures], return_tensors="pt")["pixel_values"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             features = model.model.get_image_features(pixel_values=pixels,
