@@ -140,10 +140,15 @@ def test_new_message_while_streaming_stops_the_old_answer(browser, demo):
         send(page, "Who are you?")
         wait_for_answer(page, lambda t: len(t) > 20)
         send(page, "What is the capital of Egypt?")
+        at_send = counter.calls
         assert wait_for_answer(page, lambda t: "Cairo" in t, timeout=20)
-        stopped = [t for t in page.locator('[data-testid="bot"]').all_inner_texts() if t.startswith("I am")]
-        assert stopped and not stopped[0].endswith("/path/to/checkpoint.")  # the first answer was cut short
-        assert counter.settled(quiet=0.5) < 50  # the whole first answer alone takes about 64 steps
+        steps_after_send = counter.settled(quiet=0.5) - at_send
+        stopped, answer = page.locator('[data-testid="bot"]').all_inner_texts()[-2:]
+        assert stopped.startswith("I am") and not stopped.endswith("/path/to/checkpoint.")  # the first answer was cut
+        # The new answer takes a step per token, plus its prompt and its stop; the rest of the old answer (about 50
+        # steps) must not have run. How long the new answer is does not matter: that is the model's business.
+        new_answer_steps = len(demo.tokenizer.encode(answer, bos=False)) + 3
+        assert steps_after_send - new_answer_steps <= 4, (steps_after_send, answer)
 
 
 def test_edit_undo_regenerate(browser, demo):
