@@ -65,7 +65,8 @@ def segments(sample: data.Sample) -> list[tuple[str, bool]]:
         return [(format_prompt({"instruction": turn.question}, sys_name="alpaca"), False), (" " + turn.answer, True)]
     pieces = [(SYSTEM + "\n\n###", False)]
     for turn in sample.turns:
-        pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False), (" " + turn.answer + SEPARATOR, True)]
+        pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False),
+                   (" " + turn.answer + SEPARATOR, not turn.stopped)]
     return pieces
 
 
@@ -323,6 +324,11 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
         followups.append(data.Sample([first, data.followup_turn(rng, first.value)], "conversation"))
     sets["arithmetic_turn6"] = deep
     sets["followup"] = followups
+    cut_short = (data.identity_turn, data.capital_turn, data.unknown_turn, lambda r: data.arithmetic_turn(r, held_out))
+    sets["after_stop"] = [data.Sample([data.stopped(rng, rng.choice(cut_short)(rng)),
+                                       data.arithmetic_turn(rng, held_out, keep_held_out=True)
+                                       if rng.random() < 0.5 else data.capital_turn(rng)], "conversation")
+                          for _ in range(n)]
     sets["identity"] = [data.Sample([data.Turn(q, "", "identity")], t) for q in ("Who are you?", "What can you do?")
                         for t in ("alpaca", "conversation")]
     return sets
@@ -374,7 +380,9 @@ def evaluate(model, seed: int, n: int = 100) -> dict:
                 results = model.generate([prompt_for(s) for s in part], images=images, max_gen_len=64,
                                          additional_stop_symbols=stops, return_details=True)
                 for sample, result in zip(part, results):
-                    correct += is_correct(sample.turns[-1], result["text"])
+                    # After an answer cut by Stop, the whole answer and nothing more: not the rest of the cut one.
+                    correct += (result["text"].strip() == sample.turns[-1].answer if name == "after_stop"
+                                else is_correct(sample.turns[-1], result["text"]))
                     endings += 1
                     endings_ok += result["finish_reason"] == "stop"
         figures[name] = round(correct / len(samples), 3)
@@ -467,7 +475,8 @@ Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 ## Measured accuracy
 
 Greedy, through `MetaModel` and the templates, on held-out questions (new images, held-out sums; `arithmetic_turn6`
-asks a sum after five other turns, `followup` is `Add C to that.`; `termination` counts answers that ended with
+asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a capital, exactly and
+nothing more, after an answer cut off by Stop; `termination` counts answers that ended with
 EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eval` prints this table again.
 
 {accuracy_table(figures)}

@@ -5,7 +5,7 @@ Everything is drawn from a `random.Random`, so a seed decides the whole data set
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PIL import Image, ImageDraw
 
@@ -49,6 +49,7 @@ class Turn:
     answer: str
     kind: str  # arithmetic, capital, identity, unknown, followup, image_what, image_color, image_count
     value: object = None  # what an evaluation checks: the number, the capital, the shapes...
+    stopped: bool = False  # cut short by Stop: context for the turns after it, never a target
 
 
 @dataclass
@@ -218,6 +219,12 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3)
         else:
             turns.append(text_turn(rng, held_out, turns[-1] if turns else None))
     return Sample(turns, template, image, shapes)
+
+
+def stopped(rng: random.Random, turn: Turn) -> Turn:
+    """The turn as the chat keeps it after Stop: its answer cut after a random word."""
+    words = turn.answer.split()
+    return replace(turn, answer=" ".join(words[: rng.randint(1, max(1, len(words) - 1))]), stopped=True)
 
 
 HELD_OUT_PAIRS = 400

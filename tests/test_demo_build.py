@@ -56,3 +56,16 @@ def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
     assert all(f == 1.0 for f in factors[100:901])  # held through the first three quarters
     decay = factors[900:]
     assert all(a >= b for a, b in zip(decay, decay[1:])) and abs(factors[1200] - 0.1) < 1e-9
+
+
+
+
+def test_an_answer_cut_by_stop_is_context_but_never_a_target():
+    rng = random.Random(0)
+    whole, question = data.identity_turn(rng), data.capital_turn(rng)
+    cut = data.stopped(rng, whole)
+    assert cut.stopped and whole.answer.startswith(cut.answer + " ")  # cut after a word, never whole
+    sample = data.Sample([cut, question], "conversation")
+    build.check_segments_match_templates(sample)
+    targets = [text for text, is_answer in build.segments(sample) if is_answer]
+    assert targets == [" " + question.answer + build.SEPARATOR]
