@@ -58,8 +58,6 @@ def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
     assert all(a >= b for a, b in zip(decay, decay[1:])) and abs(factors[1200] - 0.1) < 1e-9
 
 
-
-
 def test_an_answer_cut_by_stop_is_context_but_never_a_target():
     rng = random.Random(0)
     whole, question = data.identity_turn(rng), data.capital_turn(rng)
