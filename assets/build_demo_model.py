@@ -223,8 +223,25 @@ def learning_rate_factor(step: int, steps: int, decay_share: float = 0.25) -> fl
 
 
 def word_ids_of(tokenizer) -> dict:
-    ids = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in (*data.COLORS, *data.SHAPES, "no")}
+    """The token of each slot word: the colours, "no", and the counts 1 to 3."""
+    ids = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in (*data.COLORS, "no")}
     return ids | {str(n): tokenizer.encode(str(n), add_special_tokens=False)[-1] for n in (1, 2, 3)}
+
+
+def take_step(loss: torch.Tensor, params, optimizer, schedule) -> float:
+    """Backward, clip, one optimizer and schedule step; returns the loss."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def log_progress(name: str, step: int, steps: int, losses: list[float], every: int, started: float) -> None:
+    if step % every == 0 or step == steps:
+        recent = losses[-every:]
+        print(f"{name} {step}/{steps}  loss {sum(recent) / len(recent):.4f}  {time.time() - started:.0f}s", flush=True)
 
 
 def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int = 100) -> dict:
@@ -237,24 +254,15 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, steps))
     started, losses = time.time(), []
     for step in range(1, steps + 1):
-        pictures = []
-        for _ in range(VISION_BATCH):
-            pictures.append(as_seen(rng, *data.shapes_image(rng)))
+        pictures = [as_seen(rng, *data.shapes_image(rng)) for _ in range(VISION_BATCH)]
         pixels = processor.image_processor([p for p, _ in pictures], return_tensors="pt")["pixel_values"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             features = model.model.get_image_features(pixel_values=pixels,
                                                       vision_feature_layer=-1, vision_feature_select_strategy="full")
             features = torch.stack(list(features.pooler_output))
             loss = slot_loss(model, features, pictures, word_ids)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        if step % log_every == 0 or step == steps:
-            print(f"vision step {step}/{steps}  loss {sum(losses[-log_every:]) / len(losses[-log_every:]):.4f}  "
-                  f"{time.time() - started:.0f}s", flush=True)
+        losses.append(take_step(loss, params, optimizer, schedule))
+        log_progress("vision step", step, steps, losses, log_every, started)
     return {"vision_steps": steps, "vision_seconds": round(time.time() - started)}
 
 
@@ -275,16 +283,9 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
                 if pictures:
                     loss = loss + slot_loss(model, projected["out"], pictures, word_ids)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            losses.append(take_step(loss, model.parameters(), optimizer, schedule))
             step += 1
-            if step % log_every == 0 or step == steps:
-                print(f"step {step}/{steps}  loss {sum(losses[-log_every:]) / len(losses[-log_every:]):.4f}  "
-                      f"{time.time() - started:.0f}s", flush=True)
+            log_progress("step", step, steps, losses, log_every, started)
             if step >= steps:
                 break
     model.eval()
@@ -415,7 +416,8 @@ def accuracy_table(figures: dict) -> str:
 def write_model_card(folder: Path, figures: dict, stats: dict, size_mb: float, params_m: float) -> None:
     capitals = ", ".join(data.CAPITALS)
     below = [k for k, bar in BARS.items() if figures.get(k, 0.0) < bar]
-    limits = ("\n**Not yet at its accuracy bars:** " + ", ".join(f"{k} {figures[k]:.0%} (bar {BARS[k]:.0%})" for k in below)
+    limits = ("\n**Not yet at its accuracy bars:** "
+              + ", ".join(f"{k} {figures[k]:.0%} (bar {BARS[k]:.0%})" for k in below)
               + ": what it says about those is often wrong; the table below shows what to trust. It shows how the app "
               "works, not what a model can do.\n") if below else ""
     card = f"""# Demo model

@@ -185,8 +185,9 @@ def save_tiny_llava(folder: Path, seed: int = 0, image_size: int = 32, patch_siz
     from model.vision_stem import ConvStemCLIPVisionConfig
 
     tokenizer = train_byte_level_tokenizer()
-    vision = (ConvStemCLIPVisionConfig if conv_stem else CLIPVisionConfig)(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=image_size, patch_size=patch_size)
+    vision_config = ConvStemCLIPVisionConfig if conv_stem else CLIPVisionConfig
+    vision = vision_config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=image_size, patch_size=patch_size)
     text = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=1, eos_token_id=2, **TEXT_CONFIG)
     config = LlavaConfig(vision_config=vision, text_config=text,
                          image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
