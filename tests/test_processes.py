@@ -131,8 +131,8 @@ def test_a_killed_web_server_ends_the_launcher_with_a_sentence():
     assert client.predict(message="What is the capital of Peru?", history=[], temperature=0.0,
                           api_name="/chat") == "The capital of Peru is Lima."
     os.kill(web_server_of(app), signal.SIGKILL)
-    assert app.wait(timeout=20) == 1
-    assert "error: the web server's process stopped (exit code -9)." in app.stdout.read()
+    code, printed = app.wait(timeout=20), app.stdout.read()
+    assert code == 1 and "error: the web server's process stopped (exit code -9)." in printed, (code, printed)
 
 
 @needs_demo
