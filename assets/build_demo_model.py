@@ -14,6 +14,7 @@ import math
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -326,9 +327,11 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
     sets["arithmetic_turn6"] = deep
     sets["followup"] = followups
     cut_short = (data.identity_turn, data.capital_turn, data.unknown_turn, lambda r: data.arithmetic_turn(r, held_out))
+    # After an answer cut by Stop, the whole answer and nothing more: not the rest of the cut one.
     sets["after_stop"] = [data.Sample([data.stopped(rng, rng.choice(cut_short)(rng)),
-                                       data.arithmetic_turn(rng, held_out, keep_held_out=True)
-                                       if rng.random() < 0.5 else data.capital_turn(rng)], "conversation")
+                                       replace(data.arithmetic_turn(rng, held_out, keep_held_out=True)
+                                               if rng.random() < 0.5 else data.capital_turn(rng), kind="exact")],
+                                      "conversation")
                           for _ in range(n)]
     sets["identity"] = [data.Sample([data.Turn(q, "", "identity")], t) for q in ("Who are you?", "What can you do?")
                         for t in ("alpaca", "conversation")]
@@ -361,6 +364,8 @@ def is_correct(turn: data.Turn, answer: str) -> bool:
         return sorted(found) == turn.value
     if turn.kind == "identity":
         return "demo model" in answer and "--pretrained_path" in answer
+    if turn.kind == "exact":
+        return answer.strip() == turn.answer
     return True
 
 
@@ -381,9 +386,7 @@ def evaluate(model, seed: int, n: int = 100) -> dict:
                 results = model.generate([prompt_for(s) for s in part], images=images, max_gen_len=64,
                                          additional_stop_symbols=stops, return_details=True)
                 for sample, result in zip(part, results):
-                    # After an answer cut by Stop, the whole answer and nothing more: not the rest of the cut one.
-                    correct += (result["text"].strip() == sample.turns[-1].answer if name == "after_stop"
-                                else is_correct(sample.turns[-1], result["text"]))
+                    correct += is_correct(sample.turns[-1], result["text"])
                     endings += 1
                     endings_ok += result["finish_reason"] == "stop"
         figures[name] = round(correct / len(samples), 3)

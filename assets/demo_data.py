@@ -47,7 +47,9 @@ _UNKNOWN_FIXED = ["Hello!", "Hi there.", "How are you?", "What time is it?", "Wh
 class Turn:
     question: str
     answer: str
-    kind: str  # arithmetic, capital, identity, unknown, followup, image_what, image_color, image_count
+    # arithmetic, capital, identity, unknown, followup, image_what, image_color, image_count; in the evaluation
+    # also exact: right only if the answer is `answer`, word for word
+    kind: str
     value: object = None  # what an evaluation checks: the number, the capital, the shapes...
     stopped: bool = False  # cut short by Stop: context for the turns after it, never a target
 
