@@ -144,6 +144,13 @@ def shapes_image(rng: random.Random, count: int | None = None) -> tuple[Image.Im
     """1-3 non-overlapping shapes of distinct kinds, each 15-50% of the side, on a plain light or dark
     background; returns the image and its (color, shape) pairs, circle first, then square, then triangle
     (the order in which the model describes them)."""
+    image, shapes, _ = shapes_image_and_map(rng, count)
+    return image, shapes
+
+
+def shapes_image_and_map(rng: random.Random, count: int | None = None) -> tuple[Image.Image, list, Image.Image]:
+    """shapes_image, with the same draws, and its kinds map: a greyscale image of the same size, 0 on the
+    background and 1, 2, 3 where the circle, square or triangle is (for the build's per-patch shape loss)."""
     width = rng.randint(48, 320)
     height = max(48, min(320, int(width * rng.uniform(0.6, 1.6))))
     side = min(width, height)
@@ -162,11 +169,13 @@ def shapes_image(rng: random.Random, count: int | None = None) -> tuple[Image.Im
                    for b, _, _ in placed):
                 placed.append((box, kind, rng.choice(list(COLORS))))
                 break
-    draw = ImageDraw.Draw(image)
+    kinds_map = Image.new("L", (width, height), 0)
+    draw, draw_kind = ImageDraw.Draw(image), ImageDraw.Draw(kinds_map)
     for box, kind, color in placed:
         _draw_shape(draw, kind, box, COLORS[color])
+        _draw_shape(draw_kind, kind, box, SHAPES.index(kind) + 1)
     placed.sort(key=lambda p: SHAPES.index(p[1]))
-    return image, [(color, kind) for _, kind, color in placed]
+    return image, [(color, kind) for _, kind, color in placed], kinds_map
 
 
 def describe(shapes: list[tuple[str, str]]) -> str:

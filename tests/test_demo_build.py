@@ -1,9 +1,11 @@
-"""The demo model's build script: it still runs end to end (a few training steps, then the evaluation), and its
-worked sums are right."""
+"""The demo model's build script: it still runs end to end (a few training steps, then the evaluation), its
+worked sums are right, and its image losses read the right targets."""
 import random
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 from model import MetaModel
 
@@ -67,3 +69,42 @@ def test_an_answer_cut_by_stop_is_context_but_never_a_target():
     build.check_segments_match_templates(sample)
     targets = [text for text, is_answer in build.segments(sample) if is_answer]
     assert targets == [" " + question.answer + build.SEPARATOR]
+
+
+def test_the_kinds_map_marks_each_shape_where_the_image_draws_it():
+    for seed in range(20):
+        image, shapes, kinds_map = data.shapes_image_and_map(random.Random(seed))
+        same_image, same_shapes = data.shapes_image(random.Random(seed))  # the same draws
+        assert same_image.tobytes() == image.tobytes() and same_shapes == shapes
+        pixels, kinds = image.load(), kinds_map.load()
+        colour_of = {kind: data.COLORS[color] for color, kind in shapes}
+        marked = {0}
+        for x in range(0, image.width, 3):
+            for y in range(0, image.height, 3):
+                kind = kinds[x, y]
+                marked.add(kind)
+                if kind:
+                    assert pixels[x, y] == colour_of[data.SHAPES[kind - 1]], (seed, x, y)
+        assert marked == {0} | {data.SHAPES.index(kind) + 1 for kind in colour_of}, seed
+
+
+def test_patch_kinds_gives_each_patch_its_shares_in_the_tower_token_order():
+    from PIL import Image
+
+    wide = Image.new("L", (128, 64), 3)  # all triangle; padded square, a band 16 pixels high above and below
+    shares = build.patch_kinds(wide, "padded_resize").view(4, 4, 4)
+    assert torch.allclose(shares.sum(dim=-1), torch.ones(4, 4))
+    assert torch.allclose(shares[[0, 3]], torch.tensor([1.0, 0, 0, 0]).expand(2, 4, 4), atol=0.02)
+    assert torch.allclose(shares[[1, 2]], torch.tensor([0.0, 0, 0, 1]).expand(2, 4, 4), atol=0.02)
+    corner = Image.new("L", (64, 64), 0)
+    corner.paste(2, (48, 0, 64, 16))  # a square in the top right patch only
+    shares = build.patch_kinds(corner, "resized_center_crop")
+    assert torch.allclose(shares[3], torch.tensor([0.0, 0, 1, 0]), atol=0.02)
+    assert torch.allclose(shares[[i for i in range(16) if i != 3]], torch.tensor([1.0, 0, 0, 0]), atol=0.02)
+
+
+def test_each_shape_token_reads_as_its_shape_and_its_colour_or_no():
+    words = {w: i for i, w in enumerate(["1", "2", "3", *data.COLORS, *data.SHAPES, "no"])}
+    targets = build.slot_targets([("red", "circle"), ("blue", "triangle")], words)
+    assert targets == [(words["2"], words["2"]), (words["circle"], words["red"]), (words["square"], words["no"]),
+                       (words["triangle"], words["blue"])]
