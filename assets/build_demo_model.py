@@ -233,10 +233,15 @@ def slot_targets(shapes, word_ids: dict) -> list[tuple[int, int]]:
     return [(count, count)] + [(word_ids[kind], word_ids[colour_of.get(kind, "no")]) for kind in data.SHAPES]
 
 
+def slot_logits(model, image_features: torch.Tensor) -> torch.Tensor:
+    """[images, 4, vocabulary]: what the output layer reads off the first four image tokens of each image."""
+    return model.lm_head(image_features.reshape(-1, IMAGE_TOKENS, image_features.shape[-1])[:, :4])
+
+
 def slot_loss(model, image_features: torch.Tensor, pictures, word_ids: dict) -> torch.Tensor:
     """The language model head's mean log-probability of the slot words on the first four image tokens, negated:
     the language model then answers by copying from fixed image tokens, as it copies words from the prompt."""
-    logits = model.lm_head(image_features.reshape(len(pictures), IMAGE_TOKENS, -1)[:, :4]).float()
+    logits = slot_logits(model, image_features).float()
     targets = torch.tensor([slot_targets(p.shapes, word_ids) for p in pictures])
     return -torch.log_softmax(logits, dim=-1).gather(-1, targets).mean()
 
@@ -279,6 +284,14 @@ def log_progress(name: str, step: int, steps: int, losses: list[float], every: i
         print(f"{name} {step}/{steps}  loss {sum(recent) / len(recent):.4f}  {time.time() - started:.0f}s", flush=True)
 
 
+def vision_features(model, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the image tokens as the language model gets them, [images, IMAGE_TOKENS, width]; the vision tower's last
+    layer, which the projector reads)."""
+    outputs = model.model.get_image_features(pixel_values=pixels, vision_feature_layer=-1,
+                                             vision_feature_select_strategy="full")
+    return torch.stack(list(outputs.pooler_output)), outputs.hidden_states[-1]
+
+
 def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int = 100) -> dict:
     """Before the language model: the vision tower, the projector and the output layer alone learn the slot loss
     on batches of images, which cost a fifth of a language model step; the tower also learns what each patch holds
@@ -294,11 +307,8 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
         pictures = [as_seen(rng, *data.shapes_image_and_map(rng)) for _ in range(VISION_BATCH)]
         pixels = processor.image_processor([p.image for p in pictures], return_tensors="pt")["pixel_values"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            outputs = model.model.get_image_features(pixel_values=pixels, vision_feature_layer=-1,
-                                                     vision_feature_select_strategy="full")
-            features = torch.stack(list(outputs.pooler_output))
-            loss = slot_loss(model, features, pictures, word_ids) + kinds_loss(probe, outputs.hidden_states[-1],
-                                                                               pictures)
+            features, tower_output = vision_features(model, pixels)
+            loss = slot_loss(model, features, pictures, word_ids) + kinds_loss(probe, tower_output, pictures)
         losses.append(take_step(loss, params, optimizer, schedule))
         log_progress("vision step", step, steps, losses, log_every, started)
     return {"vision_steps": steps, "vision_seconds": round(time.time() - started)}

@@ -4,8 +4,8 @@ embedding, registered with transformers as "clip_conv_stem_vision_model" when `m
 Why: CLIP cuts the image into patches and embeds each with one linear map. Trained from scratch on the demo's few
 minutes of CPU, such a tower learnt every patch's colour (98%) but never which shape it held (32% on three kinds,
 chance); four 3x3 convolutions with stride 2 learnt shapes within 1,000 steps (an experiment of November 2026 on
-a branch that was not kept). The stem turns the image into the same grid of tokens as CLIP's patches, so the processor, the
-number of image tokens and everything after the embedding are CLIP's.
+a branch that was not kept). The stem turns the image into the same grid of tokens as CLIP's patches, so the
+processor, the number of image tokens and everything after the embedding are CLIP's.
 """
 from __future__ import annotations
 

@@ -22,9 +22,7 @@ def read_slots(model, processor, word_ids, rng, images: int = 500) -> dict:
     pictures = [build.as_seen(rng, *data.shapes_image(rng)) for _ in range(images)]
     pixels = processor.image_processor([p.image for p in pictures], return_tensors="pt")["pixel_values"]
     with torch.no_grad():
-        outputs = model.model.get_image_features(pixel_values=pixels, vision_feature_layer=-1,
-                                                 vision_feature_select_strategy="full")
-        logits = model.lm_head(torch.stack(list(outputs.pooler_output))[:, :4])
+        logits = build.slot_logits(model, build.vision_features(model, pixels)[0])
     counts = [word_ids[str(n)] for n in (1, 2, 3)]
     answers = [word_ids[w] for w in (*data.COLORS, "no")]
     count_right, slot_right, all_right = 0, 0, 0
