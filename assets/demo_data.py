@@ -30,6 +30,7 @@ WHAT_CAN_YOU_DO = ("I am only the built-in demo model: I can add and subtract nu
                    "and describe shapes in an image. For a real model, start python app.py --pretrained_path "
                    "/path/to/checkpoint.")
 DONT_KNOW = "Sorry, I am only a small demo model and cannot answer that."
+ABSENT = "not"  # "The circle is not in the image."
 
 _UNKNOWN_SUBJECTS = ["the weather", "music", "football", "the moon", "cooking", "history", "love", "the stock market",
                      "python", "poetry", "dogs", "cats", "the ocean", "physics", "chess", "movies", "trains",
@@ -193,9 +194,11 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
     if roll < 0.75:
         kind = rng.choice(SHAPES)
         present = {k: c for c, k in shapes}
+        # Both answers start "The circle is", so that one word, after it, decides: the colour or ABSENT. The build
+        # teaches the language model where to look for it (build_demo_model.lookup_loss).
         if kind in present:
             return Turn(f"What color is the {kind}?", f"The {kind} is {present[kind]}.", "image_color", present[kind])
-        return Turn(f"What color is the {kind}?", f"There is no {kind} in the image.", "image_color", None)
+        return Turn(f"What color is the {kind}?", f"The {kind} is {ABSENT} in the image.", "image_color", None)
     n = len(shapes)
     answer = "There is 1 shape." if n == 1 else f"There are {n} shapes."
     return Turn(rng.choice(["How many shapes are there?", "How many shapes are in the image?"]), answer,
@@ -208,7 +211,7 @@ def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None) -
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)
-    if roll < 0.65:
+    if roll < 0.73:  # the sums are the slowest skill to learn; the capitals (0.12) come early
         return arithmetic_turn(rng, held_out)
     if roll < 0.85:
         return capital_turn(rng)

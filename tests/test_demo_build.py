@@ -103,8 +103,59 @@ def test_patch_kinds_gives_each_patch_its_shares_in_the_tower_token_order():
     assert torch.allclose(shares[[i for i in range(16) if i != 3]], torch.tensor([1.0, 0, 0, 0]), atol=0.02)
 
 
-def test_each_shape_token_reads_as_its_shape_and_its_colour_or_no():
-    words = {w: i for i, w in enumerate(["1", "2", "3", *data.COLORS, *data.SHAPES, "no"])}
+def test_each_shape_token_reads_as_its_shape_and_its_colour_or_absent():
+    words = {w: i for i, w in enumerate(["1", "2", "3", *data.COLORS, *data.SHAPES, data.ABSENT])}
     targets = build.slot_targets([("red", "circle"), ("blue", "triangle")], words)
-    assert targets == [(words["2"], words["2"]), (words["circle"], words["red"]), (words["square"], words["no"]),
+    assert targets == [(words["2"], words["2"]), (words["circle"], words["red"]), (words["square"], words[data.ABSENT]),
                        (words["triangle"], words["blue"])]
+
+
+def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_computes():
+    from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers.models.clip import CLIPVisionConfig
+
+    from tiny_models import TEXT_CONFIG
+
+    text = LlamaConfig(vocab_size=50, **{**TEXT_CONFIG, "num_hidden_layers": build.LOOKUP_LAYER + 1})
+    config = LlavaConfig(vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                        num_attention_heads=2, image_size=32, patch_size=8),
+                         text_config=text, image_token_index=49)
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(config)
+    model.set_attn_implementation("eager")
+    captured = build.capture_lookup_inputs(model)
+    attention = model.model.language_model.layers[build.LOOKUP_LAYER].self_attn
+    head_inputs = {}
+    attention.o_proj.register_forward_pre_hook(lambda module, args: head_inputs.update(x=args[0]))
+    input_ids = torch.randint(0, 49, (2, 12))
+    attentions = model(input_ids=input_ids, output_attentions=True).attentions[build.LOOKUP_LAYER]
+    lookups = [(0, 7, 2, 4), (1, 5, 3, 17), (1, 11, 10, 30)]
+    looked = -torch.stack([attentions[row, build.LOOKUP_HEAD, query, key].log() for row, query, key, _ in lookups])
+    width = attention.head_dim
+    head = slice(build.LOOKUP_HEAD * width, (build.LOOKUP_HEAD + 1) * width)
+    brought = torch.nn.functional.linear(head_inputs["x"][:, :, head], attention.o_proj.weight[:, head])
+    answers = [4, 17, 30, 31]
+    read = -torch.stack([torch.log_softmax(model.lm_head(brought[row, query])[answers], dim=-1)[answers.index(word)]
+                         for row, query, _, word in lookups])
+    loss = build.lookup_loss(model, captured, lookups, answers)
+    assert torch.allclose(loss, looked.mean() + read.mean(), atol=1e-5)
+
+
+def test_a_colour_answer_looks_up_the_asked_shapes_image_token_where_it_names_the_colour():
+    from tiny_models import train_byte_level_tokenizer
+
+    tokenizer = train_byte_level_tokenizer()
+    image_id = tokenizer.convert_tokens_to_ids("<image>")
+    image, shapes = data.shapes_image(random.Random(0), count=2)
+    turns = [data.Turn("What color is the square?", "The square is green.", "image_color", "green"),
+             data.Turn("What color is the triangle?", f"The triangle is {data.ABSENT} in the image.", "image_color",
+                       None)]
+    encoded = build.encode(data.Sample([data.capital_turn(random.Random(1)), *turns], "conversation", image, shapes),
+                           tokenizer, image_id)
+    (green_query, square, green), (absent_query, triangle, absent) = encoded.lookups
+    assert (square, triangle) == (1 + 2, 1 + 3)  # after <s> and the class token
+    word = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in ("green", data.ABSENT)}
+    assert (green, absent) == (word["green"], word[data.ABSENT])
+    for query, kind, named in ((green_query, "square", green), (absent_query, "triangle", absent)):
+        assert tokenizer.decode(encoded.ids[: query + 1]).endswith(f" Assistant: The {kind} is")
+        assert encoded.ids[query + 1] == named and encoded.labels[query + 1] == named

@@ -2,8 +2,8 @@
 
     PYTHONPATH=. python experiments/vision_binding/stage.py [--steps 1200]
 
-Prints, on 500 new images: the count read off the class token, each shape token's colour or "no" (the colour word
-or "no" its output-layer logits rank highest), and the share of images whose three shape tokens are all right.
+Prints, on 500 new images: the count read off the class token, each shape token's colour or "not" (the colour word
+or "not" its output-layer logits rank highest), and the share of images whose three shape tokens are all right.
 """
 import argparse
 import random
@@ -24,7 +24,7 @@ def read_slots(model, processor, word_ids, rng, images: int = 500) -> dict:
     with torch.no_grad():
         logits = build.slot_logits(model, build.vision_features(model, pixels)[0])
     counts = [word_ids[str(n)] for n in (1, 2, 3)]
-    answers = [word_ids[w] for w in (*data.COLORS, "no")]
+    answers = build.answer_word_ids(word_ids)
     count_right, slot_right, all_right = 0, 0, 0
     for picture, row in zip(pictures, logits):
         wanted = build.slot_targets(picture.shapes, word_ids)
