@@ -162,9 +162,9 @@ def encode(sample: data.Sample, tokenizer, image_id: int) -> Encoded:
     for text, is_answer in pieces:
         piece_ids = tokenizer.encode(text, add_special_tokens=False)
         if is_answer and (turn := next(answered)).kind == "image_color":
-            slot = 1 + SLOT_OF[turn.question.rstrip("?").split()[-1]]
+            kind = data.asked_shape(turn)
             word = tokenizer.encode(" " + (turn.value or data.ABSENT), add_special_tokens=False)[0]
-            lookups.append((len(ids) + colour_word_index(turn, tokenizer, piece_ids) - 1, slot, word))
+            lookups.append((len(ids) + colour_word_index(kind, tokenizer, piece_ids) - 1, 1 + SLOT_OF[kind], word))
         ids += piece_ids
         labels += piece_ids if is_answer else [-100] * len(piece_ids)
     if sample.template == "alpaca":
@@ -177,11 +177,10 @@ def encode(sample: data.Sample, tokenizer, image_id: int) -> Encoded:
 SLOT_OF = {kind: 1 + i for i, kind in enumerate(data.SHAPES)}
 
 
-def colour_word_index(turn: data.Turn, tokenizer, answer_ids: list[int]) -> int:
+def colour_word_index(kind: str, tokenizer, answer_ids: list[int]) -> int:
     """The index, in a colour answer's tokens, of its colour or data.ABSENT: the word after "The circle is"."""
-    kind = turn.question.rstrip("?").split()[-1]
     prefix = tokenizer.encode(f" The {kind} is", add_special_tokens=False)
-    assert answer_ids[: len(prefix)] == prefix, (turn.answer, answer_ids)
+    assert answer_ids[: len(prefix)] == prefix, (kind, answer_ids)
     return len(prefix)
 
 
@@ -489,8 +488,7 @@ def absent_shape_sample(rng: random.Random, template: str) -> data.Sample:
         image, shapes = data.shapes_image(rng)
         missing = [kind for kind in data.SHAPES if kind not in {k for _, k in shapes}]
         if missing:
-            kind = rng.choice(missing)
-            turn = data.Turn(f"What color is the {kind}?", f"The {kind} is {data.ABSENT} in the image.", "exact")
+            turn = replace(data.colour_turn(rng.choice(missing), shapes), kind="exact")
             return data.Sample([turn], template, image, shapes)
 
 
@@ -512,7 +510,7 @@ def is_correct(turn: data.Turn, answer: str) -> bool:
     if turn.kind == "capital":
         return turn.value in answer
     if turn.kind == "image_color":  # about the shape asked, and only its colour
-        asked = turn.question.rstrip("?").split()[-1]
+        asked = data.asked_shape(turn)
         return (re.findall("|".join(data.SHAPES), answer) == [asked] and answer.count(turn.value) == 1
                 and not any(c in answer for c in data.COLORS if c != turn.value))
     if turn.kind == "image_what":

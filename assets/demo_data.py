@@ -185,6 +185,21 @@ def describe(shapes: list[tuple[str, str]]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
+def colour_turn(kind: str, shapes: list[tuple[str, str]]) -> Turn:
+    """"What color is the circle?" about the image of `shapes`: its colour, or ABSENT where there is no circle."""
+    present = {k: c for c, k in shapes}
+    # Both answers start "The circle is", so that one word, after it, decides: the colour or ABSENT. The build
+    # teaches the language model where to look for it (build_demo_model.lookup_loss).
+    if kind in present:
+        return Turn(f"What color is the {kind}?", f"The {kind} is {present[kind]}.", "image_color", present[kind])
+    return Turn(f"What color is the {kind}?", f"The {kind} is {ABSENT} in the image.", "image_color", None)
+
+
+def asked_shape(turn: Turn) -> str:
+    """The shape a colour_turn asks about: "circle" in "What color is the circle?"."""
+    return turn.question.rstrip("?").split()[-1]
+
+
 def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
     roll = rng.random()
     if roll < 0.4:
@@ -192,13 +207,7 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
                                "What do you see?"])
         return Turn(question, describe(shapes), "image_what", sorted(shapes))
     if roll < 0.75:
-        kind = rng.choice(SHAPES)
-        present = {k: c for c, k in shapes}
-        # Both answers start "The circle is", so that one word, after it, decides: the colour or ABSENT. The build
-        # teaches the language model where to look for it (build_demo_model.lookup_loss).
-        if kind in present:
-            return Turn(f"What color is the {kind}?", f"The {kind} is {present[kind]}.", "image_color", present[kind])
-        return Turn(f"What color is the {kind}?", f"The {kind} is {ABSENT} in the image.", "image_color", None)
+        return colour_turn(rng.choice(SHAPES), shapes)
     n = len(shapes)
     answer = "There is 1 shape." if n == 1 else f"There are {n} shapes."
     return Turn(rng.choice(["How many shapes are there?", "How many shapes are in the image?"]), answer,

@@ -1,4 +1,4 @@
-"""Can one attention head learn the lookup on a built model's frozen inputs? (needs lookup_loss.patch)
+"""Can one attention head learn the lookup on a built model's frozen inputs?
 
     PYTHONPATH=. python experiments/vision_binding/head_probe.py assets/demo-model [--steps 400] [--layer 2] [--oracle]
 

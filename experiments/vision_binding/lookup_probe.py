@@ -1,4 +1,4 @@
-"""Where a built model looks when it names a shape's colour, teacher-forced on new images (needs lookup_loss.patch).
+"""Where a built model looks when it names a shape's colour, teacher-forced on new images.
 
     PYTHONPATH=. python experiments/vision_binding/lookup_probe.py /tmp/demo-model [--images 100]
 
@@ -43,8 +43,8 @@ def main() -> None:
                            "answer"), 0)
     for _ in range(args.images):
         image, shapes = data.shapes_image(rng)
-        colour, kind = rng.choice(shapes)
-        turn = data.Turn(f"What color is the {kind}?", f"The {kind} is {colour}.", "image_color", colour)
+        _, kind = rng.choice(shapes)
+        turn = data.colour_turn(kind, shapes)
         encoded = build.encode(data.Sample([turn], "conversation", image, shapes), tokenizer,
                                tokenizer.convert_tokens_to_ids("<image>"))
         query, key, word = encoded.lookups[-1]
