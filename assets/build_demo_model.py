@@ -380,6 +380,18 @@ def vision_features(model, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return torch.stack(list(outputs.pooler_output)), outputs.hidden_states[-1]
 
 
+def attention_in_float32(module, query, key, value, attention_mask, **kwargs):
+    """The model's attention in float32 under the training's bfloat16 autocast. On 2 cores of this CPU the CPU's
+    flash attention runs forward and backward in about 3/4 of the time in float32 that it takes in bfloat16; the
+    language model steps take ~15% less."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    with torch.autocast("cpu", enabled=False):
+        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
+                                              **kwargs)
+    return out.to(query.dtype), weights
+
+
 def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int = 100) -> dict:
     """Before the language model: the vision tower, the projector and the output layer alone learn the slot loss
     on batches of images, which cost a fifth of a language model step; the tower also learns what each patch holds
@@ -661,6 +673,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     import transformers
+    from transformers import AttentionInterface
 
     transformers.utils.logging.disable_progress_bar()
     from model import MetaModel
@@ -674,9 +687,12 @@ def main() -> None:
         tokenizer = train_tokenizer(rng, held_out)
         processor = new_processor(tokenizer)
         model = new_model(tokenizer, args.seed)
+        AttentionInterface.register("float32_sdpa", attention_in_float32)
+        model.set_attn_implementation("float32_sdpa")
         steps = 3 if args.quick else args.steps
         vision = pretrain_vision(model, tokenizer, processor, rng, 2 if args.quick else VISION_STEPS)
         stats = train(model, tokenizer, processor, rng, held_out, steps, log_every=1 if args.quick else 50) | vision
+        model.set_attn_implementation("sdpa")
         save(model, processor, args.out)
         stats["build_seconds"] = round(time.time() - started)
         stats["seed"] = args.seed
