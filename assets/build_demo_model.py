@@ -666,7 +666,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
-    parser.add_argument("--steps", type=int, default=1400)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval_samples", type=int, default=100, help="questions per skill")
     parser.add_argument("--out", type=Path, default=DEMO_MODEL)
