@@ -55,6 +55,7 @@ class PromptLog:
 def test_eight_clients_three_turns_each_and_one_stop(demo):
     conversations = [[f"What is the capital of {COUNTRIES[3 * i + turn]}?" for turn in range(3)] for i in range(8)]
     expected = [conversation_alone(demo, questions) for questions in conversations]
+    [whole_identity] = conversation_alone(demo, ["Who are you?"])
     log = PromptLog(demo)
     answers, errors, sessions = {}, [], {}
     try:
@@ -80,7 +81,7 @@ def test_eight_clients_three_turns_each_and_one_stop(demo):
                 while len(job.outputs()) < 3 and not job.done():
                     time.sleep(0.01)
                 job.cancel()
-                stopped["pieces"] = len(job.outputs())
+                stopped["pieces"], stopped["last"] = len(job.outputs()), (job.outputs() or [""])[-1]
 
             started = time.perf_counter()
             threads = [threading.Thread(target=talk, args=(i,)) for i in range(8)]
@@ -101,7 +102,8 @@ def test_eight_clients_three_turns_each_and_one_stop(demo):
         others = [q for j, qs in enumerate(conversations) if j != index for q in qs]
         assert not any(q in prompt for prompt in mine for q in others)
         assert all(questions[turn] in mine[turn] and questions[turn - 1] in mine[turn] for turn in (1, 2))
-    assert 3 <= stopped["pieces"] < 30
+    # Stopped after its third piece, it ends before the whole answer (63 tokens: 0.3 s at the 5 ms a token here).
+    assert stopped["pieces"] >= 3 and len(stopped["last"].strip()) < len(whole_identity), stopped
     print(f"\n8 clients x 3 turns and one stopped: {wall:.1f} s wall")
 
 
