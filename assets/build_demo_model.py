@@ -40,6 +40,7 @@ TOKENS_PER_STEP = 6144
 # learnt to look at the image; at 0.6 throughout it did, but the sums had too few samples to come; at 0.5, neither.
 IMAGES_FIRST_STEPS, IMAGES_FIRST_SHARE = 300, 0.85
 IMAGE_SHARE = 0.35
+DECAY_SHARE = 0.25  # the learning rate is annealed over this last share of the steps
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -338,7 +339,7 @@ def lookup_loss(model, captured: dict, lookups: list[tuple[int, int, int, int]],
     return torch.nn.functional.cross_entropy(scores, keys) + torch.nn.functional.cross_entropy(read.float(), targets)
 
 
-def learning_rate_factor(step: int, steps: int, decay_share: float = 0.25) -> float:
+def learning_rate_factor(step: int, steps: int, decay_share: float = DECAY_SHARE) -> float:
     """Warm up, hold the peak, then anneal to a tenth over the last `decay_share` of the steps (warmup-stable-decay)."""
     warmup = max(1, min(100, steps // 10))
     decay_start = steps * (1 - decay_share)
@@ -381,9 +382,9 @@ def vision_features(model, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def attention_in_float32(module, query, key, value, attention_mask, **kwargs):
-    """The model's attention in float32 under the training's bfloat16 autocast. On 2 cores of this CPU the CPU's
-    flash attention runs forward and backward in about 3/4 of the time in float32 that it takes in bfloat16; the
-    language model steps take ~15% less."""
+    """The model's attention in float32 under the training's bfloat16 autocast. On 2 cores of an AVX512-BF16 CPU,
+    PyTorch's CPU flash attention runs forward and backward in about 3/4 of the time in float32 that it takes in
+    bfloat16, and it is a third of a step: a full build's steps took 1.0 s instead of 1.28 s."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     with torch.autocast("cpu", enabled=False):
@@ -629,7 +630,8 @@ or orange, each 15-50% of the image side, not overlapping, on a plain light or d
 
 `python assets/build_demo_model.py` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
 digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
-{TOKENS_PER_STEP:,} tokens each (bf16 autocast; the learning rate held at its peak, then annealed over the last quarter),
+{TOKENS_PER_STEP:,} tokens each (bf16 autocast, the attention in fp32, which is faster on the CPU; the learning rate held at its
+peak, then annealed over the last {DECAY_SHARE:.0%} of the steps),
 loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first {IMAGES_FIRST_STEPS} steps, so that
 the model learns to look at the image, and {IMAGE_SHARE:.0%} after, so that it gets enough sums to learn them; 25% are
 in the Alpaca template and the rest conversations of 1 to 10 turns. The first four image tokens are also taught, through
