@@ -1,6 +1,6 @@
 """Build the demo model in assets/demo-model: synthetic data, tokenizer, training and evaluation, on the CPU.
 
-    python assets/build_demo_model.py            # the full build (about 34 minutes on 2 cores)
+    python assets/build_demo_model.py            # the full build (about 27 minutes on 2 cores)
     python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
     python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
 
