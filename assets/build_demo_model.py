@@ -164,8 +164,8 @@ def encode(sample: data.Sample, tokenizer, image_id: int) -> Encoded:
         piece_ids = tokenizer.encode(text, add_special_tokens=False)
         if is_answer and (turn := next(answered)).kind == "image_color":
             kind = data.asked_shape(turn)
-            word = tokenizer.encode(" " + (turn.value or data.ABSENT), add_special_tokens=False)[0]
-            lookups.append((len(ids) + colour_word_index(kind, tokenizer, piece_ids) - 1, 1 + SLOT_OF[kind], word))
+            at = colour_word_index(kind, tokenizer, piece_ids)
+            lookups.append((len(ids) + at - 1, 1 + SLOT_OF[kind], piece_ids[at]))
         ids += piece_ids
         labels += piece_ids if is_answer else [-100] * len(piece_ids)
     if sample.template == "alpaca":
