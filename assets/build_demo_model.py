@@ -670,8 +670,8 @@ def main() -> None:
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval_samples", type=int, default=300, help="questions per skill (at 100, bAF's figures were up "
-                        "to 4 points away from those at 300)")
+    parser.add_argument("--eval_samples", type=int, default=300,
+                        help="questions per skill (the shipped model's figures at 100 were up to 4 points off)")
     parser.add_argument("--out", type=Path, default=DEMO_MODEL)
     args = parser.parse_args()
     torch.set_num_threads(2)
