@@ -5,7 +5,8 @@ first answer (every sequence length new to the process) and of later ones. Then 
 in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode tokens/s of bare `model.generate`, of
 our `stream_generate` (also with cuDNN attention allowed, once warm), and of `stream_generate` with `--compile`
 (static KV cache + torch.compile), against the limit: the bytes read per decode step (every weight but the
-embedding table) over the device-to-device copy bandwidth measured here. Then the 7B model saved to disk and
+embedding table) over the device-to-device copy bandwidth measured here. Also `--compile`'s forward alone, its steps
+queued back to back, and whether it ran as CUDA graphs (inductor's skip reasons), to tell where a gap comes from. Then the 7B model saved to disk and
 loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights'
 bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and refreshes
 bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from bench.run import write_gpu_section  # noqa: E402
 from bench.stream import bare_generate_ids  # noqa: E402
 from ui.flags import DEMO_MODEL  # noqa: E402
 from model import MetaModel, weight_bytes  # noqa: E402
+from model.generation import decode_one, prefill  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 
@@ -79,6 +82,52 @@ def stream_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
     return last["decode_tokens_per_second"]
 
 
+def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
+    """Decode tokens/s of `--compile`'s forward alone, steps queued back to back: greedy tokens fed on the device,
+    never read back, no stop checks. Next to `gpu_compile_tok_s` it splits the gap to the limit in two: what the
+    compiled graph itself costs, and what reading each token back before the next step (stream_generate) adds."""
+    compiled = model.compiled
+    inputs = model.prepare_inputs([prompt])
+    with torch.inference_mode(), compiled.cache(1) as cache:
+        tokens = prefill(model.llma, inputs, cache).argmax(dim=-1)
+        masks = compiled.decode_masks(inputs.attention_mask)
+        positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)
+        synchronize(model.device)
+        started = time.perf_counter()
+        for step in range(new_tokens - 1):
+            tokens = decode_one(compiled.forward, tokens, next(masks), positions + step, cache).argmax(dim=-1)
+        synchronize(model.device)
+    return (new_tokens - 1) / (time.perf_counter() - started)
+
+
+class CudagraphSkips(logging.Handler):
+    """Collects inductor's "skipping cudagraphs due to ..." warnings: why `--compile` ran without CUDA graphs."""
+
+    def __init__(self):
+        super().__init__()
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() not in self.reasons:
+            self.reasons.append(record.getMessage())
+
+    def __enter__(self) -> "CudagraphSkips":
+        from torch._inductor.cudagraph_utils import cudagraphs_log
+
+        cudagraphs_log.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from torch._inductor.cudagraph_utils import cudagraphs_log
+
+        cudagraphs_log.removeHandler(self)
+
+    def verdict(self, device: torch.device) -> str:
+        if device.type != "cuda":
+            return "none on the CPU"
+        return "; ".join(self.reasons) if self.reasons else "used (no skip logged)"
+
+
 def with_cudnn_attention(run):
     """`run` with cuDNN attention allowed, as PyTorch has it by default (model/meta.py turns it off: a plan per new
     length). Measured after the warm-up, when every length has its plan: what cuDNN gives once warm."""
@@ -95,15 +144,17 @@ def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int,
             "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
             "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(
                 lambda: stream_decode_rate(model, prompt, new_tokens)),
-            "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens)}
-    with eos_ignored(model):
+            "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens),
+            "gpu_compile_forward_tok_s": lambda: compiled_forward_rate(compiled, prompt, new_tokens)}
+    with eos_ignored(model), CudagraphSkips() as skips:
         for run in runs.values():  # warm up; twice, so the compiled graph is built and recorded
             run(), run()
         rates = {name: [] for name in runs}
         for _ in range(repeats):  # interleaved
             for name, run in runs.items():
                 rates[name].append(run())
-    return {name: statistics.median(values) for name, values in rates.items()}
+    return {**{name: statistics.median(values) for name, values in rates.items()},
+            "compile_cudagraphs": skips.verdict(model.device)}
 
 
 def demo_model_rates(device: str, dtype: torch.dtype, new_tokens: int = 64, later: int = 5) -> dict:
@@ -169,6 +220,7 @@ def main(argv=None) -> None:
     results["gpu_limit_tok_s"] = bandwidth / read_per_token
     results["stream_over_generate"] = results["gpu_stream_tok_s"] / results["gpu_generate_tok_s"]
     results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
+    results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
     name = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "CPU (smoke)"
     results.update(device=name, date=time.strftime("%Y-%m-%d"),
                    setup=(f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, {prompt_tokens}-token "

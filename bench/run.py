@@ -159,6 +159,8 @@ def gpu_section(gpu: dict | None) -> str:
                   for k, v in gpu.items() if isinstance(v, (int, float))]
         lines += ["", "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "
                       "`compile_over_limit` >= 0.7; a first answer about as fast as later ones."]
+        if "compile_cudagraphs" in gpu:
+            lines += ["", f"CUDA graphs under `--compile`: {gpu['compile_cudagraphs']}."]
     else:
         lines.append("Not measured yet: no GPU machine was lent to the sessions so far.")
     return "\n".join(lines) + "\n"

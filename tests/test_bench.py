@@ -37,7 +37,22 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     run_script("bench/gpu.py", "--smoke", "--out", str(tmp_path))
     results = json.loads((tmp_path / "gpu_results.json").read_text())
     for name in ("gpu_generate_tok_s", "gpu_stream_tok_s", "gpu_stream_cudnn_tok_s", "gpu_compile_tok_s",
-                 "gpu_limit_tok_s", "demo_first_answer_tok_s", "demo_later_answers_tok_s", "gpu_quant4_tok_s",
-                 "gpu_quant8_tok_s"):
+                 "gpu_compile_forward_tok_s", "gpu_limit_tok_s", "demo_first_answer_tok_s", "demo_later_answers_tok_s",
+                 "gpu_quant4_tok_s", "gpu_quant8_tok_s"):
         assert results[name] > 0
+    assert results["compile_cudagraphs"] == "none on the CPU"
     assert "gpu_compile_tok_s" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_gpu_bench_reports_why_cuda_graphs_were_skipped():
+    """The reason inductor logs when `--compile` runs without CUDA graphs lands in gpu_results.json."""
+    import torch
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    from bench.gpu import CudagraphSkips
+
+    with CudagraphSkips() as skips:
+        assert skips.verdict(torch.device("cuda")) == "used (no skip logged)"
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs")
+    log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to another model")  # after the block: not collected
+    assert skips.verdict(torch.device("cuda")) == "skipping cudagraphs due to mutated inputs"

@@ -3,6 +3,7 @@ import threading
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from model import MetaModel, UserError
 from model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
@@ -260,4 +261,7 @@ def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
                 model.generate(prompts, max_gen_len=12, temperature=0.8, seed=3)]
 
     expected = answers(eager)
+    counters.clear()
     assert all(expected[0]) and answers(compiled) == expected
+    # one whole graph per batch size (2 and 1), whatever the prompt's length (batch 1 met two): never a recompile
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
