@@ -499,7 +499,8 @@ def absent_shape_sample(rng: random.Random, template: str) -> data.Sample:
     """A question about a shape that is not in the image, and its exact answer."""
     while True:
         image, shapes = data.shapes_image(rng)
-        missing = [kind for kind in data.SHAPES if kind not in {k for _, k in shapes}]
+        present = {kind for _, kind in shapes}
+        missing = [kind for kind in data.SHAPES if kind not in present]
         if missing:
             turn = replace(data.colour_turn(rng.choice(missing), shapes), kind="exact")
             return data.Sample([turn], template, image, shapes)
