@@ -184,34 +184,47 @@ def generate_tokens(
 
     `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
     cancel, length) costs no further forward pass. Closing this generator also stops the model.
-    With `compiled` (and no `cache` given) the decode steps run compiled over a static cache.
+    With `compiled` (and no `cache` given) the decode steps run compiled over a static cache, each queued before
+    the tokens it follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, and
+    `decide` must not change the tokens, so no lockstep).
     """
     with ExitStack() as stack:
         if compiled is not None and cache is None:
             cache = stack.enter_context(compiled.cache(inputs.input_ids.shape[0]))
             forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask)
+            yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=True)
         else:
             cache = cache if cache is not None else DynamicCache(config=model.config)
-            forward, masks = model, growing_masks(inputs.attention_mask)
-        yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks)
+            yield from _token_loop(model, model, inputs, sampling, decide, cache, growing_masks(inputs.attention_mask))
 
 
-def _token_loop(model, forward, inputs, sampling, decide, cache, masks) -> Iterator[torch.Tensor]:
+def _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=False) -> Iterator[torch.Tensor]:
+    """With `queue_ahead`, each step's forward pass is queued on the device before that step's tokens are read back
+    for `decide`: the device never waits for Python between steps, and a stop costs the one step already queued."""
     processors = sampling.logits_processors()
     generator = sampling.random_generator(inputs.input_ids.device)
     seen_ids = inputs.input_ids
     positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)  # where each row's next token goes
+
+    def forward_pass(tokens):
+        nonlocal positions
+        logits = decode_one(forward, tokens, next(masks), positions, cache)
+        positions = positions + 1
+        return logits
+
     logits = prefill(model, inputs, cache)
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
+        if queue_ahead:
+            logits = forward_pass(tokens)
         finished = decide(tokens)  # in lockstep, this may replace `tokens` with rank 0's
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
         yield tokens  # after `decide`, so the consumer sees this step's text before the next forward pass
         if finished:
             return
-        logits = decode_one(forward, tokens, next(masks), positions, cache)
-        positions = positions + 1
+        if not queue_ahead:
+            logits = forward_pass(tokens)
 
 
 class AnswerStream:

@@ -33,6 +33,8 @@ class MetaModel(torch.nn.Module):
     def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None,
                  compile: bool = False, lockstep: Lockstep | None = None):
         super().__init__()
+        if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
+            raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
         self.llma = llma
         self.tokenizer = tokenizer
         self.processor = processor
@@ -67,8 +69,6 @@ class MetaModel(torch.nn.Module):
                       trust_remote_code=trust_remote_code)
         lockstep = Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 \
             else None
-        if compile and lockstep is not None:
-            raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
         return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile,
                          lockstep)
 

@@ -265,3 +265,46 @@ def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
     assert all(expected[0]) and answers(compiled) == expected
     # one whole graph per batch size (2 and 1), whatever the prompt's length (batch 1 met two): never a recompile
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+
+
+def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_dir):
+    """With --compile the GPU never waits for Python: each decode step is queued before the tokens it follows are
+    read back. Answers stay the eager ones (one that fills the context to its last position, one cut at a stop
+    string); a stop costs exactly the one step already queued, a cancel at most two."""
+    eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48)
+    compiled = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48, compile=True)
+    compiled_forward = compiled.compiled.forward
+    steps = []
+    compiled.compiled.forward = lambda *args, **kwargs: steps.append(1) or compiled_forward(*args, **kwargs)
+    prompt = "The quick brown fox"
+
+    def both(**kwargs):
+        counter = ForwardCounter(eager)
+        try:
+            expected = stream(eager, prompt, **kwargs)[-1]
+        finally:
+            counter.restore()
+        steps.clear()
+        got = stream(compiled, prompt, **kwargs)[-1]
+        assert got["text"] == expected["text"] and got["finish_reason"] == expected["finish_reason"]
+        assert len(steps) == counter.calls  # the eager prefill and its decode steps, plus the one queued step
+        return got
+
+    whole = both(max_gen_len=100)
+    assert whole["finish_reason"] == "length" and whole["prompt_tokens"] + whole["completion_tokens"] == 48
+    stop = whole["text"][8:11]
+    cut = both(max_gen_len=100, additional_stop_symbols=[stop])
+    assert cut["finish_reason"] == "stop" and cut["text"] == whole["text"][: whole["text"].index(stop)]
+
+    cancel, steps_at_cancel = threading.Event(), None
+    for i, piece in enumerate(compiled.stream_generate(prompt, max_gen_len=40, cancel=cancel)):
+        if i == 2:
+            cancel.set()
+            steps_at_cancel = len(steps)
+    assert piece["finish_reason"] == "cancelled" and len(steps) - steps_at_cancel <= 2
+
+
+def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
+    """Compiled steps are queued before the ranks agree on their tokens: the two are refused together."""
+    with pytest.raises(UserError, match="--compile is not available with tensor parallel"):
+        MetaModel(byte_model.llma, byte_model.tokenizer, compile=True, lockstep=object())
