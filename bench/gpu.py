@@ -5,11 +5,11 @@ first answer (every sequence length new to the process) and of later ones. Then 
 in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode tokens/s of bare `model.generate`, of
 our `stream_generate` (also with cuDNN attention allowed, once warm), and of `stream_generate` with `--compile`
 (static KV cache + torch.compile), against the limit: the bytes read per decode step (every weight but the
-embedding table) over the device-to-device copy bandwidth measured here. Also `--compile`'s forward alone, its steps
-queued back to back, and whether it ran as CUDA graphs (inductor's skip reasons), to tell where a gap comes from. Then the 7B model saved to disk and
-loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights'
-bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and refreshes
-bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+embedding table) over the device-to-device copy bandwidth measured here; also `--compile`'s token loop with no token
+read back (the device's own pace), and whether it ran as CUDA graphs (inductor's skip reasons). Then the 7B model
+saved to disk and loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s
+and the weights' bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and
+refreshes bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from bench.run import write_gpu_section  # noqa: E402
 from bench.stream import bare_generate_ids  # noqa: E402
 from ui.flags import DEMO_MODEL  # noqa: E402
 from model import MetaModel, weight_bytes  # noqa: E402
-from model.generation import decode_one, prefill  # noqa: E402
+from model.generation import SamplingParams, generate_tokens  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 
@@ -83,20 +83,22 @@ def stream_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
 
 
 def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
-    """Decode tokens/s of `--compile`'s forward alone, steps queued back to back: greedy tokens fed on the device,
-    never read back, no stop checks. Next to `gpu_compile_tok_s` it splits the gap to the limit in two: what the
-    compiled graph itself costs, and what reading each token back before the next step (stream_generate) adds."""
-    compiled = model.compiled
-    inputs = model.prepare_inputs([prompt])
-    with torch.inference_mode(), compiled.cache(1) as cache:
-        tokens = prefill(model.llma, inputs, cache).argmax(dim=-1)
-        masks = compiled.decode_masks(inputs.attention_mask)
-        positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)
-        synchronize(model.device)
-        started = time.perf_counter()
-        for step in range(new_tokens - 1):
-            tokens = decode_one(compiled.forward, tokens, next(masks), positions + step, cache).argmax(dim=-1)
-        synchronize(model.device)
+    """Decode tokens/s of `--compile`'s token loop when no token is read back (greedy, no stop checks, no text): the
+    device's own pace. Next to `gpu_compile_tok_s` it shows what reading each token back and streaming it costs."""
+    steps, started = 0, 0.0
+
+    def decide(tokens) -> bool:  # never looks at the tokens, so nothing waits for the device
+        nonlocal steps, started
+        steps += 1
+        if steps == 1:  # the prefill and the first decode step (queued ahead) done: time the rest
+            synchronize(model.device)
+            started = time.perf_counter()
+        return steps == new_tokens
+
+    for _ in generate_tokens(model.llma, model.prepare_inputs([prompt]), SamplingParams(), decide,
+                             compiled=model.compiled):
+        pass
+    synchronize(model.device)
     return (new_tokens - 1) / (time.perf_counter() - started)
 
 
