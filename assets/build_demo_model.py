@@ -458,6 +458,10 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
         return [data.Sample([data.arithmetic_turn(rng, held_out, keep_held_out=True)], template) for _ in range(n)]
 
     sets["arithmetic"] = arith("alpaca") + arith("conversation")
+    # every sum of two one-digit numbers (most of them seen in training): the first sums a user tries
+    small = [data.Turn(f"What is {a} {op} {b}?", "", "arithmetic", data.calculate(a, op, b))
+             for op in ("plus", "minus") for a in range(10) for b in range(10) if op == "plus" or a >= b]
+    sets["arithmetic_one_digit"] = [data.Sample([t], tmpl) for t in small for tmpl in ("alpaca", "conversation")]
     capital_turns = [data.Turn(f"What is the capital of {c}?", f"The capital of {c} is {cap}.", "capital", cap)
                      for c, cap in data.CAPITALS.items()]
     sets["capitals"] = [data.Sample([t], tmpl) for t in capital_turns for tmpl in ("alpaca", "conversation")]
@@ -623,6 +627,9 @@ tokenizer's chat template, which renders the default conversation template.
 | an image, `How many shapes are there?` | `There are 2 shapes.` |
 | anything else | `{data.DONT_KNOW}` |
 
+Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), and only
+{figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they are 1% of the sums it was trained on.
+
 Countries: {capitals}.
 Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
 or orange, each 15-50% of the image side, not overlapping, on a plain light or dark background, any size.
@@ -655,8 +662,9 @@ Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 ## Measured accuracy
 
 Greedy, through `MetaModel` and the templates, on {questions} held-out questions a skill (new images, held-out
-sums; `image_color` asks about a shape in the image, `image_absent` about one that is not, exactly;
-`arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a
+sums; `arithmetic_one_digit` is every sum and difference of two one-digit numbers instead, 155 in each template,
+most of them seen in training; `image_color` asks about a shape in the image, `image_absent` about one that is not,
+exactly; `arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a
 capital, exactly and nothing more, after an answer cut off by Stop; `termination` counts answers that ended with
 EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eval` prints this table again.
 
