@@ -628,7 +628,8 @@ tokenizer's chat template, which renders the default conversation template.
 | anything else | `{data.DONT_KNOW}` |
 
 Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), and only
-{figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they are 1% of the sums it was trained on.
+{figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they are 1% of the sums
+it was trained on.
 
 Countries: {capitals}.
 Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
