@@ -188,14 +188,17 @@ def generate_tokens(
     the tokens it follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, and
     `decide` must not change the tokens, so no lockstep).
     """
+    # A pooled static cache is reset before its next use, so the step queued past a stop costs it nothing; a
+    # dynamic cache may be kept for the next turn and must hold exactly the tokens fed.
+    static = compiled is not None and cache is None
     with ExitStack() as stack:
-        if compiled is not None and cache is None:
+        if static:
             cache = stack.enter_context(compiled.cache(inputs.input_ids.shape[0]))
             forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask)
-            yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=True)
         else:
             cache = cache if cache is not None else DynamicCache(config=model.config)
-            yield from _token_loop(model, model, inputs, sampling, decide, cache, growing_masks(inputs.attention_mask))
+            forward, masks = model, growing_masks(inputs.attention_mask)
+        yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=static)
 
 
 def _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=False) -> Iterator[torch.Tensor]:
