@@ -106,23 +106,22 @@ class CudagraphSkips(logging.Handler):
     """Collects inductor's "skipping cudagraphs due to ..." warnings: why `--compile` ran without CUDA graphs."""
 
     def __init__(self):
+        from torch._inductor.cudagraph_utils import cudagraphs_log
+
         super().__init__()
         self.reasons: list[str] = []
+        self.log = cudagraphs_log
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage() not in self.reasons:
             self.reasons.append(record.getMessage())
 
     def __enter__(self) -> "CudagraphSkips":
-        from torch._inductor.cudagraph_utils import cudagraphs_log
-
-        cudagraphs_log.addHandler(self)
+        self.log.addHandler(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        from torch._inductor.cudagraph_utils import cudagraphs_log
-
-        cudagraphs_log.removeHandler(self)
+        self.log.removeHandler(self)
 
     def verdict(self, device: torch.device) -> str:
         if device.type != "cuda":
