@@ -1,5 +1,7 @@
 """Conversations that stay fast: time to first piece at a turn holding a long history, over turn 1, with the
-session's KV cache kept between turns (`ttft_history_ratio`) and without (`ttft_history_ratio_naive`)."""
+session's KV cache kept between turns (`ttft_history_ratio`), the same with `--compile`
+(`ttft_history_ratio_compile`: the session's keys and values are copied into the static cache), and without
+(`ttft_history_ratio_naive`)."""
 from __future__ import annotations
 
 import random
@@ -35,8 +37,9 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
 
 def run(settings) -> dict[str, float]:
     model = random_meta_model(SHAPES[settings.cache_shape], max_seq_len=4096)
+    compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=4096, compile=True)  # the same weights
     rng = random.Random(0)
-    with eos_ignored(model):
+    with eos_ignored(model):  # the two share their tokenizer and generation config
         history, question, prompt_tokens = [], message(rng), 0
         while prompt_tokens < settings.cache_history_tokens:  # build the conversation, turn by turn
             _, text, prompt_tokens = turn(model, history, question, "build")
@@ -45,16 +48,18 @@ def run(settings) -> dict[str, float]:
         earlier, last_question = history[:-2], history[-2]["content"]
         first_question = history[0]["content"]
 
-        def with_reuse() -> float:
-            turn(model, earlier, last_question, "bench")  # the turn before, as the session had it
-            return turn(model, history, question, "bench")[0]
+        def with_reuse(chat_model: MetaModel) -> float:
+            turn(chat_model, earlier, last_question, "bench")  # the turn before, as the session had it
+            return turn(chat_model, history, question, "bench")[0]
 
         runs = {"turn1": lambda: turn(model, [], first_question, None)[0],
-                "reuse": with_reuse,
-                "naive": lambda: turn(model, history, question, None)[0]}
+                "reuse": lambda: with_reuse(model),
+                "naive": lambda: turn(model, history, question, None)[0],
+                "turn1_compile": lambda: turn(compiled, [], first_question, None)[0],
+                "reuse_compile": lambda: with_reuse(compiled)}
         seconds = interleaved_values(runs, settings.cache_repeats)
-    turn1 = statistics.median(seconds["turn1"])
-    return {"ttft_history_ratio": statistics.median(seconds["reuse"]) / turn1,
-            "ttft_history_ratio_naive": statistics.median(seconds["naive"]) / turn1,
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    return {"ttft_history_ratio": median["reuse"] / median["turn1"],
+            "ttft_history_ratio_compile": median["reuse_compile"] / median["turn1_compile"],
+            "ttft_history_ratio_naive": median["naive"] / median["turn1"],
             "cache_history_tokens": float(prompt_tokens)}
-

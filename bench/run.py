@@ -66,6 +66,8 @@ FIGURES = {
     "gradio_rate_ratio": ("Gradio + gradio_client alone: tokens/s seen over tokens/s yielded", None),
     "ttft_history_ratio": ("time to first piece at a turn with a long history over turn 1, KV cache kept between "
                            "turns, ~100M random Llama", ("<=", 1.5)),
+    "ttft_history_ratio_compile": ("the same with --compile (the session's keys and values copied into the static "
+                                   "cache)", ("<=", 1.5)),
     "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
     "cache_history_tokens": ("tokens in the prompt of that turn", None),
     "load_clients_over_one_client": ("8 clients at once, 3-turn conversations each, demo app: wall time over one "

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import StaticLayer
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
@@ -129,8 +130,9 @@ class CompiledDecoding:
 
     This is gpt-fast's recipe: every decode step has the same shapes (one token per row, a cache of
     `max_cache_len`, one full-length attention mask), so the graph compiles once and, on CUDA, replays as a CUDA
-    graph. The prefill stays eager, since prompt lengths vary. Caches are pooled per batch size and reused, so
-    their addresses stay fixed for the recorded graphs; a request that finds none free gets a new one.
+    graph. The prefill stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is copied
+    into a static cache for the decode steps. Static caches are pooled per batch size and reused, so their addresses
+    stay fixed for the recorded graphs; a request that finds none free gets a new one.
     """
 
     def __init__(self, model, max_cache_len: int):
@@ -141,16 +143,34 @@ class CompiledDecoding:
         self.forward = model.get_compiled_call(CompileConfig())
         self._free: dict[int, list[StaticCache]] = {}
         self._lock = threading.Lock()
+        # what the decode steps add can be copied back out only where every layer keeps every position (no
+        # sliding window): only then may a session keep its cache between turns
+        self.keeps_sessions = all(type(layer) is StaticLayer for layer in self._new_cache().layers)
+
+    def _new_cache(self) -> StaticCache:
+        return StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
 
     @contextmanager
-    def cache(self, batch_size: int) -> Iterator[StaticCache]:
+    def cache(self, prefilled: DynamicCache, copy_back: bool) -> Iterator[StaticCache]:
+        """A pooled static cache holding what `prefilled` holds. With `copy_back`, the keys and values the decode
+        steps add are appended to `prefilled` after (a session keeps it for its next turn)."""
+        batch_size = prefilled.layers[0].keys.shape[0]
         with self._lock:
             pool = self._free.setdefault(batch_size, [])
-            cache = pool.pop() if pool else StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+            cache = pool.pop() if pool else self._new_cache()
         cache.reset()
+        held = prefilled.get_seq_length()
         try:
+            for index, layer in enumerate(prefilled.layers):  # as the prefill itself would have written them
+                cache.update(layer.keys, layer.values, index)
+            if not copy_back:
+                prefilled = None  # its memory goes back now
             yield cache
         finally:
+            if copy_back:
+                written = int(cache.get_seq_length())
+                for index, layer in enumerate(cache.layers):
+                    prefilled.update(layer.keys[:, :, held:written], layer.values[:, :, held:written], index)
             with self._lock:
                 pool.append(cache)
 
@@ -183,27 +203,29 @@ def generate_tokens(
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
     `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
-    cancel, length) costs no further forward pass. Closing this generator also stops the model.
-    With `compiled` (and no `cache` given) the decode steps run compiled over a static cache, each queued before
-    the tokens it follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, and
-    `decide` must not change the tokens, so no lockstep).
+    cancel, length) costs no further forward pass. Closing this generator also stops the model. `cache`, a
+    session's dynamic cache, holds the prompt's first `inputs.cached` tokens and, after, every token fed.
+    With `compiled` the decode steps run compiled over a pooled static cache, each queued before the tokens it
+    follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, whose token is fed
+    too, and `decide` must not change the tokens, so no lockstep).
     """
-    # A pooled static cache is reset before its next use, so the step queued past a stop costs it nothing; a
-    # dynamic cache may be kept for the next turn and must hold exactly the tokens fed.
-    static = compiled is not None and cache is None
+    kept = cache is not None
+    # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
+    cache = cache if kept else DynamicCache(config=None if compiled is not None else model.config)
+    logits = prefill(model, inputs, cache)
     with ExitStack() as stack:
-        if static:
-            cache = stack.enter_context(compiled.cache(inputs.input_ids.shape[0]))
+        if compiled is not None:
+            cache = stack.enter_context(compiled.cache(cache, copy_back=kept))
             forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask)
         else:
-            cache = cache if cache is not None else DynamicCache(config=model.config)
             forward, masks = model, growing_masks(inputs.attention_mask)
-        yield from _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=static)
+        yield from _token_loop(forward, logits, inputs, sampling, decide, cache, masks, compiled is not None)
 
 
-def _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ahead=False) -> Iterator[torch.Tensor]:
-    """With `queue_ahead`, each step's forward pass is queued on the device before that step's tokens are read back
-    for `decide`: the device never waits for Python between steps, and a stop costs the one step already queued."""
+def _token_loop(forward, logits, inputs, sampling, decide, cache, masks, queue_ahead) -> Iterator[torch.Tensor]:
+    """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
+    is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
+    between steps, and a stop costs the one step already queued."""
     processors = sampling.logits_processors()
     generator = sampling.random_generator(inputs.input_ids.device)
     seen_ids = inputs.input_ids
@@ -215,7 +237,6 @@ def _token_loop(model, forward, inputs, sampling, decide, cache, masks, queue_ah
         positions = positions + 1
         return logits
 
-    logits = prefill(model, inputs, cache)
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
         if queue_ahead:

@@ -237,13 +237,14 @@ class MetaModel(torch.nn.Module):
             cache = None  # a forward pass that failed may have left the cache half written
             raise
         finally:
+            steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
         yield {"text": stream.text, "end_of_content": True, **stream.summary(prompt_tokens),
                "cached_tokens": inputs.cached}
 
     def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
         """The session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or a new one."""
-        if session is None or self.compiled is not None:  # a compiled model decodes over its own static caches
+        if session is None or (self.compiled is not None and not self.compiled.keeps_sessions):
             return None
         prefix = self.prefix_caches.take(session)
         ids = inputs.input_ids[0].tolist()
@@ -263,9 +264,10 @@ class MetaModel(torch.nn.Module):
     def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
         if session is None or cache is None:
             return
-        fed = inputs.input_ids[0].tolist() + sampled[:-1]  # the last sampled token never went through the model
-        if cache.get_seq_length() == len(fed):
-            self.prefix_caches.put(session, CachedPrefix(fed, cache, pixels_key))
+        seen = inputs.input_ids[0].tolist() + sampled
+        held = cache.get_seq_length()  # eager: all but the last sampled token; compiled: that one too (queued)
+        if held in (len(seen) - 1, len(seen)):
+            self.prefix_caches.put(session, CachedPrefix(seen[:held], cache, pixels_key))
 
     @property
     def _image_token_id(self) -> int | None:

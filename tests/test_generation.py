@@ -308,3 +308,23 @@ def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
     """Compiled steps are queued before the ranks agree on their tokens: the two are refused together."""
     with pytest.raises(UserError, match="--compile is not available with tensor parallel"):
         MetaModel(byte_model.llma, byte_model.tokenizer, compile=True, lockstep=object())
+
+
+def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
+    """A session's keys and values are copied into --compile's static cache only where every layer keeps every
+    position; a sliding-window model (Mistral's) answers a session's turns as a prefill from scratch, right."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from tiny_models import TEXT_CONFIG
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=byte_model.llma.config.vocab_size, bos_token_id=1, eos_token_id=2,
+                           sliding_window=8, **TEXT_CONFIG)
+    mistral = MistralForCausalLM(config).eval()
+    eager = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64)
+    compiled = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64, compile=True)
+    assert not compiled.compiled.keeps_sessions
+    prompt = "The quick brown fox jumps"
+    for _ in range(2):  # the second turn would find the first one's cache, if one were kept
+        got = stream(compiled, prompt, max_gen_len=12, session="mistral")[-1]
+        assert got["cached_tokens"] == 0 and got["text"] == stream(eager, prompt, max_gen_len=12)[-1]["text"]

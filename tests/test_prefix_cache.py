@@ -22,6 +22,13 @@ def demo():
     return MetaModel.from_pretrained(str(DEMO_MODEL))
 
 
+@pytest.fixture(scope="module", params=["eager", "compiled"])
+def chat_model(request, demo):
+    """The demo model as it decodes by default, and with --compile (a session's keys and values are copied into
+    the pooled static cache for a turn and back out after it)."""
+    return demo if request.param == "eager" else MetaModel.from_pretrained(str(DEMO_MODEL), compile=True)
+
+
 def answer(model, history, question, session=None, image=None, cancel_after=None):
     """The last piece of the answer to `question` after `history`, as the chat tab asks for it."""
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=64, image=image)
@@ -41,25 +48,25 @@ def turn(history, question, text):
 
 
 @pytest.mark.parametrize("with_image", [False, True])
-def test_ten_turns_answer_alike_and_prefill_only_the_new_message(demo, with_image):
+def test_ten_turns_answer_alike_and_prefill_only_the_new_message(chat_model, with_image):
     image = demo_data.shapes_image(random.Random(1), 2)[0] if with_image else None
     history = []
     for number, question in enumerate(QUESTIONS):
-        reused = answer(demo, history, question, session="ten", image=image)
-        fresh = answer(demo, history, question, image=image)
+        reused = answer(chat_model, history, question, session="ten", image=image)
+        fresh = answer(chat_model, history, question, image=image)
         assert reused["text"] == fresh["text"], f"turn {number + 1}: {question}"
         prefilled = reused["prompt_tokens"] - reused["cached_tokens"]
         if number == 0:
             assert reused["cached_tokens"] == 0
         else:  # the new message and the template's markers around it, not the history
-            assert prefilled <= len(demo.tokenizer.encode(question, bos=False)) + 12, f"turn {number + 1}"
+            assert prefilled <= len(chat_model.tokenizer.encode(question, bos=False)) + 12, f"turn {number + 1}"
         history = turn(history, question, reused["text"])
 
 
-def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(demo):
+def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(chat_model):
     history = []
     for question in QUESTIONS[:3]:
-        history = turn(history, question, answer(demo, history, question, session="branch")["text"])
+        history = turn(history, question, answer(chat_model, history, question, session="branch")["text"])
     branches = [
         (history[:-2], QUESTIONS[2]),                 # regenerate the last answer
         (history[:-2], "What is the capital of Chile?"),  # undo it, ask something else
@@ -67,20 +74,20 @@ def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(demo):
         (history, "What is the capital of Egypt?"),   # back on the long branch
     ]
     for past, question in branches:
-        assert answer(demo, past, question, session="branch")["text"] == answer(demo, past, question)["text"]
-    stopped = answer(demo, history, "Who are you?", session="branch", cancel_after=3)
+        assert answer(chat_model, past, question, session="branch")["text"] == answer(chat_model, past, question)["text"]
+    stopped = answer(chat_model, history, "Who are you?", session="branch", cancel_after=3)
     assert stopped["finish_reason"] == "cancelled"
     after_stop = turn(history, "Who are you?", stopped["text"])
-    assert (answer(demo, after_stop, "What is 5 plus 6?", session="branch")["text"]
-            == answer(demo, after_stop, "What is 5 plus 6?")["text"])
+    assert (answer(chat_model, after_stop, "What is 5 plus 6?", session="branch")["text"]
+            == answer(chat_model, after_stop, "What is 5 plus 6?")["text"])
 
 
-def test_a_new_image_is_never_answered_from_the_old_ones_cache(demo):
+def test_a_new_image_is_never_answered_from_the_old_ones_cache(chat_model):
     first, second = (demo_data.shapes_image(random.Random(seed), 1)[0] for seed in (2, 3))
-    answer(demo, [], "What is in the image?", session="images", image=first)
-    again = answer(demo, [], "What is in the image?", session="images", image=second)
+    answer(chat_model, [], "What is in the image?", session="images", image=first)
+    again = answer(chat_model, [], "What is in the image?", session="images", image=second)
     assert again["cached_tokens"] <= 1  # at most BOS: every image token runs again with the new pixels
-    assert again["text"] == answer(demo, [], "What is in the image?", image=second)["text"]
+    assert again["text"] == answer(chat_model, [], "What is in the image?", image=second)["text"]
 
 
 def test_least_recently_used_sessions_are_dropped_and_just_prefill_again(demo):
