@@ -74,7 +74,8 @@ def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(chat_model):
         (history, "What is the capital of Egypt?"),   # back on the long branch
     ]
     for past, question in branches:
-        assert answer(chat_model, past, question, session="branch")["text"] == answer(chat_model, past, question)["text"]
+        reused = answer(chat_model, past, question, session="branch")
+        assert reused["text"] == answer(chat_model, past, question)["text"]
     stopped = answer(chat_model, history, "Who are you?", session="branch", cancel_after=3)
     assert stopped["finish_reason"] == "cancelled"
     after_stop = turn(history, "Who are you?", stopped["text"])
