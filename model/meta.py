@@ -264,10 +264,11 @@ class MetaModel(torch.nn.Module):
     def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
         if session is None or cache is None:
             return
-        seen = inputs.input_ids[0].tolist() + sampled
-        held = cache.get_seq_length()  # eager: all but the last sampled token; compiled: that one too (queued)
-        if held in (len(seen) - 1, len(seen)):
-            self.prefix_caches.put(session, CachedPrefix(seen[:held], cache, pixels_key))
+        # eager feeds a token only after it is decided on, so the last one never went through the model; compiled
+        # steps are queued before their token is read back, so it did
+        fed = inputs.input_ids[0].tolist() + (sampled if self.compiled is not None else sampled[:-1])
+        if cache.get_seq_length() == len(fed):
+            self.prefix_caches.put(session, CachedPrefix(fed, cache, pixels_key))
 
     @property
     def _image_token_id(self) -> int | None:
