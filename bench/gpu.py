@@ -96,7 +96,7 @@ def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> flo
         return steps == new_tokens
 
     for _ in generate_tokens(model.llma, model.prepare_inputs([prompt]), SamplingParams(), decide,
-                             compiled=model.compiled):
+                             compiled=model.compiled, max_new_tokens=new_tokens):
         pass
     synchronize(model.device)
     return (new_tokens - 1) / (time.perf_counter() - started)

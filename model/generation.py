@@ -128,12 +128,17 @@ def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generato
 class CompiledDecoding:
     """`--compile`: decode steps run a `torch.compile`d forward over a preallocated (static) KV cache.
 
-    This is gpt-fast's recipe: every decode step has the same shapes (one token per row, a cache of
-    `max_cache_len`, one full-length attention mask), so the graph compiles once and, on CUDA, replays as a CUDA
-    graph. The prefill stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is copied
-    into a static cache for the decode steps. Static caches are pooled per batch size and reused, so their addresses
-    stay fixed for the recorded graphs; a request that finds none free gets a new one.
+    This is gpt-fast's recipe: every decode step has the same shapes (one token per row, a cache of fixed length,
+    one full-length attention mask), so the graph compiles once and, on CUDA, replays as a CUDA graph. Each step
+    attends over the whole static cache, so a request gets one sized to what it may hold (its prompt and answer),
+    rounded up to a power of two from 256, at most `max_cache_len`: a short answer does not read thousands of
+    empty positions every step. The graph compiles again once, for any length, the first time a second length
+    shows up. The prefill stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is
+    copied into the static cache for the decode steps. Static caches are pooled per batch size and length and
+    reused, so their addresses stay fixed for the recorded graphs; a request that finds none free gets a new one.
     """
+
+    SHORTEST = 256  # tokens: the smallest static cache a request gets
 
     def __init__(self, model, max_cache_len: int):
         from transformers import CompileConfig
@@ -141,23 +146,27 @@ class CompiledDecoding:
         self.model = model
         self.max_cache_len = max_cache_len
         self.forward = model.get_compiled_call(CompileConfig())
-        self._free: dict[int, list[StaticCache]] = {}
+        self._free: dict[tuple[int, int], list[StaticCache]] = {}  # by batch size and length
         self._lock = threading.Lock()
         # what the decode steps add can be copied back out only where every layer keeps every position (no
         # sliding window): only then may a session keep its cache between turns
-        self.keeps_sessions = all(type(layer) is StaticLayer for layer in self._new_cache().layers)
+        self.keeps_sessions = all(type(layer) is StaticLayer for layer in self._new_cache(max_cache_len).layers)
 
-    def _new_cache(self) -> StaticCache:
-        return StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+    def _new_cache(self, length: int) -> StaticCache:
+        return StaticCache(config=self.model.config, max_cache_len=length)
+
+    def cache_length(self, tokens: int) -> int:
+        """The length of the static cache for a request that may hold `tokens` (prompt and answer)."""
+        return min(self.max_cache_len, max(self.SHORTEST, 1 << (tokens - 1).bit_length()))
 
     @contextmanager
-    def cache(self, prefilled: DynamicCache, copy_back: bool) -> Iterator[StaticCache]:
-        """A pooled static cache holding what `prefilled` holds. With `copy_back`, the keys and values the decode
-        steps add are appended to `prefilled` after (a session keeps it for its next turn)."""
+    def cache(self, prefilled: DynamicCache, length: int, copy_back: bool) -> Iterator[StaticCache]:
+        """A pooled static cache of `length` holding what `prefilled` holds. With `copy_back`, the keys and values
+        the decode steps add are appended to `prefilled` after (a session keeps it for its next turn)."""
         batch_size = prefilled.layers[0].keys.shape[0]
         with self._lock:
-            pool = self._free.setdefault(batch_size, [])
-            cache = pool.pop() if pool else self._new_cache()
+            pool = self._free.setdefault((batch_size, length), [])
+            cache = pool.pop() if pool else self._new_cache(length)
         cache.reset()
         held = prefilled.get_seq_length()
         try:
@@ -174,10 +183,11 @@ class CompiledDecoding:
             with self._lock:
                 pool.append(cache)
 
-    def decode_masks(self, attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
-        """One mask for every step: the prompt's padding, then ones to the end of the cache (the causal mask hides
+    @staticmethod
+    def decode_masks(attention_mask: torch.Tensor, length: int) -> Iterator[torch.Tensor]:
+        """One mask for every step: the prompt's padding, then ones to the cache's `length` (the causal mask hides
         the positions not written yet)."""
-        full = attention_mask.new_ones((attention_mask.shape[0], self.max_cache_len))
+        full = attention_mask.new_ones((attention_mask.shape[0], length))
         full[:, : attention_mask.shape[1]] = attention_mask
         while True:
             yield full
@@ -199,6 +209,7 @@ def generate_tokens(
     decide: Callable[[torch.Tensor], bool],
     cache=None,
     compiled: CompiledDecoding | None = None,
+    max_new_tokens: int | None = None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
@@ -207,7 +218,7 @@ def generate_tokens(
     session's dynamic cache, holds the prompt's first `inputs.cached` tokens and, after, every token fed.
     With `compiled` the decode steps run compiled over a pooled static cache, each queued before the tokens it
     follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, whose token is fed
-    too, and `decide` must not change the tokens, so no lockstep).
+    too, and `decide` must not change the tokens, so no lockstep), sized for `max_new_tokens` (None: the longest).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -215,8 +226,9 @@ def generate_tokens(
     logits = prefill(model, inputs, cache)
     with ExitStack() as stack:
         if compiled is not None:
-            cache = stack.enter_context(compiled.cache(cache, copy_back=kept))
-            forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask)
+            length = compiled.cache_length(inputs.input_ids.shape[1] + (max_new_tokens or compiled.max_cache_len))
+            cache = stack.enter_context(compiled.cache(cache, length, copy_back=kept))
+            forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask, length)
         else:
             forward, masks = model, growing_masks(inputs.attention_mask)
         yield from _token_loop(forward, logits, inputs, sampling, decide, cache, masks, compiled is not None)

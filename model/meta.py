@@ -210,13 +210,14 @@ class MetaModel(torch.nn.Module):
         """
         inputs = self.prepare_inputs([prompt], None if image is None else [image], image_transform)
         prompt_tokens = inputs.input_ids.shape[1]
-        [stream] = self._streams(1, list(additional_stop_symbols), self.answer_room(prompt_tokens, max_gen_len), cancel)
+        max_new = self.answer_room(prompt_tokens, max_gen_len)
+        [stream] = self._streams(1, list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
         pixels_key = image_key(inputs.extra) if session is not None else None  # only a kept cache needs it
         cache = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
         shown = ""
-        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled)
+        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, max_new)
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
                 stream.finish("cancelled")
@@ -288,7 +289,8 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
         streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        for _ in generate_tokens(self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled):
+        for _ in generate_tokens(self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled,
+                                 max_new_tokens=max_new):
             pass
         if not return_details:
             return [s.text for s in streams]

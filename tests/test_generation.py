@@ -304,6 +304,29 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
     assert piece["finish_reason"] == "cancelled" and len(steps) - steps_at_cancel <= 2
 
 
+def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):
+    """Each compiled step attends over its whole static cache, so a request gets one sized to its prompt and answer
+    (a power of two from 256, at most --max_seq_len), not the whole context: same answers as eager, and the graph
+    compiles again once for every other length (the cache length becomes a dynamic dimension)."""
+    compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=1024, compile=True)
+    compiled_forward, spans = compiled.compiled.forward, set()
+
+    def forward(*args, **kwargs):
+        spans.add(kwargs["attention_mask"].shape[1])
+        return compiled_forward(*args, **kwargs)
+
+    compiled.compiled.forward = forward
+    short, long = "The quick brown fox", "The quick brown fox jumps over the lazy dog. " * 12  # 12 and 279 tokens
+    requests = [(short, 12, 256), (long, 12, 512), (long, 300, 1024), (short, 400, 512), (short, 2000, 1024)]
+    counters.clear()
+    for prompt, max_gen_len, span in requests:
+        spans.clear()
+        got = stream(compiled, prompt, max_gen_len=max_gen_len)[-1]
+        assert got["text"] == stream(byte_model, prompt, max_gen_len=max_gen_len)[-1]["text"] and spans == {span}
+    # graphs of earlier tests' models of the same shape serve this one too, so they may make it fewer
+    assert counters["stats"]["unique_graphs"] <= 2
+
+
 def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
     """Compiled steps are queued before the ranks agree on their tokens: the two are refused together."""
     with pytest.raises(UserError, match="--compile is not available with tensor parallel"):
