@@ -1,7 +1,8 @@
 """Conversations that stay fast: time to first piece at a turn holding a long history, over turn 1, with the
 session's KV cache kept between turns (`ttft_history_ratio`), the same with `--compile`
 (`ttft_history_ratio_compile`: the session's keys and values are copied into the static cache), and without
-(`ttft_history_ratio_naive`)."""
+(`ttft_history_ratio_naive`). Also turn 1's decode speed with `--compile` over without (`compile_decode_ratio`:
+a compiled step attends over its whole static cache, sized to the request)."""
 from __future__ import annotations
 
 import random
@@ -20,9 +21,9 @@ def message(rng: random.Random) -> str:
     return " ".join(f"w{rng.randrange(1000)}" for _ in range(60))
 
 
-def turn(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[float, str, int]:
-    """One chat turn: (seconds to the first piece, the answer, the prompt's tokens). The answer runs to its end, so
-    a session keeps its whole turn."""
+def turn(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[float, float, str, int]:
+    """One chat turn: (seconds to the first piece, answer tokens/s after it, the answer, the prompt's tokens). The
+    answer runs to its end, so a session keeps its whole turn."""
     from ui.chat import chat_prompt
 
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
@@ -30,9 +31,10 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
     pieces = model.stream_generate(chat.text, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=chat.stop_symbols,
                                    session=session)
     next(pieces)
-    first_piece = time.perf_counter() - started
+    first_piece = time.perf_counter()
     *_, last = pieces
-    return first_piece, last["text"].strip(), last["prompt_tokens"]
+    decode_rate = (last["completion_tokens"] - 1) / (time.perf_counter() - first_piece)
+    return first_piece - started, decode_rate, last["text"].strip(), last["prompt_tokens"]
 
 
 def run(settings) -> dict[str, float]:
@@ -42,24 +44,26 @@ def run(settings) -> dict[str, float]:
     with eos_ignored(model):  # the two share their tokenizer and generation config
         history, question, prompt_tokens = [], message(rng), 0
         while prompt_tokens < settings.cache_history_tokens:  # build the conversation, turn by turn
-            _, text, prompt_tokens = turn(model, history, question, "build")
+            *_, text, prompt_tokens = turn(model, history, question, "build")
             history += [{"role": "user", "content": question}, {"role": "assistant", "content": text}]
             question = message(rng)
         earlier, last_question = history[:-2], history[-2]["content"]
         first_question = history[0]["content"]
 
-        def with_reuse(chat_model: MetaModel) -> float:
+        def with_reuse(chat_model: MetaModel) -> tuple[float, float]:
             turn(chat_model, earlier, last_question, "bench")  # the turn before, as the session had it
-            return turn(chat_model, history, question, "bench")[0]
+            return turn(chat_model, history, question, "bench")[:2]
 
-        runs = {"turn1": lambda: turn(model, [], first_question, None)[0],
+        runs = {"turn1": lambda: turn(model, [], first_question, None)[:2],  # (time to first piece, tokens/s)
                 "reuse": lambda: with_reuse(model),
-                "naive": lambda: turn(model, history, question, None)[0],
-                "turn1_compile": lambda: turn(compiled, [], first_question, None)[0],
+                "naive": lambda: turn(model, history, question, None)[:2],
+                "turn1_compile": lambda: turn(compiled, [], first_question, None)[:2],
                 "reuse_compile": lambda: with_reuse(compiled)}
-        seconds = interleaved_values(runs, settings.cache_repeats)
-    median = {name: statistics.median(values) for name, values in seconds.items()}
+        values = interleaved_values(runs, settings.cache_repeats)
+    median = {name: statistics.median(first for first, _ in pairs) for name, pairs in values.items()}
+    rate = {name: statistics.median(rate for _, rate in values[name]) for name in ("turn1", "turn1_compile")}
     return {"ttft_history_ratio": median["reuse"] / median["turn1"],
             "ttft_history_ratio_compile": median["reuse_compile"] / median["turn1_compile"],
             "ttft_history_ratio_naive": median["naive"] / median["turn1"],
+            "compile_decode_ratio": rate["turn1_compile"] / rate["turn1"],
             "cache_history_tokens": float(prompt_tokens)}

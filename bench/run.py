@@ -70,6 +70,8 @@ FIGURES = {
                                    "cache)", ("<=", 1.5)),
     "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
     "cache_history_tokens": ("tokens in the prompt of that turn", None),
+    "compile_decode_ratio": ("turn 1's answer tokens/s with --compile over without (the CPU; a compiled step attends "
+                             "over its whole static cache)", None),
     "load_clients_over_one_client": ("8 clients at once, 3-turn conversations each, demo app: wall time over one "
                                      "client asking the same conversations one after another", None),
     "load_concurrency2_over_one_client": ("the same with --concurrency 2", None),
