@@ -128,14 +128,15 @@ def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generato
 class CompiledDecoding:
     """`--compile`: decode steps run a `torch.compile`d forward over a preallocated (static) KV cache.
 
-    This is gpt-fast's recipe: every decode step has the same shapes (one token per row, a cache of fixed length,
-    one full-length attention mask), so the graph compiles once and, on CUDA, replays as a CUDA graph. Each step
-    attends over the whole static cache, so a request gets one sized to what it may hold (its prompt and answer),
-    rounded up to a power of two from 256, at most `max_cache_len`: a short answer does not read thousands of
-    empty positions every step. The graph compiles again once, for any length, the first time a second length
-    shows up. The prefill stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is
-    copied into the static cache for the decode steps. Static caches are pooled per batch size and length and
-    reused, so their addresses stay fixed for the recorded graphs; a request that finds none free gets a new one.
+    This is gpt-fast's recipe: every decode step of a request has the same shapes (one token per row, a cache of
+    fixed length, one full-length attention mask), so on CUDA it replays as a CUDA graph, recorded once per shape.
+    Each step attends over the whole static cache, so a request gets one sized to what it may hold (its prompt and
+    answer), rounded up to a power of two from 256, at most `max_cache_len`: a short answer does not read thousands
+    of empty positions every step. The forward is compiled with the batch size and cache length dynamic, so no
+    new length compiles it again (batch size 1, which torch specializes, gets a graph of its own). The prefill
+    stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is copied into the static
+    cache for the decode steps. Static caches are pooled per batch size and length and reused, so their addresses
+    stay fixed for the recorded graphs; a request that finds none free gets a new one.
     """
 
     SHORTEST = 256  # tokens: the smallest static cache a request gets
@@ -145,7 +146,7 @@ class CompiledDecoding:
 
         self.model = model
         self.max_cache_len = max_cache_len
-        self.forward = model.get_compiled_call(CompileConfig())
+        self.forward = model.get_compiled_call(CompileConfig(dynamic=True))
         self._free: dict[tuple[int, int], list[StaticCache]] = {}  # by batch size and length
         self._lock = threading.Lock()
         # what the decode steps add can be copied back out only where every layer keeps every position (no
