@@ -33,7 +33,8 @@ def test_api_lists_chat_and_single_turn(server):
     endpoints = Client(server[0], verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert {"/chat", "/single_turn"} <= set(endpoints)
     names = [p["parameter_name"] for p in endpoints["/chat"]["parameters"]]
-    assert names == ["message", "history", "image", "max_gen_len", "temperature", "top_p"]
+    assert names == ["message", "history", "image", "max_gen_len", "temperature", "top_p", "top_k",
+                     "repetition_penalty", "system", "template"]
 
 
 def test_two_turn_conversation(server):
@@ -42,6 +43,17 @@ def test_two_turn_conversation(server):
     assert first == "The capital of France is Paris."
     second = client.predict(message="What is the capital of Japan?", history=FRANCE, api_name="/chat")
     assert second == "The capital of Japan is Tokyo."
+
+
+def test_system_prompt_and_template_reach_the_prompt(server):
+    client = Client(server[0], verbose=False)
+    long_system = "Answer briefly. " * 700  # ~2,100 tokens: more than the demo model's context
+    for call in (dict(system=long_system, history=[]),
+                 dict(history=[{"role": "system", "content": long_system}])):
+        with pytest.raises(Exception, match="with the template, system prompt"):
+            client.predict(message="Hi", api_name="/chat", **call)
+    assert client.predict(message="What is the capital of France?", history=[], system="", template="default",
+                          api_name="/chat") == "The capital of France is Paris."
 
 
 def test_single_turn_and_its_templates(server):

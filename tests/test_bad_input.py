@@ -232,6 +232,8 @@ def test_a_1x1_image_is_answered(client, uploads):
     (dict(temperature=-1.0), "The temperature is -1.0; set it to 0 (greedy) or more."),
     (dict(top_p=0.0), "The top_p is 0.0; set it above 0 and at most 1."),
     (dict(max_gen_len=0), "The answer length (max_gen_len) is 0; ask for at least 1 token."),
+    (dict(top_k=-1), "The top_k is -1; set it to 0 (off) or more."),
+    (dict(repetition_penalty=0.0), "The repetition_penalty is 0.0; set it above 0 (1 is off)."),
 ])
 def test_bad_settings(client, setting, sentence):
     refused(client, sentence, message="What is the capital of Peru?", history=[], **setting)
@@ -241,6 +243,16 @@ def test_bad_settings(client, setting, sentence):
 def test_unknown_template_and_empty_instruction(client):
     refused(client, "Unknown prompt template 'nonsense'", "/single_turn", instruction="Hi", template="nonsense")
     refused(client, "The instruction is empty; type one first.", "/single_turn", instruction=" ")
+    answers_next(client)
+
+
+def test_unknown_conversation_template_and_role(client):
+    refused(client, "Unknown conversation template 'nonsense'; choose one of: ", message="Hi", history=[],
+            template="nonsense")
+    refused(client, "'alpaca' is a single-turn template: call /single_turn with it, or pass /chat one of: default,",
+            message="Hi", history=[], template="alpaca")
+    refused(client, "The history holds a message with role 'tool'; the roles are user, assistant and system.",
+            message="Hi", history=[{"role": "tool", "content": "42"}])
     answers_next(client)
 
 

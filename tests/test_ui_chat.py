@@ -26,6 +26,19 @@ def test_chat_prompt_is_the_template_prompt(byte_model):
     assert chat.text == conv.get_prompt() and chat.stop_symbols == ["\n###"] and chat.dropped_turns == 0
 
 
+def test_chat_prompt_takes_the_system_prompt_from_the_argument_else_the_history(byte_model):
+    from ui.chat import chat_prompt
+
+    def system_of(system, history):
+        return chat_prompt(byte_model, "default", system, history, "Q").text.split("\n\n###")[0]
+
+    in_history = [{"role": "system", "content": "From history."}]
+    assert system_of(None, []) == default_conversation().system
+    assert system_of(None, in_history) == "From history."
+    assert system_of("From the argument.", in_history) == "From the argument."
+    assert system_of("", in_history) == ""
+
+
 def test_upload_checks_happen_before_decoding(tmp_path, monkeypatch):
     big = tmp_path / "big.png"
     Image.new("RGB", (7000, 7000), (250, 250, 250)).save(big)  # 49 megapixels, a small file

@@ -299,21 +299,28 @@ async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: 
         yield piece["text"].strip()
 
 
-def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform: str,
+def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_transform: str,
              max_upload_mb: float = MAX_UPLOAD_MB):
     async def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
-                   temperature: float = 0.1, top_p: float = 0.75, request: gr.Request = None) -> AsyncIterator[str]:
+                   temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0, repetition_penalty: float = 1.0,
+                   system: str | None = None, template: str | None = None,
+                   request: gr.Request = None) -> AsyncIterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
-        turns of a history longer than the context are left out."""
+        turns of a history longer than the context are left out. `system` (or a "system" message in `history`)
+        replaces the template's system prompt; `template` (default: the launcher's) is a conversation template."""
         cancel = cancels.fresh(request.session_hash + "/api")
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
+            if template in TEMPLATE_NAMES:
+                raise UserError(f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
+                                f"one of: {', '.join(conversation_templates(model))}.")
             picture = open_upload(path, max_upload_mb)
-            prompt = chat_prompt(model, template, None, history, message, int(max_gen_len), picture)
+            prompt = chat_prompt(model, template or launcher_template, system, history, message, int(max_gen_len),
+                                 picture)
         except (UserError, ValueError) as error:
             raise api_error(str(error))
         async for text in api_answer(model, prompt.text, prompt.stop_symbols,
-                                     Sampling(max_gen_len, temperature, top_p), cancel,
+                                     Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel,
                                      picture, image_transform, session=request.session_hash + "/api"):
             yield text
     return chat
@@ -321,15 +328,16 @@ def api_chat(model: MetaModel, cancels: Cancels, template: str, image_transform:
 
 def api_single_turn(model: MetaModel, cancels: Cancels):
     async def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
-                          temperature: float = 0.1, top_p: float = 0.75,
-                          request: gr.Request = None) -> AsyncIterator[str]:
+                          temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0,
+                          repetition_penalty: float = 1.0, request: gr.Request = None) -> AsyncIterator[str]:
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
         cancel = cancels.fresh(request.session_hash + "/api-single")
         try:
             prompt = single_turn_prompt(instruction, input, template)
         except (UserError, ValueError) as error:
             raise api_error(str(error))
-        async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p), cancel):
+        async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p, top_k,
+                                                                  repetition_penalty), cancel):
             yield text
     return single_turn
 

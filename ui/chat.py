@@ -82,7 +82,16 @@ def history_pairs(history: list[dict]) -> list[list[str]]:
             pairs.append([text, ""])
         elif role == "assistant" and pairs:
             pairs[-1][1] += text
+        elif role not in ("assistant", "system"):
+            raise UserError(f"The history holds a message with role {role!r}; the roles are user, assistant and "
+                            "system.")
     return pairs
+
+
+def history_system(history: list[dict]) -> str | None:
+    """The text of the last {"role": "system"} message of `history` (as OpenAI-style clients send it), if any."""
+    texts = [message_text(m.get("content")) for m in history or [] if isinstance(m, dict) and m.get("role") == "system"]
+    return texts[-1] if texts else None
 
 
 @dataclass
@@ -94,7 +103,8 @@ class ChatPrompt:
 
 def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str,
                 answer_tokens: int = 0, image=None) -> ChatPrompt:
-    """The prompt for `message` after `history`, with the template's stop symbols.
+    """The prompt for `message` after `history`, with the template's stop symbols. `system` (else a system message
+    in `history`, else the template's own) is the system prompt.
 
     When the prompt and `answer_tokens` (counted up to half the context) do not fit in the model's context, the
     oldest turns are left out, whole: the rest is rendered again by the template, so the system prompt (and the
@@ -103,8 +113,8 @@ def chat_prompt(model: MetaModel, template: str, system: str | None, history: li
     """
     if not (message or "").strip():
         raise UserError(EMPTY_MESSAGE)
-    conv = get_conversation(template, hf_tokenizer(model), system)
     pairs = history_pairs(history)
+    conv = get_conversation(template, hf_tokenizer(model), system if system is not None else history_system(history))
 
     def render(start: int) -> str:
         conv.load_qas(pairs[start:] + [[message, None]])
