@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", default=None,
                    help="None (the raw prompt), a single-turn template (alpaca, ...), a conversation template, or "
                         "chat_template (default: the model's chat template where it has one, else None)")
+    p.add_argument("--system", default=None,
+                   help="the system prompt of a conversation template (default: the template's own)")
     p.add_argument("--max_new_tokens", "--max_gen_len", "--max_tokens_to_generate", dest="max_new_tokens", type=int,
                    default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -100,11 +102,17 @@ def resolve_template(model, asked: str | None) -> str:
     return asked
 
 
-def apply_template(model, template: str, prompt: str) -> tuple[str, list[str]]:
+def check_system(template: str, system: str | None) -> None:
+    if system is not None and template in TEMPLATE_NAMES:
+        raise UserError(f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
+                        "--template default (or chat_template, ...) with it, or leave --system out.")
+
+
+def apply_template(model, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
     """The text the model gets for `prompt`, and the template's stop symbols."""
     if template in TEMPLATE_NAMES:
         return single_turn_prompt(prompt, "", template), []
-    chat = chat_prompt(model, template, None, [], prompt)
+    chat = chat_prompt(model, template, system, [], prompt)
     return chat.text, chat.stop_symbols
 
 
@@ -115,14 +123,16 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     for flag in ("max_new_tokens", "batch_size"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag} is {getattr(args, flag)}; give 1 or more.")
+    check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
     model = load_model(args)
     template = resolve_template(model, args.template)
+    check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     batches = range(0, len(prompts), args.batch_size)
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start: start + args.batch_size]
-        texts, stops = zip(*(apply_template(model, template, p) for p in batch))
+        texts, stops = zip(*(apply_template(model, template, p, args.system) for p in batch))
         details = model.generate(list(texts), max_gen_len=args.max_new_tokens, temperature=args.temperature,
                                  top_p=args.top_p, additional_stop_symbols=stops[0], top_k=args.top_k,
                                  seed=args.seed, repetition_penalty=args.repetition_penalty, return_details=True)

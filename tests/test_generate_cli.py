@@ -45,12 +45,24 @@ def test_files_config_aliases_and_templates(tmp_path, capsys):
     assert "Nairobi" in out
 
 
+def test_system_prompt_replaces_the_templates_own(tmp_path, capsys):
+    def record(*system):
+        run(["--prompts", "What is the capital of France?", "--template", "default", *system, "--output",
+             tmp_path / "s.jsonl"], capsys)
+        return json.loads((tmp_path / "s.jsonl").read_text())
+
+    own, empty, short = record(), record("--system", ""), record("--system", "Be brief.")
+    assert empty["input_tokens"] < short["input_tokens"] < own["input_tokens"]
+    assert empty["response"].strip() == own["response"].strip() == "The capital of France is Paris."
+
+
 @pytest.mark.parametrize("argv, sentence", [
     (["--data", "missing.txt"], "does not exist"),
     (["--data", "{bad}"], "has no \"prompt\" key"),
     (["--prompts"], "expected at least one argument"),
     (["--data", "{empty}"], "There are no prompts"),
     (["--prompts", "Hi", "--template", "nope"], "Unknown --template"),
+    (["--prompts", "Hi", "--template", "alpaca", "--system", "Be brief."], "--system needs a conversation template"),
 ])
 def test_bad_input_is_one_sentence(tmp_path, capsys, argv, sentence):
     (tmp_path / "bad.jsonl").write_text('{"text": "no prompt here"}\n')
