@@ -16,7 +16,8 @@ import gradio as gr
 
 def replay(schedule: dict[str, list[list]]):
     def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
-             temperature: float = 0.1, top_p: float = 0.75) -> Iterator[str]:
+             temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0, repetition_penalty: float = 1.0,
+             system: str | None = None, template: str | None = None) -> Iterator[str]:
         """Yield the recorded pieces of the answer to `message` (up to `max_gen_len`), each at its recorded time."""
         started = time.perf_counter()
         for at, text in schedule[message][:max_gen_len]:

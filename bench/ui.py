@@ -99,7 +99,8 @@ def http_first_piece(client, question: str, length: int) -> float:
 
     url = f"{client.src.rstrip('/')}/gradio_api/call/chat"
     started = time.perf_counter()
-    event_id = httpx.post(url, json={"data": [question, [], None, length, 0.0, 0.75]}).json()["event_id"]
+    data = [question, [], None, length, 0.0, 0.75, 0, 1.0, None, None]  # Gradio's /call API wants every argument
+    event_id = httpx.post(url, json={"data": data}).json()["event_id"]
     first, event = None, None
     with httpx.stream("GET", f"{url}/{event_id}", timeout=120) as response:
         for line in response.iter_lines():

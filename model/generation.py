@@ -7,6 +7,8 @@ taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it o
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import secrets
 import threading
 import time
@@ -93,13 +95,23 @@ def _prefill_position_ids(attention_mask: torch.Tensor) -> torch.Tensor | None:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _last_logits(forward, input_ids, attention_mask, cache, position_ids=None, **extra) -> torch.Tensor:
+def cache_keyword(model) -> str:
+    """The name the model's forward takes its KV cache by: `cache` from transformers 5.24 on (there
+    `past_key_values` prints a deprecation warning, and it goes in 5.40); `past_key_values` before, and in remote
+    code written for it."""
+    return _cache_keyword(type(model))
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def _last_logits(forward, input_ids, attention_mask, cache, keyword: str, position_ids=None, **extra) -> torch.Tensor:
     if position_ids is not None:
         extra["position_ids"] = position_ids
-    out = forward(
-        input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-        use_cache=True, logits_to_keep=1, **extra,
-    )
+    out = forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, logits_to_keep=1,
+                  **{keyword: cache}, **extra)
     return out.logits[:, -1, :]
 
 
@@ -107,13 +119,15 @@ def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
     """Run the prompt (after its `cached` tokens) through the model, filling `cache`; return the next-token logits
     of each row."""
     positions = _prefill_position_ids(inputs.attention_mask)
-    return _last_logits(model, inputs.input_ids[:, inputs.cached:], inputs.attention_mask, cache,
+    return _last_logits(model, inputs.input_ids[:, inputs.cached:], inputs.attention_mask, cache, cache_keyword(model),
                         None if positions is None else positions[:, inputs.cached:], **inputs.extra)
 
 
-def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache):
-    """Feed one token per row at `positions` ([rows, 1]); `attention_mask` already covers it."""
-    return _last_logits(forward, tokens[:, None], attention_mask, cache, positions)
+def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache,
+               keyword: str):
+    """Feed one token per row at `positions` ([rows, 1]); `attention_mask` already covers it. `keyword` is the
+    forward's name for the cache (`cache_keyword`)."""
+    return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions)
 
 
 def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generator) -> torch.Tensor:
@@ -232,10 +246,12 @@ def generate_tokens(
             forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask, length)
         else:
             forward, masks = model, growing_masks(inputs.attention_mask)
-        yield from _token_loop(forward, logits, inputs, sampling, decide, cache, masks, compiled is not None)
+        yield from _token_loop(forward, logits, inputs, sampling, decide, cache, cache_keyword(model), masks,
+                               compiled is not None)
 
 
-def _token_loop(forward, logits, inputs, sampling, decide, cache, masks, queue_ahead) -> Iterator[torch.Tensor]:
+def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks,
+                queue_ahead) -> Iterator[torch.Tensor]:
     """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
     is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
     between steps, and a stop costs the one step already queued."""
@@ -246,7 +262,7 @@ def _token_loop(forward, logits, inputs, sampling, decide, cache, masks, queue_a
 
     def forward_pass(tokens):
         nonlocal positions
-        logits = decode_one(forward, tokens, next(masks), positions, cache)
+        logits = decode_one(forward, tokens, next(masks), positions, cache, keyword)
         positions = positions + 1
         return logits
 

@@ -247,6 +247,35 @@ def test_generation_runs_without_gradients(byte_model):
     assert seen and not any(seen)
 
 
+def test_the_cache_goes_by_the_name_the_models_forward_takes(byte_model, byte_llama_dir):
+    """transformers 5.24 renamed forward's `past_key_values` to `cache` and warns on the old name (removed in 5.40);
+    a model written for the old name (remote code, transformers before 5.24) must still get its cache."""
+    import inspect
+    import warnings
+
+    from transformers import LlamaForCausalLM
+
+    stock_keyword = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+    caches_seen = []
+
+    class OldStyle(LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                    use_cache=None, logits_to_keep=0, **kwargs):
+            caches_seen.append(past_key_values)
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   use_cache=use_cache, logits_to_keep=logits_to_keep,
+                                   **{stock_keyword: past_key_values}, **kwargs)
+
+    prompts = ["Hello there", "A longer prompt, which pads the other row"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the deprecation warning would end the test here
+        expected = byte_model.generate(prompts, max_gen_len=12)
+        old_style = MetaModel.from_pretrained(str(byte_llama_dir))
+        old_style.llma.__class__ = OldStyle
+        assert old_style.generate(prompts, max_gen_len=12) == expected
+    assert len(caches_seen) >= 12 and all(cache is not None for cache in caches_seen)
+
+
 def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
     """--compile (torch.compile over a static KV cache) changes the speed, never the tokens: single prompts,
     a left-padded batch, sampling with a seed, and a second request that reuses the pooled cache."""
