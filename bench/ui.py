@@ -98,8 +98,10 @@ def http_first_piece(client, question: str, length: int) -> float:
     import httpx
 
     url = f"{client.src.rstrip('/')}/gradio_api/call/chat"
+    given = {"message": question, "history": [], "max_gen_len": length, "temperature": 0.0}
+    parameters = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/chat"]["parameters"]
+    data = [given.get(p["parameter_name"], p.get("parameter_default")) for p in parameters]  # /call wants them all
     started = time.perf_counter()
-    data = [question, [], None, length, 0.0, 0.75, 0, 1.0, None, None]  # Gradio's /call API wants every argument
     event_id = httpx.post(url, json={"data": data}).json()["event_id"]
     first, event = None, None
     with httpx.stream("GET", f"{url}/{event_id}", timeout=120) as response:
