@@ -250,6 +250,25 @@ def generate_tokens(
                                compiled is not None)
 
 
+def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """Start copying a GPU's `tokens` to the host now; the returned function waits for that copy alone and gives it.
+
+    A read of the tokens themselves (`.tolist()`) is queued behind whatever was queued after them: behind the next
+    step's forward pass, it would wait for that whole step, and the device would then idle while Python queues the
+    one after."""
+    if tokens.device.type != "cuda":
+        return lambda: tokens
+    copy = tokens.to("cpu", non_blocking=True)  # into pinned memory, queued now
+    copied = torch.cuda.Event()
+    copied.record(torch.cuda.current_stream(tokens.device))
+
+    def read_back() -> torch.Tensor:
+        copied.synchronize()
+        return copy
+
+    return read_back
+
+
 def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks,
                 queue_ahead) -> Iterator[torch.Tensor]:
     """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
@@ -268,12 +287,15 @@ def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks
 
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
+        shown = tokens
         if queue_ahead:
+            read_back = start_host_copy(tokens)  # queued before the next step, so it waits for this one alone
             logits = forward_pass(tokens)
-        finished = decide(tokens)  # in lockstep, this may replace `tokens` with rank 0's
+            shown = read_back()
+        finished = decide(shown)  # in lockstep, this may replace `tokens` with rank 0's
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
-        yield tokens  # after `decide`, so the consumer sees this step's text before the next forward pass
+        yield shown  # after `decide`, so the consumer sees this step's text before the next forward pass
         if finished:
             return
         if not queue_ahead:

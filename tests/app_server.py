@@ -18,7 +18,8 @@ from ui.blocks import PAGE
 from ui.flags import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]

@@ -60,6 +60,17 @@ def test_cuda_answers_as_the_cpu_does_and_stop_stops():
     model = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32")
     assert answers(model) == on_cpu
     assert not torch.backends.cuda.cudnn_sdp_enabled()  # see model/meta.py: avoid_cudnn_attention
+    assert_cancel_stops(model)
+
+
+def test_compiled_cuda_answers_as_eager_does_and_stop_stops():
+    eager = answers(MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32"))
+    model = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32", compile=True)
+    assert answers(model) == eager  # each token read back while the next step runs (model/generation.py)
+    assert_cancel_stops(model)
+
+
+def assert_cancel_stops(model: MetaModel) -> None:
     cancel = threading.Event()
     for count, piece in enumerate(model.stream_generate("Tell me a story.", max_gen_len=200, temperature=0.8,
                                                         seed=1, cancel=cancel)):
