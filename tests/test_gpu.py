@@ -1,6 +1,7 @@
 """CUDA paths, run where a GPU is visible (CI has none: these skip there). `pytest tests/test_gpu.py` on a GPU
 machine repeats the checks first run by hand on an H100 (2026-11-22): the launcher in bf16 and with --quant,
-torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API."""
+torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API;
+--compile's answers on CUDA since 2026-11-24."""
 import json
 import threading
 
