@@ -1,4 +1,4 @@
-"""python bench/gpu.py [--smoke]: decode speed on a GPU against the memory-bandwidth limit.
+"""python bench/gpu.py [--smoke] [--only PART ...]: decode speed on a GPU against the memory-bandwidth limit.
 
 First, the built-in demo model in the GPU's dtype, loaded as `demos/generate.py` loads it: the decode rate of its
 first answer (every sequence length new to the process) and of later ones. Then a Llama-2-7B-shaped random model
@@ -9,11 +9,14 @@ embedding table) over the device-to-device copy bandwidth measured here; also `-
 read back (the device's own pace), and whether it ran as CUDA graphs (inductor's skip reasons). Then the 7B model
 saved to disk and loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s
 and the weights' bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and
-refreshes bench/RESULTS.md. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+refreshes bench/RESULTS.md; `--only demo|decode|quant` runs some parts and merges them into gpu_results.json, which
+records when and with which versions each part was measured. --smoke runs a tiny shape on the CPU (its figures mean
+nothing) to prove the script works.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import statistics
@@ -198,10 +201,31 @@ def save(results: dict, out: Path) -> None:
     print(json.dumps(results, indent=2), flush=True)
 
 
+PARTS = ("demo", "decode", "quant")
+
+
+def decode_figures(model: MetaModel, prompt: str, new_tokens: int, repeats: int, megabytes: int) -> tuple[dict, str]:
+    """Bare generate, stream_generate and --compile on `model`, and the bandwidth limit they are held against; also
+    that limit's terms, in words."""
+    compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, compile=True)
+    results = measure(model, compiled, prompt, new_tokens, repeats)
+    del compiled
+    read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
+    bandwidth = copy_bandwidth(model.device, megabytes)
+    results["gpu_limit_tok_s"] = bandwidth / read_per_token
+    results["stream_over_generate"] = results["gpu_stream_tok_s"] / results["gpu_generate_tok_s"]
+    results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
+    results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
+    return results, f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {read_per_token / 1e9:.2f} GB read per token"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to test that the script runs")
     p.add_argument("--out", type=Path, default=None, help="where gpu_results.json goes (default: bench/)")
+    p.add_argument("--only", nargs="+", choices=PARTS, default=None,
+                   help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8) "
+                        "and merge them into gpu_results.json")
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
     args = p.parse_args(argv)
     if args.smoke:
@@ -210,30 +234,34 @@ def main(argv=None) -> None:
         if not torch.cuda.is_available():
             raise SystemExit("error: bench/gpu.py needs a CUDA GPU; use --smoke to try it on the CPU.")
         device, dtype, shape, prompt_tokens, new_tokens, repeats = "cuda", torch.bfloat16, "7b", 128, 256, 3
-    demo = demo_model_rates(device, dtype)  # first: no other model has run in this process yet
-    max_seq_len = prompt_tokens + new_tokens + 16
-    model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
-    compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=max_seq_len, compile=True)
-    prompt = prompt_of(model, prompt_tokens)
-    results = {**measure(model, compiled, prompt, new_tokens, repeats), **demo}
-    read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
-    bandwidth = copy_bandwidth(model.device, 16 if args.smoke else 2048)
-    results["gpu_limit_tok_s"] = bandwidth / read_per_token
-    results["stream_over_generate"] = results["gpu_stream_tok_s"] / results["gpu_generate_tok_s"]
-    results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
-    results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
-    name = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "CPU (smoke)"
-    results.update(device=name, date=time.strftime("%Y-%m-%d"),
-                   setup=(f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, {prompt_tokens}-token "
-                          f"prompt, {new_tokens} new tokens; copy bandwidth {bandwidth / 1e9:.0f} GB/s, "
-                          f"{read_per_token / 1e9:.2f} GB read per token; torch {torch.__version__}, "
-                          f"transformers {transformers.__version__}"))
+    parts = [part for part in args.only or PARTS if not (args.no_quant and part == "quant")]
     out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
-    save(results, out)
-    if not args.no_quant:
-        del compiled
-        results.update(quantized(model, prompt, new_tokens, repeats))
+    results_file = out / "gpu_results.json"
+    results = json.loads(results_file.read_text()) if args.only and results_file.exists() else {}
+    today = time.strftime("%Y-%m-%d")
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke)"
+    versions = f"on {name}, torch {torch.__version__}, transformers {transformers.__version__}"
+    results.update(device=name, date=today)
+    results.setdefault("setup", f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, "
+                                f"{prompt_tokens}-token prompt, {new_tokens} new tokens")
+    results.setdefault("measured", {})
+    if "demo" in parts:  # first: no other model has run in this process yet
+        results.update(demo_model_rates(device, dtype))
+        results["measured"]["demo"] = f"{today}, {versions}"
         save(results, out)
+    if "decode" in parts or "quant" in parts:
+        max_seq_len = prompt_tokens + new_tokens + 16
+        model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
+        prompt = prompt_of(model, prompt_tokens)
+    if "decode" in parts:
+        figures, limit = decode_figures(model, prompt, new_tokens, repeats, 16 if args.smoke else 2048)
+        results.update(figures)
+        results["measured"]["decode"] = f"{today}, {versions}; {limit}"
+        save(results, out)
+    if "quant" in parts:
+        results.update(quantized(model, prompt, new_tokens, repeats))
+        results["measured"]["quant"] = f"{today}, {versions}, bitsandbytes {importlib.metadata.version('bitsandbytes')}"
+    save(results, out)
 
 
 if __name__ == "__main__":

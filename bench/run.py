@@ -158,7 +158,9 @@ def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
 def gpu_section(gpu: dict | None) -> str:
     lines = [GPU_HEADING, ""]
     if gpu:
-        lines += [f"{gpu['device']}, {gpu['date']}: {gpu['setup']}.", "", "| figure | value |", "| --- | --- |"]
+        lines += [f"{gpu['device']}, {gpu['date']}: {gpu['setup']}.", ""]
+        lines += [f"- {part}: {when}" for part, when in gpu.get("measured", {}).items()]
+        lines += ["", "| figure | value |", "| --- | --- |"]
         lines += [f"| `{k}` | {v:,.1f} |" if v >= 10 else f"| `{k}` | {v:.3f} |"
                   for k, v in gpu.items() if isinstance(v, (int, float))]
         lines += ["", "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "

@@ -34,8 +34,11 @@ def test_bench_run_smoke_writes_every_figure(tmp_path):
 
 
 def test_gpu_bench_smoke_on_the_cpu(tmp_path):
-    run_script("bench/gpu.py", "--smoke", "--out", str(tmp_path))
+    run_script("bench/gpu.py", "--smoke", "--no_quant", "--out", str(tmp_path))
+    assert "gpu_quant4_tok_s" not in json.loads((tmp_path / "gpu_results.json").read_text())
+    run_script("bench/gpu.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
     results = json.loads((tmp_path / "gpu_results.json").read_text())
+    assert set(results["measured"]) == {"demo", "decode", "quant"}
     for name in ("gpu_generate_tok_s", "gpu_stream_tok_s", "gpu_stream_cudnn_tok_s", "gpu_compile_tok_s",
                  "gpu_compile_forward_tok_s", "gpu_limit_tok_s", "demo_first_answer_tok_s", "demo_later_answers_tok_s",
                  "gpu_quant4_tok_s", "gpu_quant8_tok_s"):
