@@ -292,7 +292,7 @@ def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks
             read_back = start_host_copy(tokens)  # queued before the next step, so it waits for this one alone
             logits = forward_pass(tokens)
             shown = read_back()
-        finished = decide(shown)  # in lockstep, this may replace `tokens` with rank 0's
+        finished = decide(shown)  # in lockstep (never queued ahead: `shown` is `tokens`), may put rank 0's in it
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
         yield shown  # after `decide`, so the consumer sees this step's text before the next forward pass
