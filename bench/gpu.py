@@ -261,7 +261,7 @@ def main(argv=None) -> None:
     if "quant" in parts:
         results.update(quantized(model, prompt, new_tokens, repeats))
         results["measured"]["quant"] = f"{today}, {versions}, bitsandbytes {importlib.metadata.version('bitsandbytes')}"
-    save(results, out)
+        save(results, out)
 
 
 if __name__ == "__main__":

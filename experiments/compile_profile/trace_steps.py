@@ -1,6 +1,6 @@
 """Where --compile's decode step spends its time on a GPU: a torch.profiler trace of the token loop.
 
-python experiments/compile_profile/trace_steps.py [--smoke] [--out DIR]
+python experiments/compile_profile/trace_steps.py [--smoke] [--out DIR] [--coordinate_descent] [--no_trace]
 Prints, for `gpu_compile_forward_tok_s`'s loop (no token read back) and `gpu_compile_tok_s`'s (stream_generate):
 wall ms per step, GPU kernel ms per step (the sum of the kernels' durations), so the device's idle share, and the
 top host-side ops. Writes the two tables to DIR/profile.txt.
