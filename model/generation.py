@@ -306,6 +306,9 @@ class AnswerStream:
     """One answer: turns its tokens into text and takes every stop decision for it.
 
     `text` is what may be shown: it never holds a stop string nor ends with the start of one, and it only grows.
+    It starts at the answer's first visible character: the space or newline a model puts after the template's
+    "Response:" is not part of the answer (sentencepiece's decode drops that space too; byte-level tokenizers
+    keep it).
     """
 
     def __init__(
@@ -360,9 +363,9 @@ class AnswerStream:
         full_text = self._detokenizer.text
         hit = self._stops.find(full_text)
         if hit >= 0:
-            self.text = full_text[:hit]
+            self.text = full_text[:hit].lstrip()
             return self.finish("stop")
-        self.text = full_text[: self._stops.safe_length(full_text)]
+        self.text = full_text[: self._stops.safe_length(full_text)].lstrip()
         if len(self.token_ids) >= self._max_new_tokens:
             self.finish("length")
 

@@ -26,7 +26,7 @@ def test_prompts_to_jsonl_twice_the_same(tmp_path, capsys):
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()  # no timings in the file
     assert [r["prompt"] for r in records] == ["What is the capital of France?", "Hello!", "Who are you?"]
     assert set(records[0]) == {"prompt", "response", "finish_reason", "input_tokens", "output_tokens"}
-    assert records[0]["response"].strip() == "The capital of France is Paris." and records[0]["finish_reason"] == "stop"
+    assert records[0]["response"] == "The capital of France is Paris." and records[0]["finish_reason"] == "stop"
     assert "###" not in "".join(r["response"] for r in records)  # the chat template's separator ends answers
     for figure in ("batch size 2", "input tokens", "encode", "generate", "decode", "ms per output token",
                    "output tokens/s"):
@@ -53,7 +53,7 @@ def test_system_prompt_replaces_the_templates_own(tmp_path, capsys):
 
     own, empty, short = record(), record("--system", ""), record("--system", "Be brief.")
     assert empty["input_tokens"] < short["input_tokens"] < own["input_tokens"]
-    assert empty["response"].strip() == own["response"].strip() == "The capital of France is Paris."
+    assert empty["response"] == own["response"] == "The capital of France is Paris."
 
 
 @pytest.mark.parametrize("argv, sentence", [
