@@ -25,7 +25,8 @@ def bare_generate_ids(model: MetaModel, prompt: str, new_tokens: int) -> list[in
 
 
 def bare_generate(model: MetaModel, new_tokens: int) -> str:
-    return model.tokenizer.decode(bare_generate_ids(model, PROMPT, new_tokens))
+    """The answer's text as ours gives it: from its first visible character."""
+    return model.tokenizer.decode(bare_generate_ids(model, PROMPT, new_tokens)).lstrip()
 
 
 def our_stream(model: MetaModel, new_tokens: int) -> str:
