@@ -161,6 +161,10 @@ class CompiledDecoding:
         self.model = model
         self.max_cache_len = max_cache_len
         self.forward = model.get_compiled_call(CompileConfig(dynamic=True))
+        # Each decode step is queued before the last step's tokens are read back only where the device runs ahead
+        # of Python (CUDA). On the CPU a forward pass runs as it is called: queuing it first would show every token,
+        # the first one too, a step late and spend a step after a stop.
+        self.queues_ahead = model.device.type == "cuda"
         self._free: dict[tuple[int, int], list[StaticCache]] = {}  # by batch size and length
         self._lock = threading.Lock()
         # what the decode steps add can be copied back out only where every layer keeps every position (no
@@ -231,9 +235,10 @@ def generate_tokens(
     `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
     cancel, length) costs no further forward pass. Closing this generator also stops the model. `cache`, a
     session's dynamic cache, holds the prompt's first `inputs.cached` tokens and, after, every token fed.
-    With `compiled` the decode steps run compiled over a pooled static cache, each queued before the tokens it
-    follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, whose token is fed
-    too, and `decide` must not change the tokens, so no lockstep), sized for `max_new_tokens` (None: the longest).
+    With `compiled` the decode steps run compiled over a pooled static cache sized for `max_new_tokens` (None: the
+    longest); on CUDA each is queued before the tokens it follows are read back (the GPU never waits for `decide`;
+    a stop costs that one queued step, whose token is fed too, and `decide` must not change the tokens, so no
+    lockstep).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -247,7 +252,7 @@ def generate_tokens(
         else:
             forward, masks = model, growing_masks(inputs.attention_mask)
         yield from _token_loop(forward, logits, inputs, sampling, decide, cache, cache_keyword(model), masks,
-                               compiled is not None)
+                               compiled is not None and compiled.queues_ahead)
 
 
 def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -265,11 +265,11 @@ class MetaModel(torch.nn.Module):
     def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
         if session is None or cache is None:
             return
-        # eager feeds a token only after it is decided on, so the last one never went through the model; compiled
-        # steps are queued before their token is read back, so it did
-        fed = inputs.input_ids[0].tolist() + (sampled if self.compiled is not None else sampled[:-1])
-        if cache.get_seq_length() == len(fed):
-            self.prefix_caches.put(session, CachedPrefix(fed, cache, pixels_key))
+        # the cache holds the prompt and the answer up to the last token fed: a token goes through the model only
+        # after it is decided on, so the last one did not, unless its step was queued ahead (--compile on CUDA)
+        ids, held = inputs.input_ids[0].tolist() + sampled, cache.get_seq_length()
+        if held <= len(ids):
+            self.prefix_caches.put(session, CachedPrefix(ids[:held], cache, pixels_key))
 
     @property
     def _image_token_id(self) -> int | None:

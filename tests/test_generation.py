@@ -297,12 +297,17 @@ def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
 
 
-def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_dir):
-    """With --compile the GPU never waits for Python: each decode step is queued before the tokens it follows are
-    read back. Answers stay the eager ones (one that fills the context to its last position, one cut at a stop
-    string); a stop costs exactly the one step already queued, a cancel at most two."""
+@pytest.mark.parametrize("queues_ahead", [True, False], ids=["as-on-cuda", "cpu"])
+def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_dir, queues_ahead):
+    """With --compile on CUDA the GPU never waits for Python: each decode step is queued before the tokens it
+    follows are read back (forced here on the CPU, where the order is the same code). Answers stay the eager ones
+    (one that fills the context to its last position, one cut at a stop string); a stop costs exactly the one step
+    already queued, a cancel at most two. On the CPU, where a forward pass runs as it is called, steps are not
+    queued ahead: a stop costs none, and the session keeps every token fed either way."""
     eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48)
     compiled = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48, compile=True)
+    assert not compiled.compiled.queues_ahead  # a CPU model
+    compiled.compiled.queues_ahead = queues_ahead
     compiled_forward = compiled.compiled.forward
     steps = []
     compiled.compiled.forward = lambda *args, **kwargs: steps.append(1) or compiled_forward(*args, **kwargs)
@@ -317,9 +322,13 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
         steps.clear()
         got = stream(compiled, prompt, **kwargs)[-1]
         assert got["text"] == expected["text"] and got["finish_reason"] == expected["finish_reason"]
-        assert len(steps) == counter.calls  # one decode step more than eager's (its prefill is a call too)
+        # eager's calls count its prefill too: queued ahead, one decode step more than eager's
+        assert len(steps) == counter.calls - (not queues_ahead)
         return got
 
+    turn = both(max_gen_len=10, session="tab")  # the session keeps what went through the model
+    kept = compiled.prefix_caches.take("tab")
+    assert len(kept.token_ids) == kept.cache.get_seq_length() == turn["prompt_tokens"] + 10 - (not queues_ahead)
     whole = both(max_gen_len=100)
     assert whole["finish_reason"] == "length" and whole["prompt_tokens"] + whole["completion_tokens"] == 48
     stop = whole["text"][8:11]
