@@ -7,12 +7,11 @@ our `stream_generate` (also with cuDNN attention allowed, once warm), and of `st
 (static KV cache + torch.compile), against the limit: the bytes read per decode step (every weight but the
 embedding table) over the device-to-device copy bandwidth measured here; also `--compile`'s token loop with no token
 read back (the device's own pace), whether it ran as CUDA graphs (inductor's skip reasons), and how long the first
-`--compile` answer took, compiling included. Then the 7B model
-saved to disk and loaded back with `--quant 4` and `--quant 8`, as a user's checkpoint would be: decode tokens/s
-and the weights' bytes next to bf16's (skip with --no_quant). Writes bench/gpu_results.json (after each part) and
-refreshes bench/RESULTS.md; `--only demo|decode|quant` runs some parts and merges them into gpu_results.json, which
-records when and with which versions each part was measured. --smoke runs a tiny shape on the CPU (its figures mean
-nothing) to prove the script works.
+`--compile` answer took, compiling included. Then the 7B model saved to disk and loaded back with `--quant 4` and
+`--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights' bytes next to bf16's (skip with
+--no_quant). Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only
+demo|decode|quant` runs some parts and merges them into gpu_results.json, which records when and with which versions
+each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
 from __future__ import annotations
 

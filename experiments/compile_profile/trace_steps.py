@@ -58,7 +58,8 @@ def main() -> None:
     compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=max_seq_len, compile=True)
     if args.coordinate_descent:  # scoped to this forward; torch.compile takes a mode or options, not both
         options = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
-        compiled.compiled.forward = model.llma.get_compiled_call(CompileConfig(dynamic=True, mode=None, options=options))
+        config = CompileConfig(dynamic=True, mode=None, options=options)
+        compiled.compiled.forward = model.llma.get_compiled_call(config)
     prompt = prompt_of(model, prompt_tokens)
     lines: list[str] = []
     started = time.perf_counter()
