@@ -367,10 +367,9 @@ class AnswerStream:
         self.detokenize_time += time.perf_counter() - detokenize_started
         full_text = self._detokenizer.text
         hit = self._stops.find(full_text)
+        self.text = full_text[: hit if hit >= 0 else self._stops.safe_length(full_text)].lstrip()
         if hit >= 0:
-            self.text = full_text[:hit].lstrip()
             return self.finish("stop")
-        self.text = full_text[: self._stops.safe_length(full_text)].lstrip()
         if len(self.token_ids) >= self._max_new_tokens:
             self.finish("length")
 
