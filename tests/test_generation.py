@@ -366,6 +366,23 @@ def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):
         assert counters["stats"]["unique_graphs"] == 1  # compiled for the first request, the others reuse it
 
 
+def test_a_pooled_static_cache_keeps_nothing_of_the_request_before(byte_model):
+    """--compile's pooled static caches are emptied for each request: after a session's turn, whose length is
+    known, only the positions it wrote beyond the new prompt are zeroed, the rest is overwritten; after any other
+    request, all. Whatever the last request left, NaN here, answers stay eager's (a masked NaN poisons the sums)."""
+    compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=256, compile=True)
+    long, short = "The quick brown fox jumps over the lazy dog. " * 4, "The quick brown fox"  # 181 and 20 tokens
+    for prompt, session in [(long, "first"), (short, "second"), (long, None), (short, None), (short, "third")]:
+        got = stream(compiled, prompt, max_gen_len=12, session=session)[-1]
+        assert got["text"] == stream(byte_model, prompt, max_gen_len=12)[-1]["text"], (prompt, session)
+        [(cache, written)] = compiled.compiled._free[(1, 256)]  # both lengths get the shortest static cache
+        assert (written is not None) == (session is not None)
+        with torch.inference_mode():
+            for layer in cache.layers:  # what the request wrote: the positions after it are zero already
+                layer.keys[:, :, : written or 256] = float("nan")
+                layer.values[:, :, : written or 256] = float("nan")
+
+
 def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
     """Compiled steps are queued before the ranks agree on their tokens: the two are refused together."""
     with pytest.raises(UserError, match="--compile is not available with tensor parallel"):
