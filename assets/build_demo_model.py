@@ -4,7 +4,10 @@
     python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
     python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
 
-Deterministic from --seed: the data, the tokenizer and the training all draw from it.
+Deterministic from --seed on one machine: the data, the tokenizer and the training all draw from it. On another
+machine the data and the tokenizer are the same but the training is not, and the model differs a lot (one trained
+with the same seed got 72.5% of the held-out sums against the shipped model's 95.8%): check the accuracy
+table before shipping a build.
 """
 from __future__ import annotations
 
