@@ -19,13 +19,12 @@ import os
 import random
 import sys
 import time
-
-os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # before torch: oneDNN reads it once
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-import torch
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # before torch: oneDNN reads it once
+import torch  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent
 ROOT = ASSETS.parent

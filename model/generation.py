@@ -186,9 +186,9 @@ class CompiledDecoding:
         batch_size = prefilled.layers[0].keys.shape[0]
         with self._lock:
             pool = self._free.setdefault((batch_size, length), [])
-            cache, written = pool.pop() if pool else (self._new_cache(length), None)
+            cache, last_written = pool.pop() if pool else (self._new_cache(length), None)
         held = prefilled.get_seq_length()
-        self._empty(cache, held, written)
+        self._empty(cache, held, last_written)
         try:
             for index, layer in enumerate(prefilled.layers):  # as the prefill itself would have written them
                 cache.update(layer.keys, layer.values, index)
