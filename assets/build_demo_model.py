@@ -316,32 +316,52 @@ def answer_word_ids(word_ids: dict) -> list[int]:
     return [word_ids[w] for w in (*data.COLORS, data.ABSENT)]
 
 
+def lookup_head(scaling: float, weights: tuple, captured: dict, lookups: list[tuple[int, int, int, int]],
+                readout: torch.Tensor, query: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (row, query, key, word) of `lookups`: the lookup head's attention scores from the query position over
+    the positions before it, and what it brings there, read by `readout` (the output layer's rows of the answer
+    words). `weights` are the head's query, key, value and output weights; `query` replaces its query states."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    query_weight, key_weight, value_weight, out_weight = weights
+    rows, queries = torch.tensor([(row, position) for row, position, _, _ in lookups]).T
+    batch = len(captured["hidden"])
+    hidden, (cos, sin) = captured["hidden"][rows], (r.expand(batch, -1, -1)[rows] for r in captured["rotary"])
+    key_states = torch.nn.functional.linear(hidden, key_weight)
+    key_states = key_states * cos + rotate_half(key_states) * sin
+    at = torch.arange(len(rows))
+    query_states = torch.nn.functional.linear(hidden[at, queries], query_weight) if query is None else query
+    query_states = query_states * cos[at, queries] + rotate_half(query_states) * sin[at, queries]
+    scores = torch.einsum("nd,ntd->nt", query_states, key_states).float() * scaling
+    scores = scores.masked_fill(torch.arange(scores.shape[1]) > queries[:, None], float("-inf"))
+    values = torch.nn.functional.linear(hidden, value_weight)
+    brought = torch.einsum("nt,ntd->nd", torch.softmax(scores, dim=-1).to(values.dtype), values)
+    return scores, torch.nn.functional.linear(torch.nn.functional.linear(brought, out_weight), readout)
+
+
+def lookup_head_weights(attention) -> tuple:
+    """The lookup head's query, key, value and output weights in the lookup layer's `attention`."""
+    head, kv = head_columns(attention, LOOKUP_HEAD)
+    return (attention.q_proj.weight[head], attention.k_proj.weight[kv], attention.v_proj.weight[kv],
+            attention.o_proj.weight[:, head])
+
+
+def lookup_targets(lookups: list[tuple[int, int, int, int]], answers: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each lookup should attend to (its key) and read as (the index of its word among `answers`)."""
+    return torch.tensor([key for _, _, key, _ in lookups]), torch.tensor([answers.index(w) for *_, w in lookups])
+
+
 def lookup_loss(model, captured: dict, lookups: list[tuple[int, int, int, int]], answers: list[int]) -> torch.Tensor:
     """For each (row, query, key, word): the cross-entropy of the lookup head's attention from the query position
     over the positions before it, against the key (the asked shape's image token), plus the cross-entropy of what
     the head brings, read by the output layer among the `answers` words (the colours and data.ABSENT), against the
     word (that token's colour, or data.ABSENT)."""
-    from transformers.models.llama.modeling_llama import rotate_half
-
     attention = model.model.language_model.layers[LOOKUP_LAYER].self_attn
-    rows, queries, keys, words = (torch.tensor(column) for column in zip(*lookups))
-    head, kv = head_columns(attention, LOOKUP_HEAD)
-    batch = len(captured["hidden"])
-    hidden, (cos, sin) = captured["hidden"][rows], (r.expand(batch, -1, -1)[rows] for r in captured["rotary"])
-    key_states = torch.nn.functional.linear(hidden, attention.k_proj.weight[kv])
-    key_states = key_states * cos + rotate_half(key_states) * sin
-    at = torch.arange(len(rows))
-    query_states = torch.nn.functional.linear(hidden[at, queries], attention.q_proj.weight[head])
-    query_states = query_states * cos[at, queries] + rotate_half(query_states) * sin[at, queries]
-    scores = torch.einsum("nd,ntd->nt", query_states, key_states).float() * attention.scaling
-    scores = scores.masked_fill(torch.arange(scores.shape[1]) > queries[:, None], float("-inf"))
-    values = torch.nn.functional.linear(hidden, attention.v_proj.weight[kv])
-    brought = torch.einsum("nt,ntd->nd", torch.softmax(scores, dim=-1).to(values.dtype), values)
     # Among the answer words only, and the output layer only reads (detached): over the whole vocabulary, and with the
     # output layer trained by it, this loss started near 7 and the sums fell to 1.5%.
-    read = torch.nn.functional.linear(torch.nn.functional.linear(brought, attention.o_proj.weight[:, head]),
-                                      model.lm_head.weight[answers].detach())
-    targets = torch.tensor([answers.index(word) for word in words.tolist()])
+    scores, read = lookup_head(attention.scaling, lookup_head_weights(attention), captured, lookups,
+                               model.lm_head.weight[answers].detach())
+    keys, targets = lookup_targets(lookups, answers)
     return torch.nn.functional.cross_entropy(scores, keys) + torch.nn.functional.cross_entropy(read.float(), targets)
 
 

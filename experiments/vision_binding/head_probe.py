@@ -29,20 +29,18 @@ def main() -> None:
     parser.add_argument("--oracle", action="store_true")
     args = parser.parse_args()
     from transformers import AutoProcessor, LlavaForConditionalGeneration
-    from transformers.models.llama.modeling_llama import rotate_half
 
     import model  # noqa: F401  (registers the vision tower's type)
 
     torch.set_num_threads(2)
+    torch.manual_seed(0)  # the --oracle vectors' start
     build.LOOKUP_LAYER = args.layer
     processor = AutoProcessor.from_pretrained(args.folder)
     tokenizer = processor.tokenizer
     llava = LlavaForConditionalGeneration.from_pretrained(args.folder, dtype=torch.float32).eval()
     captured = build.capture_lookup_inputs(llava)
     attention = llava.model.language_model.layers[args.layer].self_attn
-    head, kv = build.head_columns(attention, build.LOOKUP_HEAD)
-    weights = [torch.nn.Parameter(w.detach().clone()) for w in (attention.q_proj.weight[head],
-               attention.k_proj.weight[kv], attention.v_proj.weight[kv], attention.o_proj.weight[:, head])]
+    weights = [torch.nn.Parameter(w.detach().clone()) for w in build.lookup_head_weights(attention)]
     oracle = torch.nn.Parameter(torch.randn(len(data.SHAPES), attention.head_dim) * 0.1)
     optimizer = torch.optim.Adam([*weights, oracle], lr=args.lr)
     word_ids = build.word_ids_of(tokenizer)
@@ -60,23 +58,12 @@ def main() -> None:
                 yield lookups
 
     def head_on(lookups):
-        """(loss, attends right, reads right) for each lookup."""
-        query_weight, key_weight, value_weight, out_weight = weights
-        rows, queries, keys, words = (torch.tensor(column) for column in zip(*lookups))
-        batch = len(captured["hidden"])
-        hidden = captured["hidden"][rows].float()
-        cos, sin = (r.expand(batch, -1, -1)[rows].float() for r in captured["rotary"])
-        at = torch.arange(len(rows))
-        key_states = hidden @ key_weight.T
-        key_states = key_states * cos + rotate_half(key_states) * sin
+        """(loss, attends right, reads right) for each lookup: build.lookup_loss's terms, with the head's copies."""
+        keys, targets = build.lookup_targets(lookups, answers)
         first_slot = 1 + build.SLOT_OF[data.SHAPES[0]]  # where the first shape's token is, after <s>
-        query = oracle[keys - first_slot] * 10 if args.oracle else hidden[at, queries] @ query_weight.T
-        query = query * cos[at, queries] + rotate_half(query) * sin[at, queries]
-        scores = torch.einsum("nd,ntd->nt", query, key_states) * attention.scaling
-        scores = scores.masked_fill(torch.arange(scores.shape[1]) > queries[:, None], float("-inf"))
-        brought = torch.einsum("nt,ntd->nd", torch.softmax(scores, -1), hidden @ value_weight.T)
-        read = brought @ out_weight.T @ readout.T
-        targets = torch.tensor([answers.index(word) for word in words.tolist()])
+        query = oracle[keys - first_slot] * 10 if args.oracle else None
+        as_float = {"hidden": captured["hidden"].float(), "rotary": [r.float() for r in captured["rotary"]]}
+        scores, read = build.lookup_head(attention.scaling, weights, as_float, lookups, readout, query)
         loss = torch.nn.functional.cross_entropy(scores, keys) + torch.nn.functional.cross_entropy(read, targets)
         return loss, scores.argmax(-1) == keys, read.argmax(-1) == targets
 
