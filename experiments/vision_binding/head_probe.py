@@ -62,8 +62,7 @@ def main() -> None:
         keys, targets = build.lookup_targets(lookups, answers)
         first_slot = 1 + build.SLOT_OF[data.SHAPES[0]]  # where the first shape's token is, after <s>
         query = oracle[keys - first_slot] * 10 if args.oracle else None
-        as_float = {"hidden": captured["hidden"].float(), "rotary": [r.float() for r in captured["rotary"]]}
-        scores, read = build.lookup_head(attention.scaling, weights, as_float, lookups, readout, query)
+        scores, read = build.lookup_head(attention.scaling, weights, captured, lookups, readout, query)
         loss = torch.nn.functional.cross_entropy(scores, keys) + torch.nn.functional.cross_entropy(read, targets)
         return loss, scores.argmax(-1) == keys, read.argmax(-1) == targets
 
