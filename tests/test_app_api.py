@@ -97,7 +97,7 @@ def test_stop_ends_generation_on_the_server_within_two_steps(demo):
     with serve(demo, delay=0.05) as (url, counter):
         client = Client(url, verbose=False)
         job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
-        while len(job.outputs()) < 3:
+        while len(job.outputs()) < 3 and not job.done():
             time.sleep(0.01)
         job.cancel()
         at_cancel = counter.calls
