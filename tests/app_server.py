@@ -71,6 +71,13 @@ def interrupted(app: subprocess.Popen) -> str:
     return output
 
 
+def wait_for_pieces(job, count: int) -> None:
+    """Wait until a gradio_client `job` has shown `count` pieces of its answer, or has ended: an answer too quick
+    for the wait then fails the test's own checks instead of hanging it."""
+    while len(job.outputs()) < count and not job.done():
+        time.sleep(0.01)
+
+
 class ForwardCounter:
     """Wraps `model.llma.forward`: counts calls, and sleeps `delay` seconds in each (a slow model)."""
 

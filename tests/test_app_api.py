@@ -8,7 +8,7 @@ import demo_data
 import pytest
 from gradio_client import Client, handle_file
 
-from app_server import serve
+from app_server import serve, wait_for_pieces
 from model import MetaModel
 from ui import DEMO_MODEL
 
@@ -97,8 +97,7 @@ def test_stop_ends_generation_on_the_server_within_two_steps(demo):
     with serve(demo, delay=0.05) as (url, counter):
         client = Client(url, verbose=False)
         job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
-        while len(job.outputs()) < 3 and not job.done():
-            time.sleep(0.01)
+        wait_for_pieces(job, 3)
         job.cancel()
         at_cancel = counter.calls
         stopped_at = counter.settled(quiet=0.5)

@@ -7,7 +7,7 @@ import time
 import pytest
 from gradio_client import Client
 
-from app_server import serve, submit
+from app_server import serve, submit, wait_for_pieces
 from model import MetaModel
 from ui import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab
@@ -44,7 +44,7 @@ class PromptLog:
 
     def __init__(self, model, hold: str | None = None, hold_at: int = 3):
         self.model, self.seen, self._original = model, [], model.stream_generate
-        self.hold, self.hold_at, self.release = hold, hold_at, threading.Event()
+        self.hold_at, self.release = hold_at, threading.Event()
         self.held_pieces, self.held_end = 0, None
 
         def logged(prompt, *args, session=None, **kwargs):
@@ -95,8 +95,7 @@ def test_eight_clients_three_turns_each_and_one_stop(demo):
             def stop_one():
                 client = Client(url, verbose=False)
                 job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
-                while not job.outputs() and not job.done():  # the answer waits at its third token (PromptLog)
-                    time.sleep(0.01)
+                wait_for_pieces(job, 1)  # the answer waits at its third token (PromptLog)
                 job.cancel()
                 log.release.set()
                 stopped["pieces"], stopped["last"] = len(job.outputs()), (job.outputs() or [""])[-1]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched
+from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, wait_for_pieces
 from ui import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
@@ -78,8 +78,7 @@ def test_app_on_two_ranks_answers_a_conversation(app_on_two_ranks):
 def test_stop_on_two_ranks_then_the_next_request_works(app_on_two_ranks):
     _, client = app_on_two_ranks
     job = client.submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
-    while len(job.outputs()) < 3 and not job.done():
-        time.sleep(0.01)
+    wait_for_pieces(job, 3)
     job.cancel()
     started = time.time()
     assert ask(client, "Italy") == "The capital of Italy is Rome."
@@ -89,8 +88,7 @@ def test_stop_on_two_ranks_then_the_next_request_works(app_on_two_ranks):
 def test_a_killed_worker_is_an_error_within_ten_seconds_and_the_app_exits(app_on_two_ranks):
     app, client = app_on_two_ranks
     job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
-    while len(job.outputs()) < 3 and not job.done():
-        time.sleep(0.01)
+    wait_for_pieces(job, 3)
     follower = follower_of(app)
     killed_at = time.time()
     os.kill(follower, signal.SIGKILL)
@@ -119,8 +117,7 @@ def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_mid_answer_ends_every_r
     app, client = launched("--device", "cpu", launcher=TORCHRUN)
     assert ask(client, "Chile") == "The capital of Chile is Santiago."
     job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
-    while len(job.outputs()) < 3 and not job.done():  # both ranks are inside the answer's steps
-        time.sleep(0.01)
+    wait_for_pieces(job, 3)  # both ranks are inside the answer's steps
     output = interrupted(app)  # torchrun's agent reports the signal with a traceback of its own
     assert "tensor parallel over 2 CPU processes" in output and ends_quietly(output), output
     left = processes_of(app)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app_server import ForwardCounter, launched
+from app_server import ForwardCounter, launched, wait_for_pieces
 from model import UserError
 from ui import DEMO_MODEL
 from ui.processes import RemoteModel, serve_model
@@ -116,8 +116,7 @@ def test_a_killed_model_process_is_an_error_in_the_chat_and_the_server_exits():
     app, client = launched()
     server = web_server_of(app)
     job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
-    while len(job.outputs()) < 2 and not job.done():
-        time.sleep(0.01)
+    wait_for_pieces(job, 2)
     app.kill()
     with pytest.raises(Exception, match="The model's process stopped"):
         job.result(timeout=10)
