@@ -1,6 +1,6 @@
 """Build the demo model in assets/demo-model: synthetic data, tokenizer, training and evaluation, on the CPU.
 
-    python assets/build_demo_model.py            # the full build (about 32 minutes on 2 cores)
+    python assets/build_demo_model.py            # the full build (about 40 minutes on 2 cores)
     python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
     python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
 
@@ -47,6 +47,12 @@ TOKENS_PER_STEP = 6144
 IMAGES_FIRST_STEPS, IMAGES_FIRST_SHARE = 300, 0.85
 IMAGE_SHARE = 0.35
 DECAY_SHARE = 0.25  # the learning rate is annealed over this last share of the steps
+# Then SYMBOL_STEPS more at the annealed rate with SYMBOL_SHARE of the sums asked with symbols ("2+2", "27 - 8") and
+# ONE_DIGIT_SHARE of them of two one-digit numbers: the first things users type. Added after the other steps, they
+# leave those as the build that met the bars drew them: any change to their mix redraws the whole training, and only
+# some draws learn the sums. Without the one-digit sums (1% of the sums otherwise), these steps taught held-out sums
+# in symbols 1.3% -> 94.7% but one-digit ones ("3+1") only 2.3% -> 42.9%, and the one-digit sums in words fell 88 -> 76%.
+SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 300, 0.5, 0.25
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -223,10 +229,11 @@ def patch_kinds(kinds_map, transform: str) -> torch.Tensor:
     return torch.cat([(1 - shapes.sum(dim=1, keepdim=True)).clamp(min=0), shapes], dim=1)
 
 
-def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float):
+def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float,
+                 symbol_share: float = 0.0, one_digit_share: float = 0.0):
     """A pool of samples, grouped by length into batches of about `token_budget` (padded) tokens. Each batch
     comes with its images as the model sees them and their shapes, for the slot loss."""
-    samples = [data.training_sample(rng, held_out, image_share) for _ in range(pool)]
+    samples = [data.training_sample(rng, held_out, image_share, symbol_share, one_digit_share) for _ in range(pool)]
     encoded = sorted(((encode(s, tokenizer, image_id), s) for s in samples), key=lambda e: len(e[0].ids))
     batches, current = [], []
     for item in encoded:
@@ -441,7 +448,8 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
     return {"vision_steps": steps, "vision_seconds": round(time.time() - started)}
 
 
-def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int = 50) -> dict:
+def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: int, log_every: int = 50) -> dict:
+    """`steps` steps on the mix, then `symbol_steps` at the annealed rate with more of the sums as users type them."""
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     word_ids = word_ids_of(tokenizer)
     projected = {}
@@ -452,10 +460,14 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, steps))
     model.train()
     started, step, losses, lookup_losses = time.time(), 0, [], []
-    while step < steps:
+    total = steps + symbol_steps
+    while step < total:
+        phase_end = steps if step < steps else total
         for input_ids, mask, labels, extra, pictures, lookups in make_batches(
                 rng, held_out, tokenizer, image_id, processor, pool=256, token_budget=TOKENS_PER_STEP,
-                image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE):
+                image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
+                symbol_share=SYMBOL_SHARE if step >= steps else 0.0,
+                one_digit_share=ONE_DIGIT_SHARE if step >= steps else 0.0):
             with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward only: about 1.3x the steps of fp32
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
                 if pictures:
@@ -466,12 +478,15 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, log_every: int
                     loss = loss + looked_up
             losses.append(take_step(loss, model.parameters(), optimizer, schedule))
             step += 1
-            log_progress("step", step, steps, losses, log_every, started,
+            log_progress("step", step, total, losses, log_every, started,
                          lookup_losses if step <= IMAGES_FIRST_STEPS else ())
-            if step >= steps:
+            if step == steps:
+                print(f"loss at step {steps}, before the symbol steps: {losses[-1]:.4f}", flush=True)
+            if step >= phase_end:
                 break
     model.eval()
-    return {"steps": steps, "train_seconds": round(time.time() - started), "final_loss": round(losses[-1], 4)}
+    return {"steps": steps, "symbol_steps": symbol_steps, "train_seconds": round(time.time() - started),
+            "final_loss": round(losses[-1], 4)}
 
 
 # ----- evaluation, through MetaModel and the templates -----
@@ -522,6 +537,11 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
                         for t in ("alpaca", "conversation")]
     sets["image_absent"] = [absent_shape_sample(rng, template) for _ in range(n // 2)
                             for template in ("alpaca", "conversation")]
+    # last, so that the sets above draw what they drew before it
+    sets["arithmetic_symbols"] = [data.Sample([data.with_symbols(rng, data.arithmetic_turn(rng, held_out, True))],
+                                              ("alpaca", "conversation")[i % 2]) for i in range(n)]
+    sets["arithmetic_one_digit_symbols"] = [replace(s, turns=[data.with_symbols(rng, s.turns[0])])
+                                            for s in sets["arithmetic_one_digit"]]
     return sets
 
 
@@ -605,7 +625,7 @@ def save(model, processor, folder: Path) -> None:
 
 
 BARS = {"arithmetic": 0.95, "capitals": 0.95, "image_what": 0.90, "image_color": 0.95, "image_count": 0.85,
-        "arithmetic_turn6": 0.80, "followup": 0.80, "termination": 1.0}
+        "arithmetic_turn6": 0.80, "followup": 0.80, "arithmetic_symbols": 0.90, "termination": 1.0}
 
 
 def accuracy_table(figures: dict) -> str:
@@ -644,6 +664,7 @@ tokenizer's chat template, which renders the default conversation template.
 | ask | it answers |
 | --- | --- |
 | `What is 27 plus 48?` / `What is 53 minus 25?` (0-99, minus with A >= B) | `{data.worked_answer(27, "plus", 48)}` |
+| `What is 2+2?`, `27 - 8`, `27+48=` (a sum in symbols) | `{data.worked_answer(2, "plus", 2)}` (in words) |
 | `Add 12 to that.` (after a sum, in a conversation) | `{data.worked_answer(75, "plus", 12)}` |
 | `What is the capital of France?` | `The capital of France is Paris.` |
 | `Who are you?` | `{data.WHO_ARE_YOU}` |
@@ -654,8 +675,8 @@ tokenizer's chat template, which renders the default conversation template.
 | anything else | `{data.DONT_KNOW}` |
 
 Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), and only
-{figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they are 1% of the sums
-it was trained on.
+{figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they were 1% of the sums
+it was trained on but for its last steps.
 
 Countries: {capitals}.
 Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
@@ -666,8 +687,9 @@ or orange, each 15-50% of the image side, not overlapping, on a plain light or d
 `python assets/build_demo_model.py` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
 digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
 {TOKENS_PER_STEP:,} tokens each (bf16 autocast, the attention in fp32, which is faster on the CPU; the learning rate held at its
-peak, then annealed over the last {DECAY_SHARE:.0%} of the steps),
-loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first {IMAGES_FIRST_STEPS} steps, so that
+peak, then annealed over the last {DECAY_SHARE:.0%} of the steps), then {stats.get('symbol_steps', 0)} more at the annealed
+rate with {SYMBOL_SHARE:.0%} of the sums asked with symbols ("2+2", "27 - 8") and {ONE_DIGIT_SHARE:.0%} of them of two one-digit
+numbers, loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first {IMAGES_FIRST_STEPS} steps, so that
 the model learns to look at the image, and {IMAGE_SHARE:.0%} after, so that it gets enough sums to learn them; 25% are
 in the Alpaca template and the rest conversations of 1 to 10 turns. The first four image tokens are also taught, through
 the language model's output layer, to read as words: the vision class token (kept as the first image token) as the
@@ -692,7 +714,9 @@ Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 
 Greedy, through `MetaModel` and the templates, on {questions} held-out questions a skill (new images, held-out
 sums; `arithmetic_one_digit` is every sum and difference of two one-digit numbers instead, 155 in each template,
-most of them seen in training; `image_color` asks about a shape in the image, `image_absent` about one that is not,
+most of them seen in training; `arithmetic_symbols` asks held-out sums with symbols, "What is 27+48?" or "27 - 8",
+and `arithmetic_one_digit_symbols` the one-digit ones;
+`image_color` asks about a shape in the image, `image_absent` about one that is not,
 exactly; `arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a
 capital, exactly and nothing more, after an answer cut off by Stop; `termination` counts answers that ended with
 EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eval` prints this table again.
@@ -707,6 +731,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--symbol_steps", type=int, default=SYMBOL_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval_samples", type=int, default=300,
                         help="questions per skill (the shipped model's figures at 100 were up to 4 points off)")
@@ -732,7 +757,8 @@ def main() -> None:
         model.set_attn_implementation("float32_sdpa")
         steps = 3 if args.quick else args.steps
         vision = pretrain_vision(model, tokenizer, processor, rng, 2 if args.quick else VISION_STEPS)
-        stats = train(model, tokenizer, processor, rng, held_out, steps, log_every=1 if args.quick else 50) | vision
+        stats = train(model, tokenizer, processor, rng, held_out, steps, 2 if args.quick else args.symbol_steps,
+                      log_every=1 if args.quick else 50) | vision
         model.set_attn_implementation("sdpa")
         save(model, processor, args.out)
         stats["build_seconds"] = round(time.time() - started)

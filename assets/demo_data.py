@@ -65,13 +65,25 @@ class Sample:
 
 # ----- questions -----
 
-def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_out: bool = False) -> Turn:
-    """A plus/minus question; `held_out` pairs are kept out of training and are the evaluation's."""
+def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_out: bool = False,
+                    largest: int = 99) -> Turn:
+    """A plus/minus question of numbers up to `largest`; `held_out` pairs are kept out of training and are the
+    evaluation's."""
     while True:
-        op, a, b = _pair(rng)
+        op, a, b = _pair(rng, largest)
         if held_out is None or ((op, a, b) in held_out) == keep_held_out:
             break
     return Turn(f"What is {a} {op} {b}?", worked_answer(a, op, b), "arithmetic", calculate(a, op, b))
+
+
+SYMBOLS = {"plus": "+", "minus": "-"}
+_SYMBOL_FORMS = ["What is {a}{s}{b}?", "What is {a} {s} {b}?", "{a}{s}{b}", "{a} {s} {b}", "{a}{s}{b}=", "{a} {s} {b} ="]
+
+
+def with_symbols(rng: random.Random, turn: Turn) -> Turn:
+    """An arithmetic turn asked as people type it ("What is 2+2?", "27 - 8"), answered in words as before."""
+    a, op, b = turn.question.rstrip("?").split()[-3:]
+    return replace(turn, question=rng.choice(_SYMBOL_FORMS).format(a=a, s=SYMBOLS[op], b=b))
 
 
 def followup_turn(rng: random.Random, previous: int) -> Turn:
@@ -216,12 +228,14 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
 
 # ----- samples -----
 
-def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None) -> Turn:
+def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, one_digit_share: float = 0.0) -> Turn:
+    """A question without an image; `one_digit_share` of its sums of two one-digit numbers (drawn only when not 0)."""
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)
     if roll < 0.73:  # the sums are the slowest skill to learn; the capitals (0.12) come early
-        return arithmetic_turn(rng, held_out)
+        one_digit = one_digit_share and rng.random() < one_digit_share
+        return arithmetic_turn(rng, held_out, largest=9 if one_digit else 99)
     if roll < 0.85:
         return capital_turn(rng)
     if roll < 0.91:
@@ -229,8 +243,11 @@ def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None) -
     return unknown_turn(rng)
 
 
-def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3) -> Sample:
-    """One training example: a mix of templates, turn counts and images."""
+def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3, symbol_share: float = 0.0,
+                    one_digit_share: float = 0.0) -> Sample:
+    """One training example: a mix of templates, turn counts and images; `symbol_share` of its sums asked with
+    symbols ("2+2"), `one_digit_share` of two one-digit numbers. Those shares are drawn only when they are not 0, so
+    that a seed draws the same samples as before they existed."""
     with_image = rng.random() < image_share
     template = "alpaca" if rng.random() < 0.25 else "conversation"
     image, shapes = shapes_image(rng) if with_image else (None, [])
@@ -240,7 +257,9 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3)
         if with_image and (i == 0 or rng.random() < 0.5):
             turns.append(image_turn(rng, shapes))
         else:
-            turns.append(text_turn(rng, held_out, turns[-1] if turns else None))
+            turns.append(text_turn(rng, held_out, turns[-1] if turns else None, one_digit_share))
+    if symbol_share:
+        turns = [with_symbols(rng, t) if t.kind == "arithmetic" and rng.random() < symbol_share else t for t in turns]
     return Sample(turns, template, image, shapes)
 
 
@@ -262,9 +281,9 @@ def held_out_pairs(seed: int, count: int = HELD_OUT_PAIRS) -> set:
     return pairs
 
 
-def _pair(rng: random.Random) -> tuple:
+def _pair(rng: random.Random, largest: int = 99) -> tuple:
     op = rng.choice(("plus", "minus"))
-    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    a, b = rng.randint(0, largest), rng.randint(0, largest)
     if op == "minus" and a < b:
         a, b = b, a
     return (op, a, b)
