@@ -66,6 +66,9 @@ def test_sums_asked_with_symbols_keep_their_worked_answer_and_leave_other_draws_
     with_symbols = [data.training_sample(random.Random(seed), held_out, 0.3, 1.0) for seed in range(30)]
     asked = [t.question for s in with_symbols for t in s.turns if t.kind == "arithmetic"]
     assert asked and not any("plus" in q or "minus" in q for q in asked)
+    one_digit = [data.training_sample(random.Random(seed), held_out, 0.3, 0.0, 1.0) for seed in range(30)]
+    sums = [t for s in one_digit for t in s.turns if t.kind == "arithmetic"]
+    assert sums and all(t.answer.count(" is ") == 1 and int(t.question.split()[2]) < 10 for t in sums)
     # Without symbols, a seed draws the samples it drew before they existed, which the shipped model's first 1,500
     # steps were trained on (this fingerprint was taken then): a change here redraws the whole build.
     drawn = "".join(t.question + t.answer for seed in range(30)
