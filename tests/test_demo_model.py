@@ -76,6 +76,16 @@ def test_arithmetic(demo):
     assert sum(right.values()) >= 108, f"right of 60: {right}"
 
 
+def test_sums_typed_with_symbols(demo):
+    """What a new user types first: "What is 2+2?", "27 - 8"."""
+    assert ask(demo, "conversation", [["What is 2+2?", None]]).strip() == "2 plus 2 is 4."
+    rng = random.Random(1234)
+    turns = [data.with_symbols(rng, data.arithmetic_turn(rng)) for _ in range(60)]
+    right = sum(build.is_correct(t, ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]))
+                for i, t in enumerate(turns))
+    assert right >= 54, f"{right} of 60 right"  # the bar: 90%
+
+
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
 def test_who_are_you_and_unknown_questions(demo, template):
     assert "demo model" in ask(demo, template, [["Who are you?", None]])
