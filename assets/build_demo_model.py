@@ -51,7 +51,7 @@ DECAY_SHARE = 0.25  # the learning rate is annealed over this last share of the 
 # ONE_DIGIT_SHARE of them of two one-digit numbers: the first things users type. Added after the other steps, they
 # leave those as the build that met the bars drew them: any change to their mix redraws the whole training, and only
 # some draws learn the sums. Without the one-digit sums (1% of the sums otherwise), these steps taught held-out sums
-# in symbols 1.3% -> 94.7% but one-digit ones ("3+1") only 2.3% -> 42.9%, and the one-digit sums in words fell 88 -> 76%.
+# in symbols 1.3% -> 94.7% but one-digit ones ("3+1") only 2.3% -> 42.9%, and one-digit sums in words fell 88 -> 76%.
 SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 300, 0.5, 0.25
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
@@ -676,7 +676,7 @@ tokenizer's chat template, which renders the default conversation template.
 
 Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), and only
 {figures.get('arithmetic_one_digit', 0):.0%} of them right (`arithmetic_one_digit` below): they were 1% of the sums
-it was trained on but for its last steps.
+of its first {stats['steps']} steps.
 
 Countries: {capitals}.
 Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
