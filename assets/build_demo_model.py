@@ -462,12 +462,13 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: 
     started, step, losses, lookup_losses = time.time(), 0, [], []
     total = steps + symbol_steps
     while step < total:
-        phase_end = steps if step < steps else total
+        symbol_phase = step >= steps
+        phase_end = total if symbol_phase else steps
         for input_ids, mask, labels, extra, pictures, lookups in make_batches(
                 rng, held_out, tokenizer, image_id, processor, pool=256, token_budget=TOKENS_PER_STEP,
                 image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
-                symbol_share=SYMBOL_SHARE if step >= steps else 0.0,
-                one_digit_share=ONE_DIGIT_SHARE if step >= steps else 0.0):
+                symbol_share=SYMBOL_SHARE if symbol_phase else 0.0,
+                one_digit_share=ONE_DIGIT_SHARE if symbol_phase else 0.0):
             with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward only: about 1.3x the steps of fp32
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
                 if pictures:
