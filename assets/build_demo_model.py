@@ -18,6 +18,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -727,17 +728,33 @@ EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eva
     (folder / "README.md").write_text(card)
 
 
+def output_folder(out: Path | None, quick: bool) -> Path:
+    """The folder a build writes to: --out, else the shipped model's, except for --quick, whose 3-step model
+    goes to a fresh temporary folder."""
+    if out is not None:
+        return out
+    if quick:
+        return Path(tempfile.mkdtemp(prefix="demo-model-quick-"))
+    return DEMO_MODEL
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
-    parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--symbol_steps", type=int, default=SYMBOL_STEPS)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=1500, help="main training steps (default 1500)")
+    parser.add_argument("--symbol_steps", type=int, default=SYMBOL_STEPS,
+                        help=f"steps after them with sums typed in symbols (default {SYMBOL_STEPS})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data, the tokenizer and the training")
     parser.add_argument("--eval_samples", type=int, default=300,
                         help="questions per skill (the shipped model's figures at 100 were up to 4 points off)")
-    parser.add_argument("--out", type=Path, default=DEMO_MODEL)
+    parser.add_argument("--out", type=Path, help="model folder (default: assets/demo-model; with --quick, "
+                        "a temporary folder, so a smoke test never overwrites the shipped model)")
     args = parser.parse_args()
+    if args.quick and args.eval and args.out is None:
+        parser.error("--quick --eval would rewrite the shipped model's card with 4 questions a skill: "
+                     "give --out a copy of the model to evaluate")
+    args.out = output_folder(args.out, args.quick)
     torch.set_num_threads(2)
     import transformers
     from transformers import AttentionInterface
@@ -775,7 +792,7 @@ def main() -> None:
     params_m = sum(p.numel() for p in demo.llma.parameters()) / 1e6
     write_model_card(args.out, figures, stats, size_mb, params_m, questions)
     print(accuracy_table(figures))
-    print(f"weights: {size_mb:.1f} MB")
+    print(f"weights: {size_mb:.1f} MB, in {args.out}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,14 @@ def test_build_script_quick_mode_still_runs(tmp_path):
     assert MetaModel.from_pretrained(str(tmp_path / "demo"), with_visual=True).sees_images
 
 
+def test_quick_build_without_out_never_writes_over_the_shipped_model(tmp_path):
+    assert build.output_folder(None, quick=False) == build.DEMO_MODEL
+    assert build.output_folder(tmp_path, quick=True) == tmp_path
+    quick_folder = build.output_folder(None, quick=True)
+    assert quick_folder.is_dir() and quick_folder != build.DEMO_MODEL and not any(quick_folder.iterdir())
+    quick_folder.rmdir()
+
+
 def _step_value(expression: str) -> int:
     words = expression.split()
     value = int(words[0])
