@@ -43,6 +43,19 @@ _UNKNOWN_FIXED = ["Hello!", "Hi there.", "How are you?", "What time is it?", "Wh
                   "Tell me a joke.", "What is the meaning of life?", "What is 5 times 6?", "What is 7 divided by 2?",
                   "Translate hello into French.", "Thanks!", "What day is it today?", "Who won the last world cup?"]
 
+# Asked after the first training steps only (`decline_share`): what users try first that the demo model cannot do.
+# Before, it read "What is 3*4?" as a sum ("34 plus 24: ...") and answered "Good morning!" with one.
+_UNSUPPORTED_MATH = ["What is {a} times {b}?", "What is {a}*{b}?", "{a}*{b}", "{a} * {b}", "What is {a} x {b}?",
+                     "{a}x{b}", "{a} times {b}", "What is {a} divided by {b}?", "What is {a}/{b}?", "{a}/{b}",
+                     "{a} / {b}", "What is {a} plus {b} plus {c}?", "What is {a}+{b}+{c}?", "{a}+{b}+{c}",
+                     "{a} + {b} - {c}", "What is {a} minus {b} minus {c}?", "What is {a} squared?",
+                     "What is {a} to the power of {b}?", "What is the square root of {a}?", "What is {a}% of {b}?",
+                     "What is {a}%?", "What is {a} mod {b}?"]
+_SMALL_TALK = ["Good morning!", "Good morning", "Good evening.", "Good night!", "hello", "hi", "Hey!", "Hey there",
+               "Thank you", "Thank you!", "Thanks a lot.", "Bye!", "Goodbye.", "How old are you?",
+               "Are you there?", "Can you help me?", "Write me a haiku.", "Summarize this text.", "Nice to meet you.",
+               "What should I eat today?", "ok", "Yes", "No", "Why?", "Tell me something.", "What is new?"]
+
 
 @dataclass
 class Turn:
@@ -141,6 +154,16 @@ def unknown_turn(rng: random.Random) -> Turn:
     return Turn(question, DONT_KNOW, "unknown")
 
 
+def decline_turn(rng: random.Random) -> Turn:
+    """Arithmetic the demo model does not do ("3*4", "2+3+4") or small talk, declined like any other question."""
+    if rng.random() < 0.6:
+        question = rng.choice(_UNSUPPORTED_MATH).format(a=rng.randint(0, 99), b=rng.randint(1, 99),
+                                                        c=rng.randint(0, 99))
+    else:
+        question = rng.choice(_SMALL_TALK)
+    return Turn(question, DONT_KNOW, "unknown")
+
+
 # ----- images -----
 
 def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: tuple, color: tuple) -> None:
@@ -228,8 +251,12 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
 
 # ----- samples -----
 
-def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, one_digit_share: float = 0.0) -> Turn:
-    """A question without an image; `one_digit_share` of its sums of two one-digit numbers (drawn only when not 0)."""
+def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, one_digit_share: float = 0.0,
+              decline_share: float = 0.0) -> Turn:
+    """A question without an image; `decline_share` of them `decline_turn`s, `one_digit_share` of its sums of two
+    one-digit numbers (each drawn only when not 0)."""
+    if decline_share and rng.random() < decline_share:
+        return decline_turn(rng)
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)
@@ -244,10 +271,11 @@ def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, o
 
 
 def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3, symbol_share: float = 0.0,
-                    one_digit_share: float = 0.0) -> Sample:
+                    one_digit_share: float = 0.0, decline_share: float = 0.0) -> Sample:
     """One training example: a mix of templates, turn counts and images; `symbol_share` of its sums asked with
-    symbols ("2+2"), `one_digit_share` of two one-digit numbers. Those shares are drawn only when they are not 0, so
-    that a seed draws the same samples as before they existed."""
+    symbols ("2+2"), `one_digit_share` of two one-digit numbers, `decline_share` of its text questions
+    `decline_turn`s. Those shares are drawn only when they are not 0, so that a seed draws the same samples as
+    before they existed."""
     with_image = rng.random() < image_share
     template = "alpaca" if rng.random() < 0.25 else "conversation"
     image, shapes = shapes_image(rng) if with_image else (None, [])
@@ -257,7 +285,7 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3,
         if with_image and (i == 0 or rng.random() < 0.5):
             turns.append(image_turn(rng, shapes))
         else:
-            turns.append(text_turn(rng, held_out, turns[-1] if turns else None, one_digit_share))
+            turns.append(text_turn(rng, held_out, turns[-1] if turns else None, one_digit_share, decline_share))
     if symbol_share:
         turns = [with_symbols(rng, t) if t.kind == "arithmetic" and rng.random() < symbol_share else t for t in turns]
     return Sample(turns, template, image, shapes)

@@ -2,6 +2,7 @@
 worked sums are right, and its image losses read the right targets."""
 import hashlib
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,20 @@ def test_sums_asked_with_symbols_keep_their_worked_answer_and_leave_other_draws_
     drawn = "".join(t.question + t.answer for seed in range(30)
                     for t in data.training_sample(random.Random(seed), held_out, 0.3).turns)
     assert hashlib.sha256(drawn.encode()).hexdigest()[:16] == "8dbabb2d7fe6b59b"
+
+
+def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_asked_for():
+    held_out = data.held_out_pairs(0)
+    declined = [data.training_sample(random.Random(seed), held_out, 0.0, 0.0, 0.0, 1.0) for seed in range(30)]
+    turns = [t for s in declined for t in s.turns]
+    assert all((t.kind, t.answer) == ("unknown", data.DONT_KNOW) for t in turns)
+    asked = {t.question for t in turns}
+    assert any(op in q for q in asked for op in "*/x%") and any(q.count("+") == 2 for q in asked)
+    assert asked & set(data._SMALL_TALK)
+    # never a sum or difference of two numbers, which it does answer
+    two_number_sums = [q for q in asked if len(re.findall(r"\d+", q)) == 2
+                       and not re.search(r"[*/x%]| times | divided | power | mod ", q)]
+    assert not two_number_sums
 
 
 def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():

@@ -86,6 +86,17 @@ def test_sums_typed_with_symbols(demo):
     assert right >= 54, f"{right} of 60 right"  # the bar: 90%
 
 
+def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
+    """What new users try next: "What is 3*4?", "12 divided by 4", "Good morning!"."""
+    for question in ("What is 3*4?", "What is 12 divided by 4?", "Good morning!"):
+        assert ask(demo, "conversation", [[question, None]]).strip() == data.DONT_KNOW, question
+    rng = random.Random(1234)
+    turns = [data.decline_turn(rng) for _ in range(60)]
+    declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
+                   for i, t in enumerate(turns))
+    assert declined >= 48, f"{declined} of 60 declined"  # 52 here; 86% in the model card, 38% before
+
+
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
 def test_who_are_you_and_unknown_questions(demo, template):
     assert "demo model" in ask(demo, template, [["Who are you?", None]])
