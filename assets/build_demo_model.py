@@ -58,6 +58,7 @@ SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 300, 0.5, 0.25
 # talk, declined: the model before read "What is 3*4?" as "34 plus 24" and declined 38% of `declines`. At 0.1, it
 # declined 94.7% but held-out sums fell 99.7 -> 97.2% (it borrowed in "45 minus 5"); at 0.05, 85.7% and 99.3%.
 DECLINE_SHARE = 0.05
+LATER_MIX = data.Shares(SYMBOL_SHARE, ONE_DIGIT_SHARE, DECLINE_SHARE)
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -235,11 +236,10 @@ def patch_kinds(kinds_map, transform: str) -> torch.Tensor:
 
 
 def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float,
-                 symbol_share: float = 0.0, one_digit_share: float = 0.0, decline_share: float = 0.0):
+                 shares: data.Shares = data.Shares()):
     """A pool of samples, grouped by length into batches of about `token_budget` (padded) tokens. Each batch
     comes with its images as the model sees them and their shapes, for the slot loss."""
-    samples = [data.training_sample(rng, held_out, image_share, symbol_share, one_digit_share, decline_share)
-               for _ in range(pool)]
+    samples = [data.training_sample(rng, held_out, image_share, shares) for _ in range(pool)]
     encoded = sorted(((encode(s, tokenizer, image_id), s) for s in samples), key=lambda e: len(e[0].ids))
     batches, current = [], []
     for item in encoded:
@@ -473,9 +473,7 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: 
         for input_ids, mask, labels, extra, pictures, lookups in make_batches(
                 rng, held_out, tokenizer, image_id, processor, pool=256, token_budget=TOKENS_PER_STEP,
                 image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
-                symbol_share=SYMBOL_SHARE if symbol_phase else 0.0,
-                one_digit_share=ONE_DIGIT_SHARE if symbol_phase else 0.0,
-                decline_share=DECLINE_SHARE if symbol_phase else 0.0):
+                shares=LATER_MIX if symbol_phase else data.Shares()):
             with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward only: about 1.3x the steps of fp32
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
                 if pictures:

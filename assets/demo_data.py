@@ -43,7 +43,7 @@ _UNKNOWN_FIXED = ["Hello!", "Hi there.", "How are you?", "What time is it?", "Wh
                   "Tell me a joke.", "What is the meaning of life?", "What is 5 times 6?", "What is 7 divided by 2?",
                   "Translate hello into French.", "Thanks!", "What day is it today?", "Who won the last world cup?"]
 
-# Asked after the first training steps only (`decline_share`): what users try first that the demo model cannot do.
+# Asked after the first training steps only (`Shares.decline`): what users try first that the demo model cannot do.
 # Before, it read "What is 3*4?" as a sum ("34 plus 24: ...") and answered "Good morning!" with one.
 _UNSUPPORTED_MATH = ["What is {a} times {b}?", "What is {a}*{b}?", "{a}*{b}", "{a} * {b}", "What is {a} x {b}?",
                      "{a}x{b}", "{a} times {b}", "What is {a} divided by {b}?", "What is {a}/{b}?", "{a}/{b}",
@@ -66,6 +66,16 @@ class Turn:
     kind: str
     value: object = None  # what an evaluation checks: the number, the capital, the shapes...
     stopped: bool = False  # cut short by Stop: context for the turns after it, never a target
+
+
+@dataclass(frozen=True)
+class Shares:
+    """The mix of the steps after the first ones: `symbol` of the sums asked with symbols ("2+2"), `one_digit` of
+    them of two one-digit numbers, `decline` of the text questions `decline_turn`s. Each is drawn only when it is
+    not 0, so that with the default a seed draws the same samples as before they existed."""
+    symbol: float = 0.0
+    one_digit: float = 0.0
+    decline: float = 0.0
 
 
 @dataclass
@@ -251,17 +261,15 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
 
 # ----- samples -----
 
-def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, one_digit_share: float = 0.0,
-              decline_share: float = 0.0) -> Turn:
-    """A question without an image; `decline_share` of them `decline_turn`s, `one_digit_share` of its sums of two
-    one-digit numbers (each drawn only when not 0)."""
-    if decline_share and rng.random() < decline_share:
+def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, shares: Shares = Shares()) -> Turn:
+    """A question without an image, with `shares.decline` and `shares.one_digit` of `Shares`."""
+    if shares.decline and rng.random() < shares.decline:
         return decline_turn(rng)
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)
     if roll < 0.73:  # the sums are the slowest skill to learn; the capitals (0.12) come early
-        one_digit = one_digit_share and rng.random() < one_digit_share
+        one_digit = shares.one_digit and rng.random() < shares.one_digit
         return arithmetic_turn(rng, held_out, largest=9 if one_digit else 99)
     if roll < 0.85:
         return capital_turn(rng)
@@ -270,12 +278,8 @@ def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, o
     return unknown_turn(rng)
 
 
-def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3, symbol_share: float = 0.0,
-                    one_digit_share: float = 0.0, decline_share: float = 0.0) -> Sample:
-    """One training example: a mix of templates, turn counts and images; `symbol_share` of its sums asked with
-    symbols ("2+2"), `one_digit_share` of two one-digit numbers, `decline_share` of its text questions
-    `decline_turn`s. Those shares are drawn only when they are not 0, so that a seed draws the same samples as
-    before they existed."""
+def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3, shares: Shares = Shares()) -> Sample:
+    """One training example: a mix of templates, turn counts and images, and the `Shares` of the later steps."""
     with_image = rng.random() < image_share
     template = "alpaca" if rng.random() < 0.25 else "conversation"
     image, shapes = shapes_image(rng) if with_image else (None, [])
@@ -285,9 +289,9 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3,
         if with_image and (i == 0 or rng.random() < 0.5):
             turns.append(image_turn(rng, shapes))
         else:
-            turns.append(text_turn(rng, held_out, turns[-1] if turns else None, one_digit_share, decline_share))
-    if symbol_share:
-        turns = [with_symbols(rng, t) if t.kind == "arithmetic" and rng.random() < symbol_share else t for t in turns]
+            turns.append(text_turn(rng, held_out, turns[-1] if turns else None, shares))
+    if shares.symbol:
+        turns = [with_symbols(rng, t) if t.kind == "arithmetic" and rng.random() < shares.symbol else t for t in turns]
     return Sample(turns, template, image, shapes)
 
 

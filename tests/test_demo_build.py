@@ -72,10 +72,12 @@ def test_sums_asked_with_symbols_keep_their_worked_answer_and_leave_other_draws_
         assert symbols.question.replace(" ", "").rstrip("?=").endswith(f"{a}{data.SYMBOLS[op]}{b}")
         assert (symbols.answer, symbols.value) == (turn.answer, turn.value)
     held_out = data.held_out_pairs(0)
-    with_symbols = [data.training_sample(random.Random(seed), held_out, 0.3, 1.0) for seed in range(30)]
+    with_symbols = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(symbol=1.0))
+                    for seed in range(30)]
     asked = [t.question for s in with_symbols for t in s.turns if t.kind == "arithmetic"]
     assert asked and not any("plus" in q or "minus" in q for q in asked)
-    one_digit = [data.training_sample(random.Random(seed), held_out, 0.3, 0.0, 1.0) for seed in range(30)]
+    one_digit = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(one_digit=1.0))
+                 for seed in range(30)]
     sums = [t for s in one_digit for t in s.turns if t.kind == "arithmetic"]
     assert sums and all(t.answer.count(" is ") == 1 and int(t.question.split()[2]) < 10 for t in sums)
     # Without symbols, a seed draws the samples it drew before they existed, which the shipped model's first 1,500
@@ -87,7 +89,8 @@ def test_sums_asked_with_symbols_keep_their_worked_answer_and_leave_other_draws_
 
 def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_asked_for():
     held_out = data.held_out_pairs(0)
-    declined = [data.training_sample(random.Random(seed), held_out, 0.0, 0.0, 0.0, 1.0) for seed in range(30)]
+    declined = [data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0))
+                for seed in range(30)]
     turns = [t for s in declined for t in s.turns]
     assert all((t.kind, t.answer) == ("unknown", data.DONT_KNOW) for t in turns)
     asked = {t.question for t in turns}
