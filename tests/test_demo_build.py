@@ -18,12 +18,30 @@ import build_demo_model as build  # noqa: E402
 import demo_data as data  # noqa: E402
 
 
-def test_build_script_quick_mode_still_runs(tmp_path):
+def quick_build(out: Path, *flags: str, ok: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, str(ROOT / "assets" / "build_demo_model.py"), "--quick",
-                             "--out", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "| arithmetic |" in result.stdout
+                             "--out", str(out), *flags], capture_output=True, text=True, timeout=600)
+    assert (result.returncode == 0) == ok, result.stderr[-2000:]
+    return result
+
+
+def test_build_script_quick_mode_still_runs_and_resumes_after_the_main_steps(tmp_path):
+    base = tmp_path / "base.pt"
+    assert "| arithmetic |" in quick_build(tmp_path / "demo", "--base", str(base)).stdout
     assert MetaModel.from_pretrained(str(tmp_path / "demo"), with_visual=True).sees_images
+    # the next build starts from the state saved after the main steps, and ends where a whole build does
+    resumed = quick_build(tmp_path / "resumed", "--base", str(base)).stdout
+    assert "resuming after the main steps" in resumed and "vision step" not in resumed
+    weights = [(tmp_path / folder / "model.safetensors").read_bytes() for folder in ("demo", "resumed")]
+    assert weights[0] == weights[1]
+
+
+def test_a_saved_base_of_another_recipe_is_refused_in_one_sentence(tmp_path):
+    base = tmp_path / "base.pt"
+    torch.save({"header": {"seed": 1, "steps": 3, "vision_steps": 2}}, base)
+    result = quick_build(tmp_path / "demo", "--base", str(base), ok=False)
+    assert "delete it or give another --base" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "demo" / "model.safetensors").exists()
 
 
 def test_quick_build_without_out_never_writes_over_the_shipped_model(tmp_path):
