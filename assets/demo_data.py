@@ -50,7 +50,13 @@ _UNSUPPORTED_MATH = ["What is {a} times {b}?", "What is {a}*{b}?", "{a}*{b}", "{
                      "{a} / {b}", "What is {a} plus {b} plus {c}?", "What is {a}+{b}+{c}?", "{a}+{b}+{c}",
                      "{a} + {b} - {c}", "What is {a} minus {b} minus {c}?", "What is {a} squared?",
                      "What is {a} to the power of {b}?", "What is the square root of {a}?", "What is {a}% of {b}?",
-                     "What is {a}%?", "What is {a} mod {b}?"]
+                     "What is {a}%?", "What is {a} mod {b}?",
+                     # sums of three numbers spaced as people type them, and numbers it was never taught: over 99,
+                     # with decimals, negative (before, "2 + 3 + 4" was "2 plus 34", "150 plus 20" "14 plus 20")
+                     "{a} + {b} + {c}", "What is {a} + {b} + {c}?", "{a} - {b} - {c}", "{a} + {b} + {c} =",
+                     "What is {big} plus {b}?", "What is {a} minus {big}?", "{big} + {b}", "{big}+{b}", "{a} + {big}",
+                     "What is {big} - {b}?", "What is {a}.{d} plus {b}?", "{a}.{d} + {b}", "What is {a} plus {b}.{d}?",
+                     "What is -{a} plus {b}?", "-{a} + {b}", "What is {a} plus -{b}?"]
 _SMALL_TALK = ["Good morning!", "Good morning", "Good evening.", "Good night!", "hello", "hi", "Hey!", "Hey there",
                "Thank you", "Thank you!", "Thanks a lot.", "Bye!", "Goodbye.", "How old are you?",
                "Are you there?", "Can you help me?", "Write me a haiku.", "Summarize this text.", "Nice to meet you.",
@@ -100,7 +106,8 @@ def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_o
 
 
 SYMBOLS = {"plus": "+", "minus": "-"}
-_SYMBOL_FORMS = ["What is {a}{s}{b}?", "What is {a} {s} {b}?", "{a}{s}{b}", "{a} {s} {b}", "{a}{s}{b}=", "{a} {s} {b} ="]
+_SYMBOL_FORMS = ["What is {a}{s}{b}?", "What is {a} {s} {b}?", "{a}{s}{b}", "{a} {s} {b}", "{a}{s}{b}=", "{a} {s} {b} =",
+                 "{a}{s}{b}=?", "Calculate {a} {s} {b}", "What's {a} {s} {b}?"]
 
 
 def with_symbols(rng: random.Random, turn: Turn) -> Turn:
@@ -166,9 +173,10 @@ def unknown_turn(rng: random.Random) -> Turn:
 
 def decline_turn(rng: random.Random) -> Turn:
     """Arithmetic the demo model does not do ("3*4", "2+3+4") or small talk, declined like any other question."""
-    if rng.random() < 0.6:
+    if rng.random() < 0.8:
         question = rng.choice(_UNSUPPORTED_MATH).format(a=rng.randint(0, 99), b=rng.randint(1, 99),
-                                                        c=rng.randint(0, 99))
+                                                        c=rng.randint(0, 99), big=rng.randint(100, 999),
+                                                        d=rng.randint(1, 9))
     else:
         question = rng.choice(_SMALL_TALK)
     return Turn(question, DONT_KNOW, "unknown")

@@ -114,8 +114,9 @@ def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_
     asked = {t.question for t in turns}
     assert any(op in q for q in asked for op in "*/x%") and any(q.count("+") == 2 for q in asked)
     assert asked & set(data._SMALL_TALK)
-    # never a sum or difference of two numbers, which it does answer
-    two_number_sums = [q for q in asked if len(re.findall(r"\d+", q)) == 2
+    assert any(re.search(r"\d\.\d", q) for q in asked) and any(re.search(r"(^|[ +])-\d", q) for q in asked)
+    # never a sum or difference of two numbers it does answer: those are of two numbers from 0 to 99
+    two_number_sums = [q for q in asked if len(re.findall(r"\d+", q)) == 2 and not re.search(r"\d{3}|(^|[ +])-\d", q)
                        and not re.search(r"[*/x%]| times | divided | power | mod ", q)]
     assert not two_number_sums
 
