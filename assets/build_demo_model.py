@@ -819,6 +819,9 @@ def main() -> None:
 
     if not args.eval:
         started = time.time()
+        steps, vision_steps = (3, 2) if args.quick else (args.steps, VISION_STEPS)
+        header = {"seed": args.seed, "steps": steps, "vision_steps": vision_steps}
+        base = load_base(args.base, header)  # first: a base of another recipe is refused before any work
         rng = random.Random(args.seed)
         held_out = data.held_out_pairs(args.seed)
         for probe in range(20):
@@ -828,9 +831,6 @@ def main() -> None:
         model = new_model(tokenizer, args.seed)
         AttentionInterface.register("float32_sdpa", attention_in_float32)
         model.set_attn_implementation("float32_sdpa")
-        steps, vision_steps = (3, 2) if args.quick else (args.steps, VISION_STEPS)
-        header = {"seed": args.seed, "steps": steps, "vision_steps": vision_steps}
-        base = load_base(args.base, header)
         vision = base["header"]["vision"] if base else pretrain_vision(model, tokenizer, processor, rng, vision_steps)
         save_base_as = (args.base, header | {"vision": vision}) if args.base and not base else None
         stats = train(model, tokenizer, processor, rng, held_out, steps, 2 if args.quick else args.symbol_steps,

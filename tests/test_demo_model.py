@@ -94,7 +94,7 @@ def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
     turns = [data.decline_turn(rng) for _ in range(60)]
     declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
                    for i, t in enumerate(turns))
-    assert declined >= 48, f"{declined} of 60 declined"  # 52 here; 86% in the model card, 38% before
+    assert declined >= 48, f"{declined} of 60 declined"  # 54 here; 90% in the card, 38% before they were taught
 
 
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
