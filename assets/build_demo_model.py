@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -55,16 +56,21 @@ DECAY_SHARE = 0.25  # the learning rate is annealed over this last share of the 
 # leave those as the build that met the bars drew them: any change to their mix redraws the whole training, and only
 # some draws learn the sums. Without the one-digit sums (1% of the sums otherwise), these steps taught held-out sums
 # in symbols 1.3% -> 94.7% but one-digit ones ("3+1") only 2.3% -> 42.9%, and one-digit sums in words fell 88 -> 76%.
-SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 800, 0.65, 0.25
+SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 1000, 0.65, 0.25
 # In those steps too, DECLINE_SHARE of the text questions are arithmetic it does not do ("3*4", "2 + 3 + 4", "150 + 20",
 # "3.5 + 2", "-5 + 3") or small talk, declined: without them the model read "What is 3*4?" as "34 plus 24". Declining
 # sums that look like the ones it does competes with those: at 300 steps, a DECLINE_SHARE of 0.12 declined 72% of
 # `declines` but answered 76% of the sums in symbols (bar 90%); 600 steps, 74% and 86%; 600 at a SYMBOL_SHARE of 0.75,
-# 95% and 96%, but 91% of the sums in words (bar 95%); 800 at 0.65 (shipped) 90%, 97% and 99.3%, image_color 95.0%
-# (98.7% before). The model before, 300 steps at 0.5 and a DECLINE_SHARE of 0.05 of fewer forms, declined 86% of its
-# `declines` and 139 of 254 questions of these forms. Each tried in 8-19 minutes from one --base.
-DECLINE_SHARE = 0.12
-LATER_MIX = data.Shares(SYMBOL_SHARE, ONE_DIGIT_SHARE, DECLINE_SHARE)
+# 95% and 96%, but 91% of the sums in words (bar 95%); 800 at 0.65, 90%, 97% and 99.3%, image_color 95.0% (98.7%
+# before). Their numbers were then up to 99, so "2 + 3 + 4" and "3.5 + 2" were still answered as sums: with
+# DECLINE_ONE_DIGIT_SHARE of them of one-digit numbers, 800 steps declined 229 of 254 questions of one-digit forms
+# (168 before) but answered 94% of the sums in symbols and image_what fell to 92%; 1000 steps (shipped), 225 of 254,
+# 249 of 254 of two-digit forms, 95% and 95%, image_color 98%. Four more forms typed without spaces ("2+3+4",
+# "2-1-1", still answered as sums) declined those, but 259 of 278 two-digit ones (270 without them), and with an empty
+# system prompt the model answered "The capital of France a small demo model, ...". Each tried in 8-25 minutes from
+# one --base.
+DECLINE_SHARE, DECLINE_ONE_DIGIT_SHARE = 0.12, 0.5
+LATER_MIX = data.Shares(SYMBOL_SHARE, ONE_DIGIT_SHARE, DECLINE_SHARE, DECLINE_ONE_DIGIT_SHARE)
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -587,8 +593,8 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
                                               ("alpaca", "conversation")[i % 2]) for i in range(n)]
     sets["arithmetic_one_digit_symbols"] = [replace(s, turns=[data.with_symbols(rng, s.turns[0])])
                                             for s in sets["arithmetic_one_digit"]]
-    sets["declines"] = [data.Sample([replace(data.decline_turn(rng), kind="exact")], ("alpaca", "conversation")[i % 2])
-                        for i in range(n)]
+    sets["declines"] = [data.Sample([replace(data.decline_turn(rng, DECLINE_ONE_DIGIT_SHARE), kind="exact")],
+                                    ("alpaca", "conversation")[i % 2]) for i in range(n)]
     return sets
 
 
@@ -728,6 +734,7 @@ zero, products and quotients are declined (`declines`), most of the time: {figur
 below zero ("3 - 10") is not: it is answered, wrongly.
 
 Countries: {capitals}.
+
 Images: one to three shapes (circle, square, triangle; at most one of each) in red, green, blue, yellow, purple
 or orange, each 15-50% of the image side, not overlapping, on a plain light or dark background, any size.
 
@@ -739,7 +746,8 @@ digits split one per token) trained on the synthetic conversations, then {stats[
 peak, then annealed over the last {DECAY_SHARE:.0%} of the steps), then {stats.get('symbol_steps', 0)} more at the annealed
 rate with {SYMBOL_SHARE:.0%} of the sums asked with symbols ("2+2", "27 - 8") and {ONE_DIGIT_SHARE:.0%} of them of two one-digit
 numbers, and {DECLINE_SHARE:.0%} of the text questions other arithmetic or small talk to decline ("3*4", "2 + 3 + 4",
-"150 + 20", "Good morning!"), loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first
+"150 + 20", "Good morning!"), {DECLINE_ONE_DIGIT_SHARE:.0%} of that arithmetic of one-digit numbers ("2 + 3 + 4",
+"3.5 + 2"), loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first
 {IMAGES_FIRST_STEPS} steps, so that
 the model learns to look at the image, and {IMAGE_SHARE:.0%} after, so that it gets enough sums to learn them; 25% are
 in the Alpaca template and the rest conversations of 1 to 10 turns. The first four image tokens are also taught, through
@@ -766,8 +774,8 @@ Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 Greedy, through `MetaModel` and the templates, on {questions} held-out questions a skill (new images, held-out
 sums; `arithmetic_one_digit` is every sum and difference of two one-digit numbers instead, 155 in each template,
 most of them seen in training; `arithmetic_symbols` asks held-out sums with symbols, "What is 27+48?" or "27 - 8",
-and `arithmetic_one_digit_symbols` the one-digit ones; `declines` asks other arithmetic (new numbers) or small
-talk, as trained, and wants the decline word for word;
+and `arithmetic_one_digit_symbols` the one-digit ones; `declines` asks other arithmetic (new numbers, half of
+them one-digit: "2 + 3 + 4") or small talk, as trained, and wants the decline word for word;
 `image_color` asks about a shape in the image, `image_absent` about one that is not,
 exactly; `arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a
 capital, exactly and nothing more, after an answer cut off by Stop; `termination` counts answers that ended with
@@ -775,7 +783,15 @@ EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eva
 
 {accuracy_table(figures)}
 """
-    (folder / "README.md").write_text(card)
+    (folder / "README.md").write_text(reflowed(card))
+
+
+def reflowed(markdown: str, width: int = 118) -> str:
+    """`markdown` with its paragraphs refilled to `width` columns; headings and tables as they are."""
+    blocks = [block if block.startswith(("#", "|")) else
+              textwrap.fill(" ".join(block.split()), width, break_long_words=False, break_on_hyphens=False)
+              for block in markdown.strip().split("\n\n")]
+    return "\n\n".join(blocks) + "\n"
 
 
 def output_folder(out: Path | None, quick: bool) -> Path:

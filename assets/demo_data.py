@@ -77,11 +77,13 @@ class Turn:
 @dataclass(frozen=True)
 class Shares:
     """The mix of the steps after the first ones: `symbol` of the sums asked with symbols ("2+2"), `one_digit` of
-    them of two one-digit numbers, `decline` of the text questions `decline_turn`s. Each is drawn only when it is
-    not 0, so that with the default a seed draws the same samples as before they existed."""
+    them of two one-digit numbers, `decline` of the text questions `decline_turn`s, `decline_one_digit` of those
+    of one-digit numbers. Each is drawn only when it is not 0, so that with the default a seed draws the same
+    samples as before they existed."""
     symbol: float = 0.0
     one_digit: float = 0.0
     decline: float = 0.0
+    decline_one_digit: float = 0.0
 
 
 @dataclass
@@ -171,11 +173,13 @@ def unknown_turn(rng: random.Random) -> Turn:
     return Turn(question, DONT_KNOW, "unknown")
 
 
-def decline_turn(rng: random.Random) -> Turn:
-    """Arithmetic the demo model does not do ("3*4", "2+3+4") or small talk, declined like any other question."""
+def decline_turn(rng: random.Random, one_digit: float = 0.0) -> Turn:
+    """Arithmetic the demo model does not do ("3*4", "2+3+4") or small talk, declined like any other question;
+    `one_digit` of the arithmetic of one-digit numbers besides the one over 99."""
     if rng.random() < 0.8:
-        question = rng.choice(_UNSUPPORTED_MATH).format(a=rng.randint(0, 99), b=rng.randint(1, 99),
-                                                        c=rng.randint(0, 99), big=rng.randint(100, 999),
+        largest = 9 if one_digit and rng.random() < one_digit else 99
+        question = rng.choice(_UNSUPPORTED_MATH).format(a=rng.randint(0, largest), b=rng.randint(1, largest),
+                                                        c=rng.randint(0, largest), big=rng.randint(100, 999),
                                                         d=rng.randint(1, 9))
     else:
         question = rng.choice(_SMALL_TALK)
@@ -272,7 +276,7 @@ def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
 def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, shares: Shares = Shares()) -> Turn:
     """A question without an image, with `shares.decline` and `shares.one_digit` of `Shares`."""
     if shares.decline and rng.random() < shares.decline:
-        return decline_turn(rng)
+        return decline_turn(rng, shares.decline_one_digit)
     roll = rng.random()
     if previous is not None and previous.kind in ("arithmetic", "followup") and roll < 0.35:
         return followup_turn(rng, previous.value)

@@ -119,6 +119,10 @@ def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_
     two_number_sums = [q for q in asked if len(re.findall(r"\d+", q)) == 2 and not re.search(r"\d{3}|(^|[ +])-\d", q)
                        and not re.search(r"[*/x%]| times | divided | power | mod ", q)]
     assert not two_number_sums
+    small = [data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0, decline_one_digit=1.0))
+             for seed in range(30)]
+    numbers = [int(n) for s in small for t in s.turns for n in re.findall(r"(?<![\d.])\d+", t.question)]
+    assert numbers and all(n < 10 or n >= 100 for n in numbers)  # "2 + 3 + 4", "3.5 + 2", "150 + 2"
 
 
 def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():

@@ -88,13 +88,14 @@ def test_sums_typed_with_symbols(demo):
 
 def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
     """What new users try next: "What is 3*4?", "12 divided by 4", "Good morning!"."""
-    for question in ("What is 3*4?", "What is 12 divided by 4?", "Good morning!"):
+    for question in ("What is 3*4?", "What is 12 divided by 4?", "Good morning!", "2 + 3 + 4", "What is 3.5 plus 2?"):
         assert ask(demo, "conversation", [[question, None]]).strip() == data.DONT_KNOW, question
     rng = random.Random(1234)
-    turns = [data.decline_turn(rng) for _ in range(60)]
+    turns = [data.decline_turn(rng, build.DECLINE_ONE_DIGIT_SHARE) for _ in range(60)]
     declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
                    for i, t in enumerate(turns))
-    assert declined >= 48, f"{declined} of 60 declined"  # 54 here; 90% in the card, 38% before they were taught
+    # 58 here (92% in the card, on the same mix), 51 for the model before the one-digit ones were taught
+    assert declined >= 54, f"{declined} of 60 declined"
 
 
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
