@@ -70,7 +70,11 @@ SYMBOL_STEPS, SYMBOL_SHARE, ONE_DIGIT_SHARE = 1000, 0.65, 0.25
 # system prompt the model answered "The capital of France a small demo model, ...". Each tried in 8-25 minutes from
 # one --base.
 DECLINE_SHARE, DECLINE_ONE_DIGIT_SHARE = 0.12, 0.5
-LATER_MIX = data.Shares(SYMBOL_SHARE, ONE_DIGIT_SHARE, DECLINE_SHARE, DECLINE_ONE_DIGIT_SHARE)
+# And NO_SYSTEM_SHARE of the conversations have the system prompt cleared, as a user may in the app: without them, 35
+# of 50 questions were right with it cleared ("The capital of France a small demo model, ..."), 50 of 50 with them;
+# the other figures moved by at most 3 points, sums in symbols 95.0 -> 98.0%, one-digit sums 99.7 -> 98.4%.
+NO_SYSTEM_SHARE = 0.05
+LATER_MIX = data.Shares(SYMBOL_SHARE, ONE_DIGIT_SHARE, DECLINE_SHARE, DECLINE_ONE_DIGIT_SHARE, NO_SYSTEM_SHARE)
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
 SEPARATOR = default_conversation().response_end_signal  # "\n###"
@@ -96,7 +100,7 @@ def segments(sample: data.Sample) -> list[tuple[str, bool]]:
     if sample.template == "alpaca":
         turn = sample.turns[0]
         return [(format_prompt({"instruction": turn.question}, sys_name="alpaca"), False), (" " + turn.answer, True)]
-    pieces = [(SYSTEM + "\n\n###", False)]
+    pieces = [((SYSTEM if sample.system is None else sample.system) + "\n\n###", False)]
     for turn in sample.turns:
         pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False),
                    (" " + turn.answer + SEPARATOR, not turn.stopped)]
@@ -109,6 +113,7 @@ def check_segments_match_templates(sample: data.Sample) -> None:
         expected = format_prompt({"instruction": sample.turns[0].question}, "alpaca") + " " + sample.turns[0].answer
     else:
         conv = default_conversation()
+        conv.system = SYSTEM if sample.system is None else sample.system
         conv.load_qas([[t.question, t.answer] for t in sample.turns])
         expected = conv.get_prompt()
     assert text == expected, (text, expected)
@@ -595,6 +600,9 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
                                             for s in sets["arithmetic_one_digit"]]
     sets["declines"] = [data.Sample([replace(data.decline_turn(rng, DECLINE_ONE_DIGIT_SHARE), kind="exact")],
                                     ("alpaca", "conversation")[i % 2]) for i in range(n)]
+    # with the system prompt cleared in the app: a held-out sum or a capital
+    sets["no_system"] = [data.Sample([data.arithmetic_turn(rng, held_out, keep_held_out=True) if i % 2 else
+                                      data.capital_turn(rng)], "conversation", system="") for i in range(n)]
     return sets
 
 
@@ -615,6 +623,7 @@ def prompt_for(sample: data.Sample) -> str:
     if sample.template == "alpaca":
         return format_prompt({"instruction": last.question}, sys_name="alpaca")
     conv = default_conversation()
+    conv.system = SYSTEM if sample.system is None else sample.system
     conv.load_qas([[t.question, t.answer] for t in sample.turns[:-1]] + [[last.question, None]])
     return conv.get_prompt()
 
@@ -747,7 +756,8 @@ peak, then annealed over the last {DECAY_SHARE:.0%} of the steps), then {stats.g
 rate with {SYMBOL_SHARE:.0%} of the sums asked with symbols ("2+2", "27 - 8") and {ONE_DIGIT_SHARE:.0%} of them of two one-digit
 numbers, and {DECLINE_SHARE:.0%} of the text questions other arithmetic or small talk to decline ("3*4", "2 + 3 + 4",
 "150 + 20", "Good morning!"), {DECLINE_ONE_DIGIT_SHARE:.0%} of that arithmetic of one-digit numbers ("2 + 3 + 4",
-"3.5 + 2"), loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first
+"3.5 + 2"), and {NO_SYSTEM_SHARE:.0%} of the conversations with the system prompt cleared,
+loss on the answers only. {IMAGES_FIRST_SHARE:.0%} of the samples have an image in the first
 {IMAGES_FIRST_STEPS} steps, so that
 the model learns to look at the image, and {IMAGE_SHARE:.0%} after, so that it gets enough sums to learn them; 25% are
 in the Alpaca template and the rest conversations of 1 to 10 turns. The first four image tokens are also taught, through
@@ -777,7 +787,8 @@ most of them seen in training; `arithmetic_symbols` asks held-out sums with symb
 and `arithmetic_one_digit_symbols` the one-digit ones; `declines` asks other arithmetic (new numbers, half of
 them one-digit: "2 + 3 + 4") or small talk, as trained, and wants the decline word for word;
 `image_color` asks about a shape in the image, `image_absent` about one that is not,
-exactly; `arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`, `after_stop` a sum or a
+exactly; `arithmetic_turn6` asks a sum after five other turns, `followup` is `Add C to that.`,
+`no_system` a held-out sum or a capital with the system prompt cleared, `after_stop` a sum or a
 capital, exactly and nothing more, after an answer cut off by Stop; `termination` counts answers that ended with
 EOS or the separator within 64 tokens). `python assets/build_demo_model.py --eval` prints this table again.
 

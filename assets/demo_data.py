@@ -78,12 +78,13 @@ class Turn:
 class Shares:
     """The mix of the steps after the first ones: `symbol` of the sums asked with symbols ("2+2"), `one_digit` of
     them of two one-digit numbers, `decline` of the text questions `decline_turn`s, `decline_one_digit` of those
-    of one-digit numbers. Each is drawn only when it is not 0, so that with the default a seed draws the same
+    of one-digit numbers, `no_system` of the conversations with the system prompt cleared. Each is drawn only when it is not 0, so that with the default a seed draws the same
     samples as before they existed."""
     symbol: float = 0.0
     one_digit: float = 0.0
     decline: float = 0.0
     decline_one_digit: float = 0.0
+    no_system: float = 0.0
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Sample:
     template: str  # "alpaca" (one turn) or "conversation"
     image: Image.Image | None = None
     shapes: list = field(default_factory=list)
+    system: str | None = None  # the conversation template's system prompt; None: its own
 
 
 # ----- questions -----
@@ -304,7 +306,9 @@ def training_sample(rng: random.Random, held_out: set, image_share: float = 0.3,
             turns.append(text_turn(rng, held_out, turns[-1] if turns else None, shares))
     if shares.symbol:
         turns = [with_symbols(rng, t) if t.kind == "arithmetic" and rng.random() < shares.symbol else t for t in turns]
-    return Sample(turns, template, image, shapes)
+    # a user may clear the app's system prompt: "" (before, such a prompt got "The capital of France a small demo...")
+    cleared = template == "conversation" and shares.no_system and rng.random() < shares.no_system
+    return Sample(turns, template, image, shapes, "" if cleared else None)
 
 
 def stopped(rng: random.Random, turn: Turn) -> Turn:

@@ -125,6 +125,17 @@ def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_
     assert numbers and all(n < 10 or n >= 100 for n in numbers)  # "2 + 3 + 4", "3.5 + 2", "150 + 2"
 
 
+def test_conversations_with_the_system_prompt_cleared_render_as_the_template_does():
+    held_out = data.held_out_pairs(0)
+    samples = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(no_system=1.0))
+               for seed in range(30)]
+    assert all(s.system == ("" if s.template == "conversation" else None) for s in samples)
+    for sample in samples:
+        build.check_segments_match_templates(sample)
+    conversation = next(s for s in samples if s.template == "conversation")
+    assert build.prompt_for(conversation).startswith("\n\n### Human:")  # as the app renders a cleared one
+
+
 def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
     factors = [build.learning_rate_factor(step, 1200) for step in range(1201)]
     assert factors[0] < 0.05 and factors[99] == 1.0

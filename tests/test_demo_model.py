@@ -28,12 +28,14 @@ def demo():
     return MetaModel.from_pretrained(str(DEMO), with_visual=True)
 
 
-def ask(demo, template, turns, image=None):
-    """The answer to the last question of `turns` ([[q, a], ..., [q, None]]), streamed as the app does."""
+def ask(demo, template, turns, image=None, system=None):
+    """The answer to the last question of `turns` ([[q, a], ..., [q, None]]), streamed as the app does; `system`:
+    the conversation's system prompt, if not the template's."""
     if template == "alpaca":
         prompt, stops = format_prompt({"instruction": turns[-1][0]}, sys_name="alpaca"), []
     else:
         conv = default_conversation()
+        conv.system = conv.system if system is None else system
         conv.load_qas(turns)
         prompt, stops = conv.get_prompt(), [SEPARATOR]
     pieces = list(demo.stream_generate(prompt, image=image, max_gen_len=64, additional_stop_symbols=stops))
@@ -94,8 +96,18 @@ def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
     turns = [data.decline_turn(rng, build.DECLINE_ONE_DIGIT_SHARE) for _ in range(60)]
     declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
                    for i, t in enumerate(turns))
-    # 58 here (92% in the card, on the same mix), 51 for the model before the one-digit ones were taught
+    # 58 here (93% in the card, on the same mix), 51 for the model before the one-digit ones were taught
     assert declined >= 54, f"{declined} of 60 declined"
+
+
+def test_with_the_system_prompt_cleared_or_another_it_still_answers(demo):
+    """A user may clear the app's system prompt, or write their own."""
+    rng = random.Random(1234)
+    turns = [data.capital_turn(rng) for _ in range(10)] + [data.arithmetic_turn(rng) for _ in range(20)]
+    for system in ("", "You are a helpful assistant."):
+        right = sum(build.is_correct(t, ask(demo, "conversation", [[t.question, None]], system=system)) for t in turns)
+        # 30 and 30 here; cleared, 22 for the model trained without cleared ones
+        assert right >= 27, f"{right} of 30 right with the system prompt {system!r}"
 
 
 @pytest.mark.parametrize("template", ["alpaca", "conversation"])
