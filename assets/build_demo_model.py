@@ -100,11 +100,16 @@ def segments(sample: data.Sample) -> list[tuple[str, bool]]:
     if sample.template == "alpaca":
         turn = sample.turns[0]
         return [(format_prompt({"instruction": turn.question}, sys_name="alpaca"), False), (" " + turn.answer, True)]
-    pieces = [((SYSTEM if sample.system is None else sample.system) + "\n\n###", False)]
+    pieces = [(system_prompt(sample) + "\n\n###", False)]
     for turn in sample.turns:
         pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False),
                    (" " + turn.answer + SEPARATOR, not turn.stopped)]
     return pieces
+
+
+def system_prompt(sample: data.Sample) -> str:
+    """The conversation template's system prompt of `sample`: its own, else the template's."""
+    return SYSTEM if sample.system is None else sample.system
 
 
 def check_segments_match_templates(sample: data.Sample) -> None:
@@ -113,7 +118,7 @@ def check_segments_match_templates(sample: data.Sample) -> None:
         expected = format_prompt({"instruction": sample.turns[0].question}, "alpaca") + " " + sample.turns[0].answer
     else:
         conv = default_conversation()
-        conv.system = SYSTEM if sample.system is None else sample.system
+        conv.system = system_prompt(sample)
         conv.load_qas([[t.question, t.answer] for t in sample.turns])
         expected = conv.get_prompt()
     assert text == expected, (text, expected)
@@ -623,7 +628,7 @@ def prompt_for(sample: data.Sample) -> str:
     if sample.template == "alpaca":
         return format_prompt({"instruction": last.question}, sys_name="alpaca")
     conv = default_conversation()
-    conv.system = SYSTEM if sample.system is None else sample.system
+    conv.system = system_prompt(sample)
     conv.load_qas([[t.question, t.answer] for t in sample.turns[:-1]] + [[last.question, None]])
     return conv.get_prompt()
 
