@@ -1,6 +1,6 @@
 """Build the demo model in assets/demo-model: synthetic data, tokenizer, training and evaluation, on the CPU.
 
-    python assets/build_demo_model.py            # the full build (about 50 minutes on 2 cores)
+    python assets/build_demo_model.py            # the full build (about 65 minutes on 2 cores)
     python assets/build_demo_model.py --quick    # a few steps, to check that the script still runs
     python assets/build_demo_model.py --eval     # evaluate the shipped model and print the accuracy table
     python assets/build_demo_model.py --base /tmp/base.pt --out /tmp/m   # keeps the state after the main steps
@@ -833,7 +833,7 @@ def main() -> None:
                         help="questions per skill (the shipped model's figures at 100 were up to 4 points off)")
     parser.add_argument("--base", type=Path, help="a file for the state after the main steps: written there by "
                         "a build, and resumed from by the next one with the same --seed and --steps, which then "
-                        "trains only the steps after them (300 in 8 minutes instead of 40); delete it "
+                        "trains only the steps after them (1,000 in 21 minutes instead of 65); delete it "
                         "after a change to the main steps")
     parser.add_argument("--out", type=Path, help="model folder (default: assets/demo-model; with --quick, "
                         "a temporary folder, so a smoke test never overwrites the shipped model)")

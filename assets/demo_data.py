@@ -78,8 +78,8 @@ class Turn:
 class Shares:
     """The mix of the steps after the first ones: `symbol` of the sums asked with symbols ("2+2"), `one_digit` of
     them of two one-digit numbers, `decline` of the text questions `decline_turn`s, `decline_one_digit` of those
-    of one-digit numbers, `no_system` of the conversations with the system prompt cleared. Each is drawn only when it is not 0, so that with the default a seed draws the same
-    samples as before they existed."""
+    of one-digit numbers, `no_system` of the conversations with the system prompt cleared. Each is drawn only when
+    it is not 0, so that with the default a seed draws the same samples as before they existed."""
     symbol: float = 0.0
     one_digit: float = 0.0
     decline: float = 0.0
