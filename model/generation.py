@@ -154,13 +154,17 @@ class CompiledDecoding:
     """
 
     SHORTEST = 256  # tokens: the smallest static cache a request gets
+    # gpt-fast's settings: CUDA graphs (what transformers' default mode, "reduce-overhead", gives) and inductor's
+    # coordinate descent tuning, which turns a batch-1 matrix multiply on a GPU into a tuned reduction kernel
+    # instead of a cuBLAS call. torch.compile takes a mode or options, not both.
+    OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
 
     def __init__(self, model, max_cache_len: int):
         from transformers import CompileConfig
 
         self.model = model
         self.max_cache_len = max_cache_len
-        self.forward = model.get_compiled_call(CompileConfig(dynamic=True))
+        self.forward = model.get_compiled_call(CompileConfig(dynamic=True, mode=None, options=self.OPTIONS))
         # Each decode step is queued before the last step's tokens are read back only where the device runs ahead
         # of Python (CUDA). On the CPU a forward pass runs as it is called: queuing it first would show every token,
         # the first one too, a step late and spend a step after a stop.

@@ -1,6 +1,6 @@
 """Where --compile's decode step spends its time on a GPU: a torch.profiler trace of the token loop.
 
-python experiments/compile_profile/trace_steps.py [--smoke] [--out DIR] [--coordinate_descent] [--no_trace]
+python experiments/compile_profile/trace_steps.py [--smoke] [--out DIR] [--no_tuning] [--no_trace]
 Prints, for `gpu_compile_forward_tok_s`'s loop (no token read back) and `gpu_compile_tok_s`'s (stream_generate):
 wall ms per step, GPU kernel ms per step (the sum of the kernels' durations), so the device's idle share, and the
 top host-side ops. Writes the two tables to DIR/profile.txt.
@@ -46,9 +46,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--out", type=Path, default=Path("."))
-    p.add_argument("--coordinate_descent", action="store_true",
-                   help="compile the forward with inductor's coordinate descent tuning (gpt-fast's setting; batch-1 "
-                        "matmuls become tuned reductions), as --compile would adopt it")
+    p.add_argument("--no_tuning", action="store_true",
+                   help="compile the forward without inductor's coordinate descent tuning, as --compile did before "
+                        "2026-11-25 (transformers' default mode, reduce-overhead)")
     p.add_argument("--no_trace", action="store_true", help="only the untraced rates")
     args = p.parse_args()
     device, dtype, shape, prompt_tokens, steps = ("cpu", torch.float32, "tiny", 16, 8) if args.smoke else \
@@ -56,10 +56,8 @@ def main() -> None:
     max_seq_len = prompt_tokens + steps + 16
     model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
     compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=max_seq_len, compile=True)
-    if args.coordinate_descent:  # scoped to this forward; torch.compile takes a mode or options, not both
-        options = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
-        config = CompileConfig(dynamic=True, mode=None, options=options)
-        compiled.compiled.forward = model.llma.get_compiled_call(config)
+    if args.no_tuning:
+        compiled.compiled.forward = model.llma.get_compiled_call(CompileConfig(dynamic=True))
     prompt = prompt_of(model, prompt_tokens)
     lines: list[str] = []
     started = time.perf_counter()
@@ -71,7 +69,7 @@ def main() -> None:
             compiled_forward_rate(compiled, prompt, steps), stream_decode_rate(compiled, prompt, steps)
         untraced = [compiled_forward_rate(compiled, prompt, steps), stream_decode_rate(compiled, prompt, steps)]
         lines.append(f"untraced: forward loop {untraced[0]:.1f} tok/s, stream_generate {untraced[1]:.1f} tok/s "
-                     f"(coordinate descent tuning {'on' if args.coordinate_descent else 'off'}; compiled and "
+                     f"(coordinate descent tuning {'off' if args.no_tuning else 'on'}; compiled and "
                      f"measured in {time.perf_counter() - started:.0f} s)")
         if not args.no_trace:
             traced("forward loop (no read back)", lambda: compiled_forward_rate(compiled, prompt, steps), steps,
