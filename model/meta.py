@@ -59,7 +59,7 @@ class MetaModel(torch.nn.Module):
 
         `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
         `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
-        answers are slow while it compiles; worth it on a GPU).
+        answers are slow while it compiles, unless `compile_decoding()` ran first; worth it on a GPU).
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
@@ -107,6 +107,19 @@ class MetaModel(torch.nn.Module):
         ids.update(configured if isinstance(configured, (list, tuple)) else [configured] if configured is not None else [])
         ids.update(i for i in map(self.tokenizer.special_token_id, stop_symbols) if i is not None)
         return ids
+
+    def compile_decoding(self) -> float:
+        """With `compile`: compile the decode step of a batch of one (a chat's answer) now, and on CUDA record its
+        graph, so that the first answer does not wait for it: minutes for a 7B model on a GPU the first time
+        (inductor keeps what it built under TORCHINDUCTOR_CACHE_DIR for later launches). Returns the seconds taken."""
+        started = time.perf_counter()
+        inputs = self.prepare_inputs(["Hello"])
+        tokens = self.answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
+        count = iter(range(1, tokens))
+        for _ in generate_tokens(self.llma, inputs, SamplingParams(), lambda _: next(count, None) is None,
+                                 compiled=self.compiled, max_new_tokens=tokens):
+            pass
+        return time.perf_counter() - started
 
     # ----- prompts in, tensors out -----
 

@@ -45,6 +45,15 @@ def test_files_config_aliases_and_templates(tmp_path, capsys):
     assert "Nairobi" in out
 
 
+def test_compile_compiles_at_launch_and_answers_as_without(capsys):
+    argv = ["--prompts", "What is the capital of France?", "--max_gen_len", 16]
+    eager = run(argv, capsys)
+    generate.main([str(a) for a in argv + ["--compile"]])
+    compiled = capsys.readouterr()
+    assert "Compiled the decode step in" in compiled.err
+    assert "The capital of France is Paris." in eager and eager.split("\n")[:2] == compiled.out.split("\n")[:2]
+
+
 def test_system_prompt_replaces_the_templates_own(tmp_path, capsys):
     def record(*system):
         run(["--prompts", "What is the capital of France?", "--template", "default", *system, "--output",

@@ -366,6 +366,20 @@ def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):
         assert counters["stats"]["unique_graphs"] == 1  # compiled for the first request, the others reuse it
 
 
+def test_compile_decoding_leaves_nothing_to_compile_for_a_first_answer(byte_model):
+    """The launchers compile the decode step at load (`compile_decoding`), so that a first answer does not stop
+    for minutes after its first token: after it, a first answer of another length compiles nothing, as eager."""
+    compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=1024, compile=True)
+    torch._dynamo.reset()  # forget the graphs earlier tests compiled for models of this shape
+    counters.clear()
+    compiled.compile_decoding()
+    assert counters["stats"]["unique_graphs"] == 1
+    prompt = "The quick brown fox jumps over the lazy dog. " * 12  # 279 tokens: a static cache of 512, not 256
+    answer = stream(compiled, prompt, max_gen_len=12)[-1]["text"]
+    assert answer == stream(byte_model, prompt, max_gen_len=12)[-1]["text"]
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 def test_a_pooled_static_cache_keeps_nothing_of_the_request_before(byte_model):
     """--compile's pooled static caches are emptied for each request: after a session's turn, whose length is
     known, only the positions it wrote beyond the new prompt are zeroed, the rest is overwritten; after any other
