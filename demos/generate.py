@@ -18,7 +18,8 @@ from model import UserError  # noqa: E402
 from model.generation import SamplingParams  # noqa: E402
 from templates import TEMPLATE_NAMES  # noqa: E402
 from ui.chat import chat_prompt, conversation_templates, single_turn_prompt  # noqa: E402
-from ui.flags import FlagParser, add_model_flags, check_serving_flags, fail, load_model  # noqa: E402
+from ui.flags import (FlagParser, add_model_flags, check_serving_flags, compile_before_answering, fail,  # noqa: E402
+                      load_model)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,11 +126,13 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
             raise UserError(f"--{flag} is {getattr(args, flag)}; give 1 or more.")
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
     model = load_model(args)
+    batches = range(0, len(prompts), args.batch_size)
+    # so --compile's figures leave the compilation out
+    compile_before_answering(model, {len(prompts[start: start + args.batch_size]) for start in batches})
     template = resolve_template(model, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
-    batches = range(0, len(prompts), args.batch_size)
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start: start + args.batch_size]
         texts, stops = zip(*(apply_template(model, template, p, args.system) for p in batch))

@@ -108,12 +108,13 @@ class MetaModel(torch.nn.Module):
         ids.update(i for i in map(self.tokenizer.special_token_id, stop_symbols) if i is not None)
         return ids
 
-    def compile_decoding(self) -> float:
-        """With `compile`: compile the decode step of a batch of one (a chat's answer) now, and on CUDA record its
-        graph, so that the first answer does not wait for it: minutes for a 7B model on a GPU the first time
-        (inductor keeps what it built under TORCHINDUCTOR_CACHE_DIR for later launches). Returns the seconds taken."""
+    def compile_decoding(self, batch_size: int = 1) -> float:
+        """With `compile`: compile the decode step for batches of `batch_size` (1: a chat's answer; one graph serves
+        every other size) now, and on CUDA record its graph, so that the first answer does not wait for it: minutes
+        for a 7B model on a GPU the first time (inductor keeps what it built under TORCHINDUCTOR_CACHE_DIR for later
+        launches). Changing torch's thread count after it compiles again. Returns the seconds taken."""
         started = time.perf_counter()
-        inputs = self.prepare_inputs(["Hello"])
+        inputs = self.prepare_inputs(["Hello"] * batch_size)
         tokens = self.answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
         count = iter(range(1, tokens))
         for _ in generate_tokens(self.llma, inputs, SamplingParams(), lambda _: next(count, None) is None,

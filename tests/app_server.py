@@ -34,15 +34,16 @@ def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,))
     return output.read_text()
 
 
-def launched(*flags: str, launcher=(sys.executable,)):
+def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None):
     """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on a
-    free port, once it answers. It runs in a session of its own, as from a terminal: `interrupted` is its Ctrl-C."""
+    free port, once it answers, with `env` added to its environment. It runs in a session of its own, as from a
+    terminal: `interrupted` is its Ctrl-C."""
     from gradio_client import Client
 
     port = free_port()
     app = subprocess.Popen([*launcher, str(ROOT / "app.py"), "--port", str(port), *flags], start_new_session=True,
                            preexec_fn=_ctrl_c_as_in_a_terminal, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, env=ENV)
+                           text=True, env={**ENV, **(env or {})})
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
         try:

@@ -45,13 +45,16 @@ def test_files_config_aliases_and_templates(tmp_path, capsys):
     assert "Nairobi" in out
 
 
-def test_compile_compiles_at_launch_and_answers_as_without(capsys):
-    argv = ["--prompts", "What is the capital of France?", "--max_gen_len", 16]
+def test_compile_compiles_before_the_first_batch_and_answers_as_without(capsys):
+    """--compile compiles the decode step for the batch sizes to come (here 2, then 1) before the first batch, so the
+    figures leave it out; the answers are the same."""
+    argv = ["--prompts", "What is the capital of France?", "Hi", "Who are you?", "--batch_size", 2]
     eager = run(argv, capsys)
     generate.main([str(a) for a in argv + ["--compile"]])
     compiled = capsys.readouterr()
     assert "Compiled the decode step in" in compiled.err
-    assert "The capital of France is Paris." in eager and eager.split("\n")[:2] == compiled.out.split("\n")[:2]
+    answers = eager.split("\n\nbatch size")[0]
+    assert "The capital of France is Paris." in answers and answers == compiled.out.split("\n\nbatch size")[0]
 
 
 def test_system_prompt_replaces_the_templates_own(tmp_path, capsys):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app_server import ForwardCounter, launched, wait_for_pieces
+from app_server import ForwardCounter, interrupted, launched, wait_for_pieces
 from model import UserError
 from ui import DEMO_MODEL
 from ui.processes import RemoteModel, serve_model
@@ -142,3 +142,15 @@ def test_a_terminated_launcher_ends_its_server_quietly():
     assert app.wait(timeout=20) == 0
     assert ended(server, within=5)
     assert "error" not in app.stdout.read()
+
+
+@needs_demo
+def test_compile_compiles_before_serving_with_the_threads_it_answers_with():
+    """`app.py --compile` compiles the decode step before it serves, once the model's threads leave a core to the
+    web server: the first answer compiles nothing (torch compiles again for another thread count: 1.2-5 s here)."""
+    app, client = launched("--compile", env={"TORCH_LOGS": "recompiles"})
+    assert client.predict(message="What is the capital of France?", history=[], api_name="/chat") == \
+        "The capital of France is Paris."
+    printed = interrupted(app)
+    assert "Compiled the decode step in" in printed and "Recompiling" not in printed, printed
+

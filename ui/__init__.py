@@ -2,10 +2,11 @@
 when a browser launcher needs it, so the command-line tools start without Gradio)."""
 import sys
 
-from .flags import DEMO_MODEL, add_model_flags, check_serving_flags, exposure_warnings, fail, load_model, logins, parser
+from .flags import (DEMO_MODEL, add_model_flags, check_serving_flags, compile_before_answering, exposure_warnings, fail,
+                    load_model, logins, parser)
 
 __all__ = ["build_app", "launch", "parser", "add_model_flags", "load_model", "check_serving_flags", "fail",
-           "DEMO_MODEL"]
+           "compile_before_answering", "DEMO_MODEL"]
 
 
 def build_app(*args, **kwargs):
@@ -32,6 +33,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     for warning in exposure_warnings(args):
         print(f"warning: {warning}", file=sys.stderr)
     leave_a_core_to_the_server(model)
+    compile_before_answering(model)  # with the threads it will answer with
     serve_in_own_process(model, serve, description, tabs, template, args)
 
 

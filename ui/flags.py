@@ -6,6 +6,7 @@ import functools
 import os
 import socket
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -211,14 +212,23 @@ def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: st
                                       with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
                                       device=device or args.device, quant=args.quant, compile=args.compile,
                                       mp_group=mp_group, trust_remote_code=args.trust_remote_code)
-    if args.compile:  # now, not in the middle of the first answer
-        print("Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
-              file=sys.stderr, flush=True)
-        print(f"Compiled the decode step in {model.compile_decoding():.0f} s.", file=sys.stderr, flush=True)
     max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
     model.prefix_caches = PrefixCaches(getattr(args, "max_cached_sessions", 8),
                                        None if max_cache_mb is None else int(max_cache_mb * 2**20))
     return model
+
+
+def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:
+    """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer
+    (1 has a graph of its own, every other size shares one). Call it once the model's threads are set: torch
+    compiles again for another thread count."""
+    if getattr(model, "compiled", None) is None:
+        return
+    print("Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
+          file=sys.stderr, flush=True)
+    graphs = {min(size, 2): size for size in batch_sizes}.values()
+    seconds = sum(model.compile_decoding(size) for size in graphs)
+    print(f"Compiled the decode step in {seconds:.0f} s.", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
