@@ -367,7 +367,7 @@ def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):
 
 
 def test_compile_decoding_leaves_nothing_to_compile_for_a_first_answer(byte_model):
-    """The launchers compile the decode step at load (`compile_decoding`), so that a first answer does not stop
+    """The launchers compile the decode step before the first answer (`compile_decoding`), so that it does not stop
     for minutes after its first token: after it, a first answer of another length compiles nothing, as eager."""
     compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=1024, compile=True)
     torch._dynamo.reset()  # forget the graphs earlier tests compiled for models of this shape

@@ -153,4 +153,3 @@ def test_compile_compiles_before_serving_with_the_threads_it_answers_with():
         "The capital of France is Paris."
     printed = interrupted(app)
     assert "Compiled the decode step in" in printed and "Recompiling" not in printed, printed
-

@@ -6,7 +6,7 @@ from .flags import (DEMO_MODEL, add_model_flags, check_serving_flags, compile_be
                     load_model, logins, parser)
 
 __all__ = ["build_app", "launch", "parser", "add_model_flags", "load_model", "check_serving_flags", "fail",
-           "compile_before_answering", "DEMO_MODEL"]
+           "DEMO_MODEL"]
 
 
 def build_app(*args, **kwargs):
