@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from PIL import Image
@@ -108,18 +108,20 @@ class MetaModel(torch.nn.Module):
         ids.update(i for i in map(self.tokenizer.special_token_id, stop_symbols) if i is not None)
         return ids
 
-    def compile_decoding(self, batch_size: int = 1) -> float:
-        """With `compile`: compile the decode step for batches of `batch_size` (1: a chat's answer; one graph serves
-        every other size) now, and on CUDA record its graph, so that the first answer does not wait for it: minutes
-        for a 7B model on a GPU the first time (inductor keeps what it built under TORCHINDUCTOR_CACHE_DIR for later
-        launches). Changing torch's thread count after it compiles again. Returns the seconds taken."""
+    def compile_decoding(self, batch_sizes: Iterable[int] = (1,)) -> float:
+        """With `compile`: compile the decode step for the batch sizes to come (1, a chat's answer, has a graph of its
+        own, which torch specializes; every other size shares one) now, and on CUDA record it, so that the first
+        answer does not wait for it: minutes for a 7B model on a GPU the first time (inductor keeps what it built
+        under TORCHINDUCTOR_CACHE_DIR for later launches). Changing torch's thread count after it compiles again.
+        Returns the seconds taken."""
         started = time.perf_counter()
-        inputs = self.prepare_inputs(["Hello"] * batch_size)
-        tokens = self.answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
-        count = iter(range(1, tokens))
-        for _ in generate_tokens(self.llma, inputs, SamplingParams(), lambda _: next(count, None) is None,
-                                 compiled=self.compiled, max_new_tokens=tokens):
-            pass
+        for batch_size in {min(size, 2): size for size in batch_sizes}.values():  # one of each graph
+            inputs = self.prepare_inputs(["Hello"] * batch_size)
+            tokens = self.answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
+            count = iter(range(1, tokens))
+            for _ in generate_tokens(self.llma, inputs, SamplingParams(), lambda _: next(count, None) is None,
+                                     compiled=self.compiled, max_new_tokens=tokens):
+                pass
         return time.perf_counter() - started
 
     # ----- prompts in, tensors out -----

@@ -219,16 +219,13 @@ def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: st
 
 
 def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:
-    """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer
-    (1 has a graph of its own, every other size shares one). Call it once the model's threads are set: torch
-    compiles again for another thread count."""
-    if getattr(model, "compiled", None) is None:
+    """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer.
+    Call it once the model's threads are set: torch compiles again for another thread count."""
+    if model.compiled is None:
         return
     print("Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
           file=sys.stderr, flush=True)
-    graphs = {min(size, 2): size for size in batch_sizes}.values()
-    seconds = sum(model.compile_decoding(size) for size in graphs)
-    print(f"Compiled the decode step in {seconds:.0f} s.", file=sys.stderr, flush=True)
+    print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
