@@ -133,54 +133,97 @@ conv_templates: dict = {
 
 
 class ChatTemplateConversation(_Messages):
-    """A conversation rendered by a Hugging Face tokenizer's own (Jinja) chat template.
+    """A conversation rendered by a model's own (Jinja) chat template: its tokenizer's, or for a vision model its
+    processor's (`processor.apply_chat_template`), which places each image in the turn it belongs to.
 
-    Same interface as `Conversation`; the stop symbols come from the template itself, so a model with a chat
-    template needs no hand-written entry.
+    Same interface as `Conversation`; a question may also be `(text, images)`, the images asked about with it (only
+    their number matters here: each becomes an image part, `{"type": "image"}`, before the text). Messages go to the
+    template as typed parts (`[{"type": "text", "text": ...}]`) where the template reads them (vision templates),
+    else as strings. The stop symbols come from the template itself, so a model with a chat template needs no
+    hand-written entry.
     """
 
     roles = ("user", "assistant")
     _ANSWER = "ANSWER7f3a9"
     _NEXT = "NEXT7f3a9"
 
-    def __init__(self, tokenizer, system: str = ""):
-        if not getattr(tokenizer, "chat_template", None):
+    def __init__(self, renderer, system: str = "", sees_images: bool = False):
+        if not getattr(renderer, "chat_template", None):
             raise ValueError("This tokenizer has no chat template; choose one of the named templates instead.")
-        self.tokenizer = tokenizer
+        self.renderer = renderer
         self.system = system
         self.messages: list = []
+        self.typed_parts = self._reads_typed_parts(prefer=sees_images)
         self.stop_symbols = self._derive_stop_symbols()
 
-    def _chat(self, messages: Sequence[Sequence[Optional[str]]], with_system: bool = True) -> list:
-        chat = [{"role": "system", "content": self.system}] if self.system and with_system else []
-        chat += [{"role": role, "content": content} for role, content in messages]
+    def _content(self, message, typed_parts: bool):
+        text, images = message if isinstance(message, tuple) else (message, ())
+        if not typed_parts:
+            return text
+        return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+
+    def _chat(self, messages, typed_parts: bool, with_system: bool = True) -> list:
+        chat = [{"role": "system", "content": self._content(self.system, typed_parts)}] \
+            if self.system and with_system else []
+        chat += [{"role": role, "content": self._content(content, typed_parts)} for role, content in messages]
         return chat
+
+    def _apply(self, messages, add_generation_prompt: bool, typed_parts: bool, with_system: bool = True) -> str:
+        return self.renderer.apply_chat_template(self._chat(messages, typed_parts, with_system), tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt)
+
+    def _reads_typed_parts(self, prefer: bool) -> bool:
+        """Whether the template reads content as typed parts (vision templates) rather than strings. A template
+        written for strings prints a list of parts as Python text ("[{'type': ...}]"), or nothing."""
+        probe = [["user", self._NEXT]]
+
+        def shows_probe(typed_parts: bool) -> bool:
+            try:
+                text = self._apply(probe, True, typed_parts, with_system=False)
+            except Exception:
+                return False
+            return self._NEXT in text and "'type'" not in text
+
+        if prefer:
+            return shows_probe(True) or not shows_probe(False)
+        return not shows_probe(False) and shows_probe(True)
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
         try:
-            return self.tokenizer.apply_chat_template(self._chat(messages), tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt)
+            return self._apply(messages, add_generation_prompt, self.typed_parts)
         except Exception:
             if not self.system:
                 raise
             # Some templates refuse a system role: put the system prompt before the first user message.
-            first_role, first_text = messages[0]
-            merged = [[first_role, f"{self.system}\n\n{first_text}"]] + [list(m) for m in messages[1:]]
-            return self.tokenizer.apply_chat_template(self._chat(merged, with_system=False), tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt)
+            (first_role, first), rest = messages[0], messages[1:]
+            text, images = first if isinstance(first, tuple) else (first, ())
+            merged = [[first_role, (f"{self.system}\n\n{text}", images)]] + [list(m) for m in rest]
+            return self._apply(merged, add_generation_prompt, self.typed_parts, with_system=False)
 
     def _derive_stop_symbols(self) -> List[str]:
-        """What the template writes right after an answer: its end-of-turn marker, else the next user header."""
+        """What the template writes right after an answer and before the next question: its end-of-turn marker
+        (what follows an answer both at the end of a conversation and between two turns: some templates append an
+        EOS after the last message only), else the next user header, and EOS."""
         one_turn = self._render([["user", "Hi"], ["assistant", self._ANSWER]], add_generation_prompt=False)
-        # Keep a leading newline ("\n###" must not stop at a "###" inside an answer), drop spaces and the rest.
-        end_marker = one_turn.split(self._ANSWER, 1)[1].rstrip().lstrip(" ")
-        if end_marker:
-            return [end_marker]
         two_turns = self._render([["user", "Hi"], ["assistant", self._ANSWER], ["user", self._NEXT]],
                                  add_generation_prompt=False)
-        between = two_turns.split(self._ANSWER, 1)[1].split(self._NEXT, 1)[0].rstrip()
-        eos = getattr(self.tokenizer, "eos_token", None)
-        return [s for s in (between, eos) if s]
+        after_last = one_turn.split(self._ANSWER, 1)[1]
+        between = two_turns.split(self._ANSWER, 1)[1].split(self._NEXT, 1)[0]
+        # Keep a leading newline ("\n###" must not stop at a "###" inside an answer), drop spaces and the rest.
+        end_marker = self._common_start(after_last, between).rstrip().lstrip(" ")
+        if end_marker:
+            return [end_marker]
+        eos = getattr(getattr(self.renderer, "tokenizer", self.renderer), "eos_token", None)
+        return [s for s in (between.rstrip().lstrip(" "), eos) if s]
+
+    def _common_start(self, a: str, b: str) -> str:
+        """The longest start of `a` and `b` made of whole tokens ("<|end|>\n" of "<|end|>\n<|endoftext|>" and
+        "<|end|>\n<|user|>", not "<|end|>\n<|")."""
+        tokenizer = getattr(self.renderer, "tokenizer", self.renderer)
+        ids_a, ids_b = (tokenizer.encode(x, add_special_tokens=False) for x in (a, b))
+        same = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+        start = tokenizer.decode(ids_a[:same])
+        return start if a.startswith(start) else ""
 
     def get_prompt(self) -> str:
         messages = [m for m in self.messages if m[1] is not None]
@@ -200,10 +243,11 @@ def template_names(tokenizer=None) -> List[str]:
     return names
 
 
-def get_conversation(name: str, tokenizer=None, system: Optional[str] = None):
-    """A fresh conversation for a template name (an Accessory name or `chat_template`)."""
+def get_conversation(name: str, tokenizer=None, system: Optional[str] = None, sees_images: bool = False):
+    """A fresh conversation for a template name (an Accessory name or `chat_template`). `tokenizer` renders the
+    chat template: a tokenizer, or a vision model's processor (`sees_images`)."""
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return ChatTemplateConversation(tokenizer, system or "")
+        return ChatTemplateConversation(tokenizer, system or "", sees_images)
     if name not in conv_templates:
         raise ValueError(f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}.")
     conv = conv_templates[name]()
