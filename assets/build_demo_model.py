@@ -687,6 +687,7 @@ def save(model, processor, folder: Path) -> None:
         old.unlink()
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    model.config.image_transform = "padded_resize"  # how it was trained to see: the app fits images the same way
     model.to(torch.float16).save_pretrained(folder)  # half the size; loaded back in fp32 on the CPU
     processor.save_pretrained(folder)
 

@@ -29,6 +29,7 @@ from transformers.generation.logits_process import (
 
 from .detokenize import IncrementalDetokenizer, StopStrings
 from .errors import UserError
+from .vision_inputs import FamilyInputs
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,19 @@ class SamplingParams:
 
 @dataclass
 class ModelInputs:
-    """A left-padded batch of prompts; `extra` (pixel values and the like) goes to the prefill only, and the
-    prefill runs only the tokens after the first `cached`."""
+    """A left-padded batch of prompts, with what a vision model's processor made for it (`family`); the prefill
+    runs only the tokens after the first `cached`, and passes the image inputs only `with_images`."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
-    extra: dict = field(default_factory=dict)
+    family: FamilyInputs = field(default_factory=FamilyInputs)
     cached: int = 0  # leading tokens whose keys and values the cache passed along already holds
+    with_images: bool = True
+
+    @property
+    def extra(self) -> dict:
+        """What the prefill passes to the model besides token ids, mask and cache."""
+        return self.family.prefill(self.cached, self.with_images)
 
 
 def _prefill_position_ids(attention_mask: torch.Tensor) -> torch.Tensor | None:
@@ -118,16 +125,20 @@ def _last_logits(forward, input_ids, attention_mask, cache, keyword: str, positi
 def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
     """Run the prompt (after its `cached` tokens) through the model, filling `cache`; return the next-token logits
     of each row."""
-    positions = _prefill_position_ids(inputs.attention_mask)
+    extra = inputs.extra
+    positions = extra.pop("position_ids", None)
+    if positions is None:
+        positions = _prefill_position_ids(inputs.attention_mask)
+        positions = None if positions is None else positions[:, inputs.cached:]
     return _last_logits(model, inputs.input_ids[:, inputs.cached:], inputs.attention_mask, cache, cache_keyword(model),
-                        None if positions is None else positions[:, inputs.cached:], **inputs.extra)
+                        positions, **extra)
 
 
 def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache,
-               keyword: str):
+               keyword: str, **extra):
     """Feed one token per row at `positions` ([rows, 1]); `attention_mask` already covers it. `keyword` is the
-    forward's name for the cache (`cache_keyword`)."""
-    return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions)
+    forward's name for the cache (`cache_keyword`); `extra`, what a vision family's decode steps take besides."""
+    return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions, **extra)
 
 
 def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generator) -> torch.Tensor:
@@ -304,10 +315,12 @@ def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks
     generator = sampling.random_generator(inputs.input_ids.device)
     seen_ids = inputs.input_ids
     positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)  # where each row's next token goes
+    step_extra = inputs.family.decode()
 
     def forward_pass(tokens):
         nonlocal positions
-        logits = decode_one(forward, tokens, next(masks), positions, cache, keyword)
+        logits = decode_one(forward, tokens, next(masks), inputs.family.decode_positions(positions), cache, keyword,
+                            **step_extra)
         positions = positions + 1
         return logits
 
@@ -410,6 +423,7 @@ class AnswerStream:
             "tokens_per_second": completion / total if total > 0 else 0.0,
             "decode_tokens_per_second": (completion - 1) / decode_time if completion > 1 and decode_time > 0 else 0.0,
             "detokenize_time": self.detokenize_time,
+            "token_ids": list(self.token_ids),  # the answer's tokens (its stop token, if any, not among them)
         }
 
 

@@ -1,6 +1,6 @@
 """Accessory's image transforms (`padded_resize`, `resized_center_crop`), written with PIL and torch.
 
-torchvision is not a dependency: its wheel would pull a second torch.
+torchvision is not a dependency: its wheel from PyPI does not load beside the CPU build of torch the README installs.
 """
 from __future__ import annotations
 

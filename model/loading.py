@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from . import checkpoint as ckpt
-from .errors import UserError
+from .errors import UserError, described
 from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
@@ -200,6 +200,45 @@ def _hf_error(folder: Path, exc: Exception) -> UserError:
     return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
 
 
+def load_processor(folder: Path, remote: dict):
+    """The folder's processor, with PIL image processors where it can have them."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, backend="pil", **remote)
+    except ImportError:  # a part with no PIL backend (Qwen2-VL's video processor): transformers' own choice
+        return AutoProcessor.from_pretrained(folder, **remote)
+
+
+def broken_torchvision() -> str | None:
+    """Why an installed torchvision does not import (PyPI's wheel beside the CPU build of torch: "operator
+    torchvision::nms does not exist"), or None. transformers then fails to import every image processor."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:
+        return described(exc)
+    return None
+
+
+def missing_package_error(folder: Path, model_type: str, exc: ImportError) -> UserError:
+    if (problem := broken_torchvision()) is not None:
+        return UserError(f"torchvision is installed but does not load beside torch {torch.__version__} ({problem}), "
+                         "and transformers' image processors fail with it: pip uninstall torchvision, or install the "
+                         "release built for this torch.")
+    text = str(exc)
+    if "torchvision" in text.lower() or "video processor" in text.lower():  # transformers' video processors need it
+        return UserError(f"{folder} holds a {model_type} model, whose processor needs torchvision, which is not "
+                         f"installed or does not load beside torch {torch.__version__}: pip install the torchvision "
+                         "release built for this torch (pytorch.org lists them), or load another model.")
+    first_line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return UserError(f"{folder} holds a {model_type} model that needs a package this machine lacks ({first_line}); "
+                     "install it with pip, or load another model.")
+
+
 def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size,
              trust_remote_code) -> Loaded:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
@@ -223,17 +262,21 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
                         "pipeline (device='auto'), or run it in one process.")
     check_heads_divide(config, tp_size)
     try:
+        # The processor first: one that cannot load says so before the weights are read. PIL image processors: our
+        # transforms are PIL too, and torchvision is not a dependency (its wheel on PyPI does not load beside the CPU
+        # build of torch; processors that need it, Qwen2-VL's, say so in a sentence).
+        processor = load_processor(folder, remote) if sees_images else None
         model = model_class.from_pretrained(
             folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size),
             **remote)
-        # PIL image processors: our transforms are PIL too, and torchvision is not a dependency.
-        processor = AutoProcessor.from_pretrained(folder, backend="pil", **remote) if sees_images else None
         if processor is not None and tokenizer_path is None:
             tokenizer = HFTokenizer(processor.tokenizer)
         else:
             tokenizer = load_tokenizer(tokenizer_path or folder, trust_remote_code=trust_remote_code)
     except pickle.UnpicklingError:  # transformers reads .bin weights with weights_only=True
         raise ckpt.pickled_objects_error(next(folder.glob("pytorch_model*.bin"), folder))
+    except ImportError as exc:  # a processor needs an optional package (torchvision for Qwen2-VL's, say)
+        raise missing_package_error(folder, config.model_type, exc)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise _hf_error(folder, exc)
     position_limit = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len

@@ -16,6 +16,8 @@ from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
 from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
+from .vision_inputs import as_image_list, batch_inputs
+from .vision_inputs import encode as encode_with_processor
 
 
 def avoid_cudnn_attention() -> None:
@@ -25,6 +27,18 @@ def avoid_cudnn_attention() -> None:
     model's first answer decoded 12 tokens/s, later ones 340. Flash and memory-efficient attention need no plans
     (with them: 115 and 281)."""
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+BIDIRECTIONAL_PROMPTS = ("paligemma",)
+
+
+def _side(size) -> int | None:
+    """The side in an image processor's `size` or `crop_size` (a dict, or transformers' SizeDict)."""
+    if size is None:
+        return None
+    get = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
+    side = get("height") or get("shortest_edge")
+    return int(side) if side else None
 
 
 class MetaModel(torch.nn.Module):
@@ -84,12 +98,12 @@ class MetaModel(torch.nn.Module):
 
     @property
     def image_size(self) -> int:
+        """The side of the vision tower's square input (what Accessory's transforms resize to)."""
         image_processor = self.processor.image_processor
         for size in (getattr(image_processor, "crop_size", None), getattr(image_processor, "size", None)):
-            if isinstance(size, dict):
-                side = size.get("height") or size.get("shortest_edge")
-                if side:
-                    return int(side)
+            side = _side(size)
+            if side:
+                return side
         return int(self.llma.config.vision_config.image_size)
 
     def summary(self) -> dict:
@@ -126,62 +140,79 @@ class MetaModel(torch.nn.Module):
 
     # ----- prompts in, tensors out -----
 
-    def prepare_inputs(self, prompts: Sequence[str], images=None, image_transform: str = "padded_resize") -> ModelInputs:
-        """Tokenize a batch (left-padded); images, if any, go through the processor with their prompts."""
+    def prepare_inputs(self, prompts: Sequence[str], images=None, image_transform: str | None = None) -> ModelInputs:
+        """Tokenize a batch (left-padded). `images`: for each prompt None, an image or a list of images (a
+        conversation's, in the order of their markers in the prompt); a vision model's processor tokenizes every
+        prompt, with or without images, as its `apply_chat_template` does."""
         if images is not None and len(images) != len(prompts):
             raise UserError(f"Got {len(images)} images for {len(prompts)} prompts; pass one image (or None) per prompt.")
         rows, extras = [], []
         for prompt, image in zip(prompts, images if images is not None else [None] * len(prompts)):
-            if image is None:
-                rows.append(self.tokenizer.encode(prompt, bos=True, eos=False))
-            else:
-                ids, extra = self._encode_with_image(prompt, image, image_transform)
-                rows.append(ids)
-                extras.append(extra)
+            ids, extra = self._encode(prompt, image, image_transform)
+            rows.append(ids)
+            extras.append(extra)
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_id
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
-        extra = {key: torch.cat([e[key] for e in extras]) for key in (extras[0] if extras else {})}
-        return ModelInputs(input_ids, mask, extra)
+        family = batch_inputs(extras, [len(r) for r in rows], width, self.llma, input_ids, mask)
+        return ModelInputs(input_ids, mask, family)
 
-    def _encode_with_image(self, prompt: str, image, image_transform: str) -> tuple[list[int], dict]:
-        if not self.sees_images:
+    def _encode(self, prompt: str, images, image_transform: str | None) -> tuple[list[int], dict]:
+        """One prompt's token ids and its processor's other outputs."""
+        if isinstance(images, torch.Tensor):
+            return self._encode_with_tensor(prompt, images)
+        images = as_image_list(images)
+        if images and not self.sees_images:
             raise UserError(
                 "This model cannot see images; send the message without an image, or load a vision model "
-                "(a Hugging Face LLaVA-style folder with --pretrained_path)."
+                "(a Hugging Face vision-language folder with --pretrained_path)."
             )
-        image_token = self.processor.image_token
-        # Callers pass the same prompt with or without an image: the image goes first, as Accessory places it.
-        text = prompt if image_token in prompt else f"{image_token}\n{prompt}"
-        size = self.image_size
-        if isinstance(image, torch.Tensor):  # already transformed, Accessory style: [3, H, W] or [1, 3, H, W]
-            pixels = image if image.dim() == 4 else image[None]
-            if tuple(pixels.shape[-2:]) != (size, size):
-                raise UserError(
-                    f"The image tensor is {tuple(pixels.shape[-2:])} but this model takes {size}x{size}; "
-                    "build it with get_transform(..., model.llma.image_size)."
-                )
-            # The processor only lays out the image tokens here; the caller's pixels replace its own.
-            batch = self.processor(text=text, images=Image.new("RGB", (size, size)), return_tensors="pt")
-            batch["pixel_values"] = pixels
-        else:
+        if not self.sees_images:
+            return self.tokenizer.encode(prompt, bos=True, eos=False), {}
+        transform = image_transform if image_transform not in (None, "auto") else self.image_transform
+        if transform is not None:  # an Accessory transform: the image squared to the model's input first
             mean = getattr(self.processor.image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
-            batch = self.processor(text=text, images=shape_image(image, image_transform, size, mean),
-                                   return_tensors="pt")
-        ids = batch.pop("input_ids")[0].tolist()
-        batch.pop("attention_mask", None)
-        if ids[:2] == [self.tokenizer.bos_id] * 2:  # the prompt carried BOS text and the processor added one
-            ids = ids[1:]
-        dtype = self.llma.dtype
-        extra = {k: v.to(self.device, dtype=dtype if v.is_floating_point() else None) for k, v in batch.items()}
+            images = [shape_image(image, transform, self.image_size, mean) for image in images]
+        return encode_with_processor(self.processor, prompt, images, self.llma.dtype, self.device)
+
+    def _encode_with_tensor(self, prompt: str, pixels: torch.Tensor) -> tuple[list[int], dict]:
+        """An image the caller already transformed, Accessory style ([3, H, W] or [1, 3, H, W]): the processor only
+        lays out the image tokens, and these pixels replace its own."""
+        if not self.sees_images:
+            return self._encode(prompt, [pixels], None)  # the sentence for a text-only model
+        size = self.image_size
+        pixels = pixels if pixels.dim() == 4 else pixels[None]
+        if tuple(pixels.shape[-2:]) != (size, size):
+            raise UserError(
+                f"The image tensor is {tuple(pixels.shape[-2:])} but this model takes {size}x{size}; "
+                "build it with get_transform(..., model.llma.image_size)."
+            )
+        ids, extra = encode_with_processor(self.processor, prompt, [Image.new("RGB", (size, size))], self.llma.dtype,
+                                           self.device)
+        if tuple(extra["pixel_values"].shape) != tuple(pixels.shape):
+            raise UserError("This model's processor does not take a transformed image tensor; pass the PIL image.")
+        extra["pixel_values"] = pixels.to(self.device, dtype=self.llma.dtype)
         return ids, extra
 
-    def prompt_length(self, prompt: str, image=None, image_transform: str = "padded_resize") -> int:
-        """How many tokens `prompt` (with `image`: its image tokens included) takes in the model."""
-        if image is None:
-            return len(self.tokenizer.encode(prompt, bos=True, eos=False))
-        return len(self._encode_with_image(prompt, image, image_transform)[0])
+    @property
+    def image_transform(self) -> str | None:
+        """The Accessory transform this model was trained with (its config's `image_transform`), or None: its
+        processor fits each image to the model itself (tiling, dynamic resolution)."""
+        return getattr(self.llma.config, "image_transform", None)
+
+    @property
+    def chat_renderer(self):
+        """What renders this model's chat template: its processor where it has one with a template (typed parts, image
+        markers), else its Hugging Face tokenizer; None without a chat template."""
+        if self.processor is not None and getattr(self.processor, "chat_template", None):
+            return self.processor
+        hf = getattr(self.tokenizer, "hf", None)
+        return hf if getattr(hf, "chat_template", None) else None
+
+    def prompt_length(self, prompt: str, image=None, image_transform: str | None = None) -> int:
+        """How many tokens `prompt` (with `image`, an image or a list: their image tokens included) takes."""
+        return len(self._encode(prompt, image, image_transform)[0])
 
     def answer_room(self, prompt_tokens: int, max_gen_len: int) -> int:
         """How many tokens may be generated: `max_gen_len`, clamped to what `max_seq_len` leaves."""
@@ -214,7 +245,7 @@ class MetaModel(torch.nn.Module):
     def stream_generate(self, prompt: str, image=None, max_gen_len: int = 512, temperature: float = 0.0,
                         top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
                         seed: int | None = None, repetition_penalty: float = 1.0,
-                        cancel: threading.Event | None = None, image_transform: str = "padded_resize",
+                        cancel: threading.Event | None = None, image_transform: str | None = None,
                         session: str | None = None) -> Iterator[dict]:
         """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
         "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
@@ -229,7 +260,7 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(prompt_tokens, max_gen_len)
         [stream] = self._streams(1, list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        pixels_key = image_key(inputs.extra) if session is not None else None  # only a kept cache needs it
+        pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
         cache = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
         shown = ""
@@ -261,7 +292,8 @@ class MetaModel(torch.nn.Module):
 
     def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
         """The session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or a new one."""
-        if session is None or (self.compiled is not None and not self.compiled.keeps_sessions):
+        if session is None or (self.compiled is not None and not self.compiled.keeps_sessions) \
+                or not self._prompt_is_causal:
             return None
         prefix = self.prefix_caches.take(session)
         ids = inputs.input_ids[0].tolist()
@@ -270,13 +302,30 @@ class MetaModel(torch.nn.Module):
         if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
             inputs.cached = self.lockstep.agree(inputs.cached, self.device)
         if not inputs.cached:
-            return DynamicCache(config=self.llma.config)
+            # every position kept, sliding-window layers' too (their masks still see only the window), so that the
+            # next turn can cut the cache back to any length
+            return DynamicCache()
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
-            prefix.cache.crop(-surplus)  # transformers' crop takes the number of tokens to remove, negated
+            self._crop(prefix.cache, inputs.cached)
         if self._image_token_id not in ids[inputs.cached:]:
-            inputs.extra = {}  # the image tokens are in the cache already: their pixels are not needed again
+            inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
         return prefix.cache
+
+    @property
+    def _prompt_is_causal(self) -> bool:
+        """Whether each prompt token sees only those before it, so that a cached prefix stays valid when more tokens
+        follow. PaliGemma's whole prompt attends both ways (a prefix language model): it prefills every turn."""
+        return self.llma.config.model_type not in BIDIRECTIONAL_PROMPTS
+
+    def _crop(self, cache, length: int) -> None:
+        """Cut `cache` back to its first `length` tokens. Cross-attention layers (Mllama's) hold the image's keys
+        and values, not the tokens': they stay whole."""
+        cross = set(getattr(self.llma.config.get_text_config(), "cross_attention_layers", None) or ())
+        surplus = cache.get_seq_length() - length
+        for index, layer in enumerate(cache.layers):
+            if index not in cross:
+                layer.crop(-surplus)  # transformers' crop takes the number of tokens to remove, negated
 
     def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
         if session is None or cache is None:
@@ -289,13 +338,20 @@ class MetaModel(torch.nn.Module):
 
     @property
     def _image_token_id(self) -> int | None:
-        return getattr(self.processor, "image_token_id", None) if self.processor is not None else None
+        """The token the image features replace (Gemma 3's soft token, not its start-of-image marker)."""
+        if self.processor is None:
+            return None
+        config = self.llma.config
+        for name in ("image_token_id", "image_token_index"):
+            if getattr(config, name, None) is not None:
+                return int(getattr(config, name))
+        return getattr(self.processor, "image_token_id", None)
 
     @announced
     def generate(self, prompts: Sequence[str], images=None, max_gen_len: int = 512, temperature: float = 0.0,
                  top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
                  seed: int | None = None, repetition_penalty: float = 1.0, cancel: threading.Event | None = None,
-                 image_transform: str = "padded_resize", return_details: bool = False) -> list:
+                 image_transform: str | None = None, return_details: bool = False) -> list:
         """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
         dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
         encode_started = time.perf_counter()
