@@ -13,7 +13,7 @@ import pytest
 from app_server import ForwardCounter, interrupted, launched, wait_for_pieces
 from model import UserError
 from ui import DEMO_MODEL
-from ui.processes import RemoteModel, serve_model
+from ui.processes import RemoteModel, model_facts, serve_model
 
 
 
@@ -24,7 +24,7 @@ def remote(byte_model):
     counter = ForwardCounter(byte_model)
     serving = threading.Thread(target=serve_model, args=(byte_model, model_end), daemon=True)
     serving.start()
-    facts = {"tokenizer": byte_model.tokenizer, "summary": byte_model.summary()}
+    facts = model_facts(byte_model)
     yield RemoteModel(server_end, facts, end_process=False), counter
     hang_up(server_end)  # as when the web server's process ends: the model's side returns
     serving.join(timeout=10)

@@ -14,7 +14,7 @@ import gradio as gr
 from model import MetaModel, UserError
 from templates import TEMPLATE_NAMES
 
-from .chat import (EMPTY_MESSAGE, MAX_UPLOAD_MB, Cancels, Sampling, chat_prompt, conversation_templates,
+from .chat import (EMPTY_MESSAGE, IMAGE_TRANSFORMS, MAX_UPLOAD_MB, Cancels, Sampling, chat_prompt, conversation_templates,
                    default_system, default_template, in_own_thread, message_text, open_upload, save_preview,
                    single_turn_prompt, stats_line, stream_answer)
 
@@ -121,8 +121,8 @@ class ChatTab:
         history.append({"role": "assistant", "content": ""})
         prompt = chat.text
         yield history, "", prompt
-        pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), image, transform, cancel,
-                               session=key)
+        pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), chat.images or None,
+                               transform, cancel, session=key)
         async for piece in in_own_thread(pieces, lambda: self.model.failure):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
@@ -208,8 +208,8 @@ class ChatTab:
                                  file_types=["image"], type="filepath", height=140)
                 preview = gr.Image(label="The image", interactive=False, height=200)
             with gr.Row():
-                transform = gr.Radio(["padded_resize", "resized_center_crop"], value=self.image_transform,
-                                     label="Image transform")
+                transform = gr.Radio(IMAGE_TRANSFORMS, value=self.image_transform,
+                                     label="Image transform (auto: the model's own)")
         gr.Examples(IMAGE_EXAMPLES if self.vision else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(model)
         with gr.Accordion("Template and system prompt", open=False):
@@ -290,7 +290,7 @@ def api_error(sentence: str) -> gr.Error:
 
 
 async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
-                     image_transform: str = "padded_resize", session: str | None = None) -> AsyncIterator[str]:
+                     image_transform: str = "auto", session: str | None = None) -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
     pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
     async for piece in in_own_thread(pieces, lambda: model.failure):
@@ -321,7 +321,7 @@ def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_t
             raise api_error(str(error))
         async for text in api_answer(model, prompt.text, prompt.stop_symbols,
                                      Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel,
-                                     picture, image_transform, session=request.session_hash + "/api"):
+                                     prompt.images or None, image_transform, session=request.session_hash + "/api"):
             yield text
     return chat
 

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import functools
 import logging
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterator
 
@@ -14,11 +16,14 @@ import torch
 from PIL import Image
 
 from conversation import get_conversation, template_names
-from model import MetaModel, UserError
+from conversation.templates import CHAT_TEMPLATE
+from model import TRANSFORMS, MetaModel, UserError
 from model.errors import described
 from templates import format_prompt
 
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
+IMAGE_TRANSFORMS = ["auto", *TRANSFORMS]
+IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image  # auto: the model's processor fits the image (or its recorded transform)
 MAX_UPLOAD_PIXELS = 40_000_000
 EMPTY_MESSAGE = "The message is empty; type a question first."
 log = logging.getLogger(__name__)
@@ -33,12 +38,21 @@ class Sampling:
     repetition_penalty: float = 1.0
 
 
-def hf_tokenizer(model: MetaModel):
-    return getattr(model.tokenizer, "hf", None)
-
-
 def conversation_templates(model: MetaModel) -> list[str]:
-    return template_names(hf_tokenizer(model))
+    return template_names(model.chat_renderer)
+
+
+def conversation(model: MetaModel, template: str, system: str | None = None):
+    """A fresh conversation in `template`; a chat template that cannot render is one sentence."""
+    try:
+        return get_conversation(template, model.chat_renderer, system, model.sees_images)
+    except UserError:
+        raise
+    except Exception as error:
+        if template != CHAT_TEMPLATE:
+            raise
+        raise UserError(f"This model's chat template fails: {described(error)}; pass --template NAME (one of "
+                        f"{', '.join(n for n in conversation_templates(model) if n != CHAT_TEMPLATE)}).")
 
 
 def default_template(model: MetaModel, asked: str | None = None) -> str:
@@ -48,11 +62,13 @@ def default_template(model: MetaModel, asked: str | None = None) -> str:
         if asked not in names:
             raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
         return asked
-    return "chat_template" if "chat_template" in names else "default"
+    chosen = CHAT_TEMPLATE if CHAT_TEMPLATE in names else "default"
+    conversation(model, chosen)  # a template that fails says so now, not at the first message
+    return chosen
 
 
 def default_system(model: MetaModel, template: str) -> str:
-    return get_conversation(template, hf_tokenizer(model)).system
+    return conversation(model, template).system
 
 
 def message_text(content) -> str:
@@ -60,16 +76,32 @@ def message_text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, dict):
+        if content.get("type") in IMAGE_PART_TYPES:
+            return ""
         return content.get("text") or content.get("content") or ""
     if isinstance(content, (list, tuple)):
         return "".join(message_text(part) for part in content)
     return "" if content is None else str(content)
 
 
-def history_pairs(history: list[dict]) -> list[list[str]]:
-    """[[question, answer], ...] from {"role", "content"} messages (an unanswered question gets ""); older
-    clients' [question, answer] pairs pass through."""
-    pairs: list[list[str]] = []
+def message_images(content, max_mb: float = MAX_UPLOAD_MB) -> list[Image.Image]:
+    """The images among a message's parts: OpenAI-style `{"type": "image_url", "image_url": {"url": "data:..."}}`
+    (or `{"type": "image", "url": ...}`), decoded with the upload checks. Outside addresses are never fetched."""
+    if not isinstance(content, (list, tuple)):
+        return []
+    images = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+            url = part.get("image_url", part.get("url"))
+            url = url.get("url") if isinstance(url, dict) else url
+            images.append(image_from_data_url(url, max_mb))
+    return images
+
+
+def history_pairs(history: list[dict], max_mb: float = MAX_UPLOAD_MB) -> list[list]:
+    """[[question, answer], ...] from {"role", "content"} messages (an unanswered question gets ""); a question
+    with images among its parts is `(text, images)`. Older clients' [question, answer] pairs pass through."""
+    pairs: list[list] = []
     for message in history or []:
         if isinstance(message, (list, tuple)) and len(message) == 2:
             pairs.append([message_text(message[0]), message_text(message[1])])
@@ -79,7 +111,8 @@ def history_pairs(history: list[dict]) -> list[list[str]]:
                             '{"role": "user" or "assistant", "content": text} dictionaries.')
         role, text = message.get("role"), message_text(message.get("content"))
         if role == "user":
-            pairs.append([text, ""])
+            images = message_images(message.get("content"), max_mb)
+            pairs.append([(text, images) if images else text, ""])
         elif role == "assistant" and pairs:
             pairs[-1][1] += text
         elif role not in ("assistant", "system"):
@@ -99,6 +132,7 @@ class ChatPrompt:
     text: str
     stop_symbols: list[str]
     dropped_turns: int = 0  # the oldest question-answer pairs left out so that the prompt fits the context
+    images: list = field(default_factory=list)  # the images the prompt shows, in the order of their markers
 
 
 def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str,
@@ -108,41 +142,47 @@ def chat_prompt(model: MetaModel, template: str, system: str | None, history: li
 
     When the prompt and `answer_tokens` (counted up to half the context) do not fit in the model's context, the
     oldest turns are left out, whole: the rest is rendered again by the template, so the system prompt (and the
-    image, which leads the prompt) stay and no template marker is ever cut. A message that cannot fit even alone
-    raises `UserError`, and so does an empty one.
+    image, which goes with the first question kept) stay and no template marker is ever cut. A message that cannot
+    fit even alone raises `UserError`, and so does an empty one.
     """
     if not (message or "").strip():
         raise UserError(EMPTY_MESSAGE)
     pairs = history_pairs(history)
-    conv = get_conversation(template, hf_tokenizer(model), system if system is not None else history_system(history))
-
-    def render(start: int) -> str:
-        conv.load_qas(pairs[start:] + [[message, None]])
-        return conv.get_prompt()
+    conv = conversation(model, template, system if system is not None else history_system(history))
 
     @functools.cache
-    def text_length(start: int) -> int:
-        return model.prompt_length(render(start))
+    def render(start: int) -> tuple[str, tuple]:
+        """The prompt from turn `start` on, and its images in order: the conversation's `image` goes with the first
+        question kept, each image of the history with its own."""
+        turns = [[question_parts(q), a] for q, a in pairs[start:]] + [[(message, []), None]]
+        turns[0][0] = (turns[0][0][0], ([image] if image is not None else []) + turns[0][0][1])
+        conv.load_qas(turns)
+        return conv.get_prompt(), tuple(i for (_, images), _ in turns for i in images)
 
-    image_tokens = model.prompt_length(render(0), image) - text_length(0) if image is not None else 0
-
+    @functools.cache
     def length(start: int) -> int:
-        return text_length(start) + image_tokens
+        prompt, images = render(start)
+        return model.prompt_length(prompt, list(images) or None)
 
     budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
     start = 0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget),
                                                len(pairs))
-    prompt, tokens = render(start), length(start)
+    (prompt, images), tokens = render(start), length(start)
     if tokens >= model.max_seq_len:
         raise UserError(
             f"This message needs {tokens} tokens (with the template{', system prompt' if conv.system else ''}"
             f"{' and image' if image is not None else ''}) but the model's context holds {model.max_seq_len}; "
             "shorten it or split it over several messages."
         )
-    return ChatPrompt(prompt, list(conv.stop_symbols), start)
+    return ChatPrompt(prompt, list(conv.stop_symbols), start, list(images))
 
 
-def history_cuts(model: MetaModel, pairs: list[list[str]]) -> Iterator[int]:
+def question_parts(question) -> tuple[str, list]:
+    """(text, images) of a question of `history_pairs`."""
+    return question if isinstance(question, tuple) else (question, [])
+
+
+def history_cuts(model: MetaModel, pairs: list[list]) -> Iterator[int]:
     """Where the history may start when it must be shortened, earliest first: after the first turn that ends
     past each eighth of the context (counting the turns' own tokens), and last after every turn.
 
@@ -153,7 +193,7 @@ def history_cuts(model: MetaModel, pairs: list[list[str]]) -> Iterator[int]:
     step = max(1, model.max_seq_len // 8)
     total, mark = 0, step
     for index, (question, answer) in enumerate(pairs):
-        total += len(model.tokenizer.encode(question + answer, bos=False, eos=False))
+        total += len(model.tokenizer.encode(question_parts(question)[0] + answer, bos=False, eos=False))
         if total >= mark and index + 1 < len(pairs):
             yield index + 1
             mark = (total // step + 1) * step
@@ -167,7 +207,7 @@ def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
 
 
 def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampling: Sampling, image=None,
-                  image_transform: str = "padded_resize", cancel: threading.Event | None = None,
+                  image_transform: str | None = None, cancel: threading.Event | None = None,
                   session: str | None = None) -> Iterator[dict]:
     """The model's pieces (see `MetaModel.stream_generate`; `session` keeps the conversation's KV cache between
     turns); a failure a user can act on becomes one last piece with "error": a sentence to show in the chat."""
@@ -313,12 +353,34 @@ def open_upload(path: str | Path | None, max_mb: float = MAX_UPLOAD_MB, max_side
     if not path:
         return None
     path = Path(path)
-    size = path.stat().st_size
+    return checked_image(path, path.stat().st_size, path.name, max_mb, max_side)
+
+
+def image_from_data_url(url, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024) -> Image.Image:
+    """An image sent as a `data:image/...;base64,...` URL, with the upload checks. The app never fetches an outside
+    address (an http(s) URL) for a client."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        shown = url[:40] if isinstance(url, str) else type(url).__name__
+        raise UserError(f"An image part holds {shown!r}; send images as data: URLs (data:image/png;base64,...): "
+                        "this app never fetches outside addresses.")
+    header, _, payload = url.partition(",")
+    if ";base64" not in header or len(payload) * 3 / 4 > max_mb * 1e6:
+        size = f"{len(payload) * 3 / 4e6:.1f} MB" if ";base64" in header else "not base64"
+        raise UserError(f"An image data: URL is {size}; send a base64 one under {max_mb:g} MB.")
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except ValueError:
+        raise UserError("An image data: URL holds broken base64; encode the image file with base64.")
+    return checked_image(io.BytesIO(data), len(data), "The image in a data: URL", max_mb, max_side)
+
+
+def checked_image(source, size: int, name: str, max_mb: float, max_side: int) -> Image.Image:
+    """The image in `source` (a path or a file object of `size` bytes), checked before it is decoded."""
     if size > max_mb * 1e6:
         raise UserError(f"The image file is {size / 1e6:.1f} MB; upload one under {max_mb:g} MB "
                         "(the app's --max_upload_mb).")
     try:
-        with Image.open(path) as header:
+        with Image.open(source) as header:
             width, height = header.size
             if width * height > MAX_UPLOAD_PIXELS:
                 raise UserError(f"The image is {width}x{height} pixels; upload one under "
@@ -330,7 +392,7 @@ def open_upload(path: str | Path | None, max_mb: float = MAX_UPLOAD_MB, max_side
         raise UserError(f"The image has over {Image.MAX_IMAGE_PIXELS * 2 / 1e6:.0f} million pixels; upload one under "
                         f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels.")
     except (OSError, ValueError, SyntaxError):  # Pillow raises SyntaxError for a broken file
-        raise UserError(f"{path.name} is not an image this app can read (not an image, or a damaged one); upload a "
+        raise UserError(f"{name} is not an image this app can read (not an image, or a damaged one); upload a "
                         "PNG, JPEG, WebP or GIF file.")
     if max(image.size) > max_side:
         image.thumbnail((max_side, max_side))

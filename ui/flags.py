@@ -15,7 +15,7 @@ from model import MetaModel, UserError
 from model.loading import unsplittable_model_type
 from model.parallel import start_ranks, torchrun_world
 from model.prefix_cache import PrefixCaches
-from ui.chat import MAX_UPLOAD_MB
+from ui.chat import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
@@ -35,8 +35,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     """The flags of app.py and the browser demos: the model's, then serving."""
     p = FlagParser(description=description)
     add_model_flags(p)
-    p.add_argument("--image_transform", choices=["padded_resize", "resized_center_crop"], default="padded_resize",
-                   help="how an uploaded image is fitted to the model's square input")
+    p.add_argument("--image_transform", choices=IMAGE_TRANSFORMS, default="auto",
+                   help="how an uploaded image is fitted to the model: auto (default) lets the model's processor do it "
+                        "(its resolution, tiling), or the transform the model was trained with (the demo model's "
+                        "padded_resize); padded_resize or resized_center_crop square it first, as Accessory does")
     p.add_argument("--template", default=None,
                    help="conversation template (default: the model's chat template if it has one, else 'default')")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")

@@ -53,7 +53,7 @@ def serve_in_own_process(model: MetaModel, run_server: Callable, *server_args) -
 
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
-    facts = {"tokenizer": model.tokenizer, "summary": model.summary()}
+    facts = model_facts(model)
     server = context.Process(target=_server_main, name="web-server", args=(there, facts, run_server, server_args))
     server.start()
     there.close()
@@ -174,11 +174,17 @@ def _server_main(connection, facts: dict, run_server: Callable, server_args: tup
         raise SystemExit(1)
 
 
+def model_facts(model) -> dict:
+    """What the web server's process gets to know of the model once, at start-up (see `RemoteModel`)."""
+    return {"tokenizer": model.tokenizer, "chat_renderer": model.chat_renderer, "summary": model.summary()}
+
+
 class RemoteModel:
     """The model of another process, as the app uses a `MetaModel`: tokenizer, facts, prompt_length, streaming."""
 
     def __init__(self, connection, facts: dict, end_process: bool = True):
         self.tokenizer = facts["tokenizer"]
+        self.chat_renderer = facts["chat_renderer"]
         self._summary = facts["summary"]
         self.max_seq_len = self._summary["context"]
         self.sees_images = self._summary["sees_images"]
@@ -199,7 +205,7 @@ class RemoteModel:
         """Why the model cannot answer any more, or None."""
         return self._failure
 
-    def prompt_length(self, prompt: str, image=None, image_transform: str = "padded_resize") -> int:
+    def prompt_length(self, prompt: str, image=None, image_transform: str = "auto") -> int:
         number, replies = self._open("prompt_length", (prompt,), {"image": image, "image_transform": image_transform})
         try:
             return self._next(replies)[1]
