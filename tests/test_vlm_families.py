@@ -1,0 +1,305 @@
+"""Real checkpoints of the popular vision-language families: each a tiny random model of its real transformers class,
+saved with its real processor class and published chat template (tests/vlm_families.py), answers as the model's
+own processor and `generate` say it should."""
+import importlib.util
+import pytest
+import torch
+from PIL import Image
+
+import vlm_families
+from app_server import launched
+from model import MetaModel, UserError
+from ui.chat import chat_prompt, default_template
+
+SYSTEM = "Be brief."
+FIRST, SECOND = "What is in the image?", "And what colour is it?"
+
+
+def _torchvision_loads() -> bool:
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # PyPI's wheel beside the CPU build of torch: "operator torchvision::nms does not exist"
+        return False
+    return True
+
+
+NEEDS_TORCHVISION = pytest.mark.skipif(not _torchvision_loads(),
+                                       reason="Qwen2-VL's processor needs torchvision, which does not load here")
+FAMILIES = [pytest.param(name, marks=NEEDS_TORCHVISION) if name.startswith("qwen") else name
+            for name in vlm_families.FAMILIES]
+WITH_TEMPLATE = [f for f in FAMILIES if (f.values[0] if hasattr(f, "values") else f) != "paligemma"]
+
+
+def picture(color) -> Image.Image:
+    """A coloured square on a light, wide canvas (not square: processors that tile or resize dynamically must)."""
+    image = Image.new("RGB", (56, 40), (235, 235, 235))
+    image.paste(color, (10, 6, 38, 34))
+    return image
+
+
+RED, BLUE = picture((220, 20, 20)), picture((20, 40, 220))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {}
+
+
+@pytest.fixture(scope="module")
+def family(request, folders, tmp_path_factory):
+    """(name, folder, loaded MetaModel) of the family named by the test's parameter."""
+    name = request.param
+    if name not in folders:
+        folders[name] = vlm_families.build(name, tmp_path_factory.mktemp(name) / name)
+    return name, folders[name], MetaModel.from_pretrained(str(folders[name]), max_seq_len=1024)
+
+
+def parts(text: str, images=()) -> list[dict]:
+    return [{"type": "image", "image": image} for image in images] + [{"type": "text", "text": text}]
+
+
+def reference_messages(first_answer: str, image=RED) -> list[dict]:
+    """The conversation a user of transformers would write for the app's two turns."""
+    return [{"role": "system", "content": parts(SYSTEM)}, {"role": "user", "content": parts(FIRST, [image])},
+            {"role": "assistant", "content": parts(first_answer)}, {"role": "user", "content": parts(SECOND)}]
+
+
+def two_turns(model: MetaModel, image=RED, tokens: int = 6):
+    """The app's two turns about `image` (the second from the session's cache): (second prompt, last pieces)."""
+    template = default_template(model)
+    first = chat_prompt(model, template, SYSTEM, [], FIRST, tokens, image)
+    one = list(model.stream_generate(first.text, image=first.images, max_gen_len=tokens,
+                                     additional_stop_symbols=first.stop_symbols, session="tab"))[-1]
+    history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": one["text"]}]
+    second = chat_prompt(model, template, SYSTEM, history, SECOND, tokens, image)
+    two = list(model.stream_generate(second.text, image=second.images, max_gen_len=tokens,
+                                     additional_stop_symbols=second.stop_symbols, session="tab"))[-1]
+    return second, one, two
+
+
+@pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
+def test_the_prompt_and_its_ids_are_the_processors_own(family):
+    name, _, model = family
+    assert default_template(model) == "chat_template"
+    second, one, _ = two_turns(model)
+    messages = reference_messages(one["text"])
+    assert second.text == model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    expected = model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True, return_tensors="pt")
+    ours = model.prepare_inputs([second.text], [second.images])
+    assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()  # image tokens, BOS once, markers
+    image_id = model._image_token_id
+    assert (ours.input_ids == image_id).sum() == (expected["input_ids"] == image_id).sum() > 0
+
+
+@pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
+def test_two_turns_with_an_image_are_the_tokens_generate_gives(family):
+    """The second turn runs from the session's cache; its greedy tokens are those of transformers' own `generate`
+    on the processor's inputs for the same conversation."""
+    name, _, model = family
+    _, one, two = two_turns(model)
+    assert two["cached_tokens"] > 0
+    expected = model.processor.apply_chat_template(reference_messages(one["text"]), add_generation_prompt=True,
+                                                   tokenize=True, return_dict=True, return_tensors="pt")
+    expected = {k: v for k, v in expected.items() if k != "labels"}
+    generated = model.llma.generate(**expected, max_new_tokens=len(two["token_ids"]), do_sample=False)
+    assert two["token_ids"] == generated[0, expected["input_ids"].shape[1]:].tolist()[: len(two["token_ids"])]
+
+
+@pytest.mark.parametrize("family", FAMILIES, indirect=True)
+def test_two_images_give_two_first_steps(family):
+    name, _, model = family
+    logits = []
+    for image in (RED, BLUE):
+        inputs = model.prepare_inputs([chat_prompt(model, default_template(model), None, [], FIRST, 0, image).text],
+                                      [[image]])
+        from model.generation import prefill
+
+        with torch.inference_mode():
+            logits.append(prefill(model.llma, inputs, None if name != "gemma3" else _cache(model)))
+    assert not torch.allclose(logits[0], logits[1])
+
+
+def _cache(model):
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.llma.config)
+
+
+def test_paligemma_gets_its_processors_own_prompt_format(tmp_path):
+    """No chat template: the processor lays out the image tokens, BOS and the closing newline itself."""
+    model = MetaModel.from_pretrained(str(vlm_families.build("paligemma", tmp_path / "paligemma")))
+    assert default_template(model) == "default"
+    inputs = model.prepare_inputs(["What is in the image?"], [RED])
+    processor = model.processor
+    expected = processor(text="What is in the image?", images=RED, return_tensors="pt")
+    assert inputs.input_ids[0].tolist() == expected["input_ids"][0].tolist()
+    assert "labels" not in inputs.extra and "token_type_ids" in inputs.extra
+    pieces = list(model.stream_generate("What is in the image?", image=RED, max_gen_len=4, session="s"))
+    again = list(model.stream_generate("What is in the image? Tell me.", image=RED, max_gen_len=4, session="s"))
+    assert pieces[-1]["completion_tokens"] == 4 and again[-1]["cached_tokens"] == 0  # its prompt attends both ways
+
+
+@pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
+def test_the_end_of_turn_token_ends_the_answer_and_never_shows(family, monkeypatch):
+    """Forced after 3 tokens (its logit raised), the template's end-of-turn token, or EOS where the template has
+    none, ends the answer as "stop", with or without generation_config.json."""
+    name, folder, _ = family
+    (folder / "generation_config.json").unlink(missing_ok=True)
+    model = MetaModel.from_pretrained(str(folder), max_seq_len=1024)
+    chat = chat_prompt(model, "chat_template", SYSTEM, [], FIRST, 8, RED)
+    end = chat.stop_symbols[0]
+    end_id = model.tokenizer.special_token_id(end)
+    if end_id is None:  # a text marker ("USER:"): LLaVA's answers end with EOS
+        end, end_id = model.tokenizer.hf.eos_token, model.tokenizer.eos_id
+    calls = []
+
+    def force_end(module, args, kwargs, output):
+        calls.append(1)
+        if len(calls) > 3:
+            output.logits[..., end_id] = 1e4
+        return output
+
+    model.llma.register_forward_hook(force_end, with_kwargs=True)
+    last = list(model.stream_generate(chat.text, image=chat.images, max_gen_len=20,
+                                      additional_stop_symbols=chat.stop_symbols))[-1]
+    assert last["finish_reason"] == "stop" and last["completion_tokens"] == 3
+    assert end not in last["text"] and end_id not in last["token_ids"]
+
+
+def test_phi3_stops_at_end_without_generation_config(tmp_path):
+    """Phi-3's template writes EOS after the last message only when no answer is asked for: the stop is "<|end|>"."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    tok = vlm_families.family_tokenizer(["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], "<s>",
+                                        "<|endoftext|>", "<|endoftext|>")
+    tok.chat_template = vlm_families.template("phi3")
+    torch.manual_seed(0)
+    config = Phi3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    Phi3ForCausalLM(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").unlink()
+    model = MetaModel.from_pretrained(str(tmp_path))
+    chat = chat_prompt(model, default_template(model), None, [], "Hi", 8)
+    assert chat.stop_symbols == ["<|end|>"]
+    assert model.tokenizer.special_token_id("<|end|>") in model.eos_ids(chat.stop_symbols)
+
+
+def test_a_chat_template_only_in_chat_template_json_is_used(tmp_path):
+    folder = vlm_families.build("llava", tmp_path / "llava", template_in="legacy_json")
+    assert not (folder / "chat_template.jinja").exists() and (folder / "chat_template.json").exists()
+    model = MetaModel.from_pretrained(str(folder))
+    assert default_template(model) == "chat_template"
+    assert chat_prompt(model, "chat_template", None, [], "Hi", 0).text == "USER: Hi ASSISTANT:"
+
+
+def test_a_chat_template_that_fails_is_one_sentence_at_start_up(tmp_path):
+    folder = vlm_families.build("llava", tmp_path / "llava", template_in="processor")
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('Only user roles, please') }}")
+    model = MetaModel.from_pretrained(str(folder))
+    with pytest.raises(UserError, match=r"This model's chat template fails: .*Only user roles, please; pass "
+                                        r"--template NAME \(one of default, "):
+        default_template(model)
+
+
+@pytest.mark.skipif(_torchvision_loads(), reason="torchvision loads here: Qwen2-VL's processor needs no sentence")
+def test_qwen2_vl_without_torchvision_is_one_sentence(tmp_path):
+    folder = vlm_families.save_qwen2_vl_files(tmp_path / "qwen")
+    with pytest.raises(UserError, match=r"qwen2_vl model, whose processor needs torchvision, which is not installed "
+                                        r"or does not load beside torch"):
+        MetaModel.from_pretrained(str(folder))
+
+
+@pytest.mark.parametrize("name", ["llava_next", "mllama"])
+def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
+    """`python app.py --pretrained_path DIR`, as a user starts it, through gradio_client."""
+    from gradio_client import handle_file
+
+    folder = vlm_families.build(name, tmp_path / name)
+    RED.save(tmp_path / "red.png")
+    app, client = launched("--pretrained_path", str(folder), "--max_seq_len", "1024")
+    try:
+        first = client.predict(message=FIRST, history=[], image=handle_file(str(tmp_path / "red.png")),
+                               max_gen_len=6, api_name="/chat")
+        history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first}]
+        second = client.predict(message=SECOND, history=history, image=handle_file(str(tmp_path / "red.png")),
+                                max_gen_len=6, api_name="/chat")
+        assert isinstance(first, str) and isinstance(second, str)
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+
+
+@pytest.mark.parametrize("family", ["idefics3", "mllama", "llava"], indirect=True)
+def test_several_images_each_in_the_turn_it_was_given(family):
+    """A conversation's images go to the model in order, each marker in its own turn, as the processor renders it."""
+    from conversation import get_conversation
+
+    name, _, model = family
+    conv = get_conversation("chat_template", model.chat_renderer, SYSTEM, sees_images=True)
+    conv.load_qas([[(FIRST, [RED]), "A red square."], [(SECOND, [BLUE]), None]])
+    prompt = conv.get_prompt()
+    messages = [{"role": "system", "content": parts(SYSTEM)}, {"role": "user", "content": parts(FIRST, [RED])},
+                {"role": "assistant", "content": parts("A red square.")},
+                {"role": "user", "content": parts(SECOND, [BLUE])}]
+    expected = model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True, return_tensors="pt")
+    ours = model.prepare_inputs([prompt], [[RED, BLUE]])
+    assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()
+    last = list(model.stream_generate(prompt, image=[RED, BLUE], max_gen_len=4))[-1]
+    assert last["completion_tokens"] >= 1
+
+
+def data_url(image: Image.Image) -> str:
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@pytest.mark.parametrize("family", ["idefics3"], indirect=True)
+def test_history_images_as_data_urls_go_in_their_own_turns(family):
+    """/chat's history may carry an image in any user turn (OpenAI-style parts); an http URL is one sentence."""
+    name, _, model = family
+    history = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}},
+                                            {"type": "text", "text": FIRST}]},
+               {"role": "assistant", "content": "A red square."}]
+    chat = chat_prompt(model, "chat_template", SYSTEM, history, SECOND, 0, BLUE)
+    assert len(chat.images) == 2 and chat.text.count("<image>") == 2
+    assert chat.images[0].getpixel((28, 20)) == BLUE.getpixel((28, 20))  # the conversation's image leads
+    assert chat.images[1].getpixel((28, 20)) == RED.getpixel((28, 20))
+    assert list(model.stream_generate(chat.text, image=chat.images, max_gen_len=3))[-1]["completion_tokens"] >= 1
+    history[0]["content"][0]["image_url"]["url"] = "http://127.0.0.1:9/cat.png"
+    with pytest.raises(UserError, match="send images as data: URLs .*never fetches outside addresses"):
+        chat_prompt(model, "chat_template", SYSTEM, history, SECOND, 0)
+
+
+def start_up_failure(folder) -> str:
+    """What `python app.py --pretrained_path folder` prints when it refuses to start (exit code 1)."""
+    import subprocess
+    import sys
+
+    from app_server import ENV, ROOT
+
+    result = subprocess.run([sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(folder)],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+def test_the_launcher_refuses_a_failing_chat_template_in_one_sentence(tmp_path):
+    folder = vlm_families.build("llava", tmp_path / "llava", template_in="processor")
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('Only user roles, please') }}")
+    assert "error: This model's chat template fails: " in start_up_failure(folder)
+
+
+@pytest.mark.skipif(_torchvision_loads(), reason="torchvision loads here: Qwen2-VL's processor needs no sentence")
+def test_the_launcher_refuses_qwen2_vl_without_torchvision_in_one_sentence(tmp_path):
+    assert "whose processor needs torchvision" in start_up_failure(vlm_families.save_qwen2_vl_files(tmp_path / "q"))

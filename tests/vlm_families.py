@@ -1,0 +1,258 @@
+"""Tiny random vision-language models of the popular families, each of its real transformers class, saved with
+its real processor class, its family's special tokens and its published chat template (tests/chat_templates/,
+sources in tests/chat_templates/SOURCES.md), as a Hugging Face folder that `MetaModel.from_pretrained` loads.
+
+Hidden sizes are at most 64 and the language models have 2 layers; images are small (32-64 pixels a side) so
+that a test runs in seconds. The tokenizer is a byte-level BPE trained on a few sentences with the family's
+special tokens added (the real vocabularies are far too large to ship).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tiny_models import CORPUS, TEXT_CONFIG
+
+TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
+FAMILIES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "gemma3", "mllama", "paligemma")
+
+
+def template(name: str) -> str:
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+def family_tokenizer(specials: list[str], bos: str, eos: str, pad: str, adds_bos: bool = True,
+                     extra_special_tokens: dict | None = None, vocab_size: int = 400):
+    """A byte-level BPE `PreTrainedTokenizerFast` whose special tokens are the family's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    named = list(dict.fromkeys([pad, bos, eos, "<unk>"]))
+    others = [s for s in specials if s not in named]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=named + others, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if adds_bos:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, unk_token="<unk>",
+                                   pad_token=pad, additional_special_tokens=others,
+                                   extra_special_tokens=extra_special_tokens or {})
+
+
+def _llama_text(tokenizer, **overrides) -> dict:
+    return dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, **{**TEXT_CONFIG, **overrides})
+
+
+def _sharpen(model) -> None:
+    """Larger output logits than the default init, so that greedy answers vary from token to token and the image
+    changes them; matrices some families initialize to zeros (Gemma 3's image projection) drawn at random."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(20)
+        for name, weight in model.named_parameters():
+            if (weight.dim() >= 2 or "gate" in name) and not weight.any():  # and Mllama's cross-attention gates
+                weight.normal_(std=0.5)
+
+
+def _save(model, processor, folder: Path, template_in: str | None, chat_template: str | None) -> Path:
+    """Save the model and processor with the chat template where the family publishes it: "processor"
+    (chat_template.jinja, beside the processor), "tokenizer" (tokenizer_config.json), "legacy_json"
+    (chat_template.json, the older processor layout) or None (no template)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if template_in == "tokenizer":
+        processor.tokenizer.chat_template = chat_template
+    elif template_in in ("processor", "legacy_json"):
+        processor.chat_template = chat_template
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if template_in == "legacy_json":
+        (folder / "chat_template.jinja").unlink()
+        (folder / "chat_template.json").write_text(json.dumps({"chat_template": chat_template}))
+    return folder
+
+
+def build(name: str, folder: Path, seed: int = 0, template_in: str | None = None) -> Path:
+    """The tiny `name` model (one of FAMILIES) saved in `folder`; `template_in` moves its chat template (see
+    `_save`), default: where the family publishes it."""
+    torch.manual_seed(seed)
+    model, processor, chat_template, published_in = BUILDERS[name]()
+    model.eval()
+    _sharpen(model)
+    return _save(model, processor, folder, template_in or published_in, chat_template)
+
+
+def _llava():
+    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor)
+
+    tok = family_tokenizer(["<image>"], "<s>", "</s>", "<pad>")
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=32, patch_size=8)
+    config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)),
+                         image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
+                         vision_feature_select_strategy="default")
+    processor = LlavaProcessor(CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+                               tok, patch_size=8, vision_feature_select_strategy="default",
+                               num_additional_image_tokens=1)
+    return LlavaForConditionalGeneration(config), processor, template("llava"), "tokenizer"
+
+
+def _llava_next():
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
+                              LlavaNextImageProcessor, LlavaNextProcessor)
+
+    tok = family_tokenizer(["<image>"], "<s>", "</s>", "<pad>")
+    pinpoints = [[32, 64], [64, 32], [64, 64]]
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=32, patch_size=8)
+    config = LlavaNextConfig(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)),
+                             image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
+                             vision_feature_select_strategy="default", image_grid_pinpoints=pinpoints)
+    image_processor = LlavaNextImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                              image_grid_pinpoints=pinpoints)
+    processor = LlavaNextProcessor(image_processor, tok, patch_size=8, vision_feature_select_strategy="default",
+                                   num_additional_image_tokens=1)
+    return LlavaNextForConditionalGeneration(config), processor, template("llava"), "processor"
+
+
+def _qwen_tokenizer():
+    return family_tokenizer(["<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+                            "<|endoftext|>", "<|im_end|>", "<|endoftext|>", adds_bos=False)
+
+
+def _qwen_vl(version: str):
+    import transformers as tf
+
+    tok = _qwen_tokenizer()
+    ids = {k: tok.convert_tokens_to_ids(t) for k, t in
+           (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id)
+    if version == "2":
+        vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, in_chans=3)
+        config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+        model = tf.Qwen2VLForConditionalGeneration(config)
+        processor_class, image_class = tf.Qwen2VLProcessor, tf.Qwen2VLImageProcessor
+    else:
+        vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=56,
+                      fullatt_block_indexes=[1])
+        config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+        model = tf.Qwen2_5_VLForConditionalGeneration(config)
+        processor_class, image_class = tf.Qwen2_5_VLProcessor, tf.Qwen2VLImageProcessor
+    image_processor = image_class(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14, merge_size=2,
+                                  temporal_patch_size=2)
+    video_processor = tf.Qwen2VLVideoProcessor(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14,
+                                               merge_size=2, temporal_patch_size=2)
+    processor = processor_class(image_processor=image_processor, tokenizer=tok, video_processor=video_processor)
+    return model, processor, template("qwen2_vl"), "processor"
+
+
+def _idefics3():
+    from transformers import (Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor,
+                              Idefics3Processor, LlamaConfig)
+
+    rows = [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tok = family_tokenizer(["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>", *rows],
+                           "<|begin_of_text|>", "<end_of_utterance>", "<|finetune_right_pad_id|>")
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                  patch_size=8)
+    config = Idefics3Config(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)).to_dict(),
+                            image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=2)
+    image_processor = Idefics3ImageProcessor(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
+    processor = Idefics3Processor(image_processor, tok, image_seq_len=4)  # (32 / 8 / 2) ** 2
+    return Idefics3ForConditionalGeneration(config), processor, template("idefics3"), "processor"
+
+
+def _gemma3():
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor,
+                              Gemma3TextConfig, SiglipVisionConfig)
+
+    tok = family_tokenizer(["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
+                            "<image_soft_token>"], "<bos>", "<eos>", "<pad>",
+                           extra_special_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
+                                                 "eoi_token": "<end_of_image>"})
+    text = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                            sliding_window=64, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                            pad_token_id=tok.pad_token_id)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=32, patch_size=8)
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                          image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
+                          boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
+                          eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"))
+    image_processor = Gemma3ImageProcessor(size={"height": 32, "width": 32})
+    processor = Gemma3Processor(image_processor, tok, image_seq_length=4)
+    return Gemma3ForConditionalGeneration(config), processor, template("gemma3"), "processor"
+
+
+def _mllama():
+    from transformers import (MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessor, MllamaProcessor,
+                              MllamaTextConfig, MllamaVisionConfig)
+
+    tok = family_tokenizer(["<|image|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+                           "<|begin_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
+    vision = MllamaVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1,
+                                num_attention_heads=2, image_size=32, patch_size=8, max_num_tiles=4,
+                                intermediate_layers_indices=[0], vision_output_dim=64)
+    text = MllamaTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, cross_attention_layers=[1],
+                            max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
+                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = MllamaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<|image|>"))
+    image_processor = MllamaImageProcessor(size={"height": 32, "width": 32}, max_image_tiles=4)
+    processor = MllamaProcessor(image_processor, tok)
+    return MllamaForConditionalGeneration(config), processor, template("mllama"), "processor"
+
+
+def _paligemma():
+    from transformers import (GemmaConfig, PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor,
+                              SiglipImageProcessor, SiglipVisionConfig)
+
+    tok = family_tokenizer(["<image>"], "<bos>", "<eos>", "<pad>",
+                           extra_special_tokens={"image_token": "<image>"})
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=32, patch_size=8, projection_dim=64)
+    text = GemmaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = PaliGemmaConfig(vision_config=vision, text_config=text, projection_dim=64,
+                             image_token_index=tok.convert_tokens_to_ids("<image>"))
+    image_processor = SiglipImageProcessor(size={"height": 32, "width": 32})
+    image_processor.image_seq_length = 16
+    processor = PaliGemmaProcessor(image_processor, tok)
+    return PaliGemmaForConditionalGeneration(config), processor, None, None
+
+
+def save_qwen2_vl_files(folder: Path) -> Path:
+    """A Qwen2-VL folder's config, tokenizer and processor files, written without torchvision (its video processor
+    needs it to be built, not to be described): what a user who lacks torchvision has on disk."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = _qwen_tokenizer()
+    config = Qwen2VLConfig(text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+                           vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2))
+    Qwen2VLForConditionalGeneration(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56 * 4).save_pretrained(folder)
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(
+        {"video_processor_type": "Qwen2VLVideoProcessor", "patch_size": 14, "merge_size": 2}))
+    (folder / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
+    (folder / "chat_template.jinja").write_text(template("qwen2_vl"))
+    return folder
+
+
+BUILDERS = {"llava": _llava, "llava_next": _llava_next, "qwen2_vl": lambda: _qwen_vl("2"),
+            "qwen2_5_vl": lambda: _qwen_vl("2.5"), "idefics3": _idefics3, "gemma3": _gemma3, "mllama": _mllama,
+            "paligemma": _paligemma}
