@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import functools
+import io
 import logging
 import tempfile
 import threading
@@ -22,8 +22,8 @@ from model.errors import described
 from templates import format_prompt
 
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
-IMAGE_TRANSFORMS = ["auto", *TRANSFORMS]
-IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image  # auto: the model's processor fits the image (or its recorded transform)
+IMAGE_TRANSFORMS = ["auto", *TRANSFORMS]  # auto: the model's processor fits the image (or its recorded transform)
+IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
 MAX_UPLOAD_PIXELS = 40_000_000
 EMPTY_MESSAGE = "The message is empty; type a question first."
 log = logging.getLogger(__name__)
