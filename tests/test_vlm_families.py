@@ -5,10 +5,12 @@ import importlib.util
 import pytest
 import torch
 from PIL import Image
+from transformers import DynamicCache
 
 import vlm_families
 from app_server import launched
 from model import MetaModel, UserError
+from model.generation import prefill
 from ui.chat import chat_prompt, default_template
 
 SYSTEM = "Be brief."
@@ -113,19 +115,10 @@ def test_two_images_give_two_first_steps(family):
     name, _, model = family
     logits = []
     for image in (RED, BLUE):
-        inputs = model.prepare_inputs([chat_prompt(model, default_template(model), None, [], FIRST, 0, image).text],
-                                      [[image]])
-        from model.generation import prefill
-
+        prompt = chat_prompt(model, default_template(model), None, [], FIRST, 0, image).text
         with torch.inference_mode():
-            logits.append(prefill(model.llma, inputs, None if name != "gemma3" else _cache(model)))
+            logits.append(prefill(model.llma, model.prepare_inputs([prompt], [[image]]), DynamicCache()))
     assert not torch.allclose(logits[0], logits[1])
-
-
-def _cache(model):
-    from transformers import DynamicCache
-
-    return DynamicCache(config=model.llma.config)
 
 
 def test_paligemma_gets_its_processors_own_prompt_format(tmp_path):
