@@ -207,7 +207,7 @@ def test_qwen2_vl_without_torchvision_is_one_sentence(tmp_path):
         MetaModel.from_pretrained(str(folder))
 
 
-@pytest.mark.parametrize("name", ["llava_next", "mllama"])
+@pytest.mark.parametrize("name", FAMILIES)
 def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
     """`python app.py --pretrained_path DIR`, as a user starts it, through gradio_client."""
     from gradio_client import handle_file
