@@ -82,6 +82,9 @@ def encode(processor, prompt: str, images: Sequence, dtype: torch.dtype, device)
                           add_special_tokens=not (bos and prompt.startswith(bos)))
     except ValueError as error:
         shown = prompt.count(marker)
+        if shown == 0 and len(images) > 1:  # a processor that lays out one image itself (PaliGemma's)
+            raise UserError(f"This model takes one image per conversation, and this one has {len(images)}; start a "
+                            "new conversation for another image.")
         if shown != len(images):
             raise UserError(f"The prompt has {shown} image marker{'s' if shown != 1 else ''} ({marker}) for "
                             f"{len(images)} image{'s' if len(images) != 1 else ''}; give one image per marker.")

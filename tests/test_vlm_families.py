@@ -133,6 +133,8 @@ def test_paligemma_gets_its_processors_own_prompt_format(tmp_path):
     pieces = list(model.stream_generate("What is in the image?", image=RED, max_gen_len=4, session="s"))
     again = list(model.stream_generate("What is in the image? Tell me.", image=RED, max_gen_len=4, session="s"))
     assert pieces[-1]["completion_tokens"] == 4 and again[-1]["cached_tokens"] == 0  # its prompt attends both ways
+    with pytest.raises(UserError, match="This model takes one image per conversation, and this one has 2; start a new"):
+        model.generate(["Compare them."], images=[[RED, BLUE]])
 
 
 @pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
