@@ -5,6 +5,8 @@ import dataclasses
 from enum import Enum, auto
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from user_error import UserError
+
 CHAT_TEMPLATE = "chat_template"
 
 
@@ -59,7 +61,7 @@ class Conversation(_Messages):
         for i, (role, message) in enumerate(self.messages):
             if message is None or (self.sep_style == SeparatorStyle.TWO and not message):
                 if i != len(self.messages) - 1:
-                    raise ValueError("Only the last message of a conversation can be empty (the one to generate).")
+                    raise UserError("Only the last message of a conversation can be empty (the one to generate).")
                 text += " " + role + ":"
                 continue
             if isinstance(message, tuple):
@@ -149,7 +151,7 @@ class ChatTemplateConversation(_Messages):
 
     def __init__(self, renderer, system: str = "", sees_images: bool = False):
         if not getattr(renderer, "chat_template", None):
-            raise ValueError("This tokenizer has no chat template; choose one of the named templates instead.")
+            raise UserError("This tokenizer has no chat template; choose one of the named templates instead.")
         self.renderer = renderer
         self.system = system
         self.messages: list = []
@@ -249,7 +251,7 @@ def get_conversation(name: str, tokenizer=None, system: Optional[str] = None, se
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return ChatTemplateConversation(tokenizer, system or "", sees_images)
     if name not in conv_templates:
-        raise ValueError(f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}.")
+        raise UserError(f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}.")
     conv = conv_templates[name]()
     if system is not None:
         conv.system = system

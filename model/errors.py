@@ -1,11 +1,7 @@
-"""The one exception type for mistakes a user can make and fix."""
+"""Errors: `UserError` (defined in the dependency-free `user_error` module) and how other errors are described."""
+from user_error import UserError
 
-
-class UserError(Exception):
-    """A problem the user caused and can fix; its message is one sentence naming the problem and the fix.
-
-    Launchers print it without a traceback and exit with code 1; the chat shows it as a message.
-    """
+__all__ = ["UserError", "described"]
 
 
 def described(error: BaseException, limit: int = 200) -> str:

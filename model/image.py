@@ -9,6 +9,8 @@ from typing import Callable, Sequence
 import torch
 from PIL import Image
 
+from .errors import UserError
+
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 TRANSFORMS = ("padded_resize", "resized_center_crop")
@@ -41,7 +43,7 @@ def center_crop(img: Image.Image, size: int) -> Image.Image:
 def shape_image(img: Image.Image, transform_type: str, size: int, pad_color=CLIP_MEAN) -> Image.Image:
     """The geometric part of a transform: an RGB `size` x `size` image, padded or cropped as asked."""
     if transform_type not in TRANSFORMS:
-        raise ValueError(f"Unknown image transform {transform_type!r}; choose one of: {', '.join(TRANSFORMS)}.")
+        raise UserError(f"Unknown image transform {transform_type!r}; choose one of: {', '.join(TRANSFORMS)}.")
     img = img.convert("RGB")
     if transform_type == "padded_resize":
         return pad_to_square(img, pad_color).resize((size, size), Image.Resampling.BICUBIC)
@@ -58,7 +60,7 @@ def to_normalized_tensor(img: Image.Image, mean=CLIP_MEAN, std=CLIP_STD) -> torc
 def get_transform(transform_type: str, image_size: int = 224) -> Callable[[Image.Image], torch.Tensor]:
     """Accessory's `get_transform`: PIL image -> normalized [3, image_size, image_size] tensor (CLIP mean/std)."""
     if transform_type not in TRANSFORMS:
-        raise ValueError(f"Unknown image transform {transform_type!r}; choose one of: {', '.join(TRANSFORMS)}.")
+        raise UserError(f"Unknown image transform {transform_type!r}; choose one of: {', '.join(TRANSFORMS)}.")
 
     def transform(img: Image.Image) -> torch.Tensor:
         return to_normalized_tensor(shape_image(img, transform_type, image_size))

@@ -273,6 +273,8 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
             tokenizer = HFTokenizer(processor.tokenizer)
         else:
             tokenizer = load_tokenizer(tokenizer_path or folder, trust_remote_code=trust_remote_code)
+    except UserError:  # --quant without bitsandbytes, say: already a sentence
+        raise
     except pickle.UnpicklingError:  # transformers reads .bin weights with weights_only=True
         raise ckpt.pickled_objects_error(next(folder.glob("pytorch_model*.bin"), folder))
     except ImportError as exc:  # a processor needs an optional package (torchvision for Qwen2-VL's, say)

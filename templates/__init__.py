@@ -1,6 +1,8 @@
 """Single-turn prompt templates, byte-exact to LLaMA2-Accessory's `format_prompt`."""
 from typing import Mapping
 
+from user_error import UserError
+
 _ALPACA_HEAD = "Below is an instruction that describes a task. "
 _ALPACA_INPUT_HEAD = (
     "Below is an instruction that describes a task, paired with an input that provides further context. "
@@ -30,7 +32,7 @@ def _has_input(format_dict: Mapping) -> bool:
 def format_prompt(format_dict: Mapping, sys_name: str = "alpaca") -> str:
     """Render `format_dict` ({"instruction": ..., "input": ...}) with the single-turn template `sys_name`."""
     if sys_name not in TEMPLATE_NAMES:
-        raise ValueError(
+        raise UserError(
             f"Unknown prompt template {sys_name!r}; choose one of: {', '.join(TEMPLATE_NAMES)}."
         )
     if sys_name == "alpaca" and _has_input(format_dict):

@@ -3,6 +3,7 @@ import pytest
 
 from conversation import ChatTemplateConversation, conv_templates, default_conversation, get_conversation, template_names
 from templates import format_prompt
+from user_error import UserError
 
 ALPACA = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
           "request.\n\n### Instruction:\n{I}\n\n### Response:")
@@ -38,7 +39,7 @@ def test_other_single_turn_templates():
 
 
 def test_unknown_single_turn_template_names_the_known_ones():
-    with pytest.raises(ValueError, match="alpaca, shortqa, qg, caption, None"):
+    with pytest.raises(UserError, match="alpaca, shortqa, qg, caption, None"):  # a ValueError, as in Accessory
         format_prompt({"instruction": "x"}, "vicuna")
 
 
@@ -110,3 +111,9 @@ def test_template_names_offer_chat_template_only_when_the_tokenizer_has_one(byte
     with pytest.raises(ValueError, match="default, simple"):
         get_conversation("chatml")
     assert get_conversation("default", system="Short.").get_prompt().startswith("Short.\n\n###")
+
+
+def test_template_mistakes_are_user_errors_that_accessory_callers_catch_as_value_errors():
+    assert issubclass(UserError, ValueError)
+    with pytest.raises(UserError, match="Unknown conversation template 'chatml'"):
+        get_conversation("chatml")

@@ -28,7 +28,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         check_serving_flags(args)
         model = load_model(args, with_visual=with_visual)
         template = default_template(model, args.template)
-    except (UserError, ValueError) as error:
+    except UserError as error:
         fail(error)
     for warning in exposure_warnings(args):
         print(f"warning: {warning}", file=sys.stderr)

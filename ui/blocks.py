@@ -111,7 +111,7 @@ class ChatTab:
             past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
             chat = chat_prompt(self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len),
                                image)
-        except (UserError, ValueError) as error:
+        except UserError as error:
             yield history + [error_message(str(error))], "", ""
             return
         if chat.dropped_turns:
@@ -253,7 +253,7 @@ class SingleTurnTab:
         cancel = self.cancels.fresh(request.session_hash + "/single")
         try:
             prompt = single_turn_prompt(instruction, input_text, template)
-        except (UserError, ValueError) as error:
+        except UserError as error:
             yield ERROR_MARK + str(error), "", ""
             return
         pieces = stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)
@@ -317,7 +317,7 @@ def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_t
             picture = open_upload(path, max_upload_mb)
             prompt = chat_prompt(model, template or launcher_template, system, history, message, int(max_gen_len),
                                  picture)
-        except (UserError, ValueError) as error:
+        except UserError as error:
             raise api_error(str(error))
         async for text in api_answer(model, prompt.text, prompt.stop_symbols,
                                      Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel,
@@ -334,7 +334,7 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
         cancel = cancels.fresh(request.session_hash + "/api-single")
         try:
             prompt = single_turn_prompt(instruction, input, template)
-        except (UserError, ValueError) as error:
+        except UserError as error:
             raise api_error(str(error))
         async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p, top_k,
                                                                   repetition_penalty), cancel):
