@@ -14,12 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model import UserError  # noqa: E402
-from model.generation import SamplingParams  # noqa: E402
 from templates import TEMPLATE_NAMES  # noqa: E402
-from ui.chat import chat_prompt, conversation_templates, single_turn_prompt  # noqa: E402
 from ui.flags import (FlagParser, add_model_flags, check_serving_flags, compile_before_answering, fail,  # noqa: E402
                       load_model)
+from user_error import UserError  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +93,8 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
 
 def resolve_template(model, asked: str | None) -> str:
     """--template, checked; by default the model's chat template where it has one, else the raw prompt."""
+    from ui.chat import conversation_templates
+
     conversations = conversation_templates(model)
     if asked is None:
         return "chat_template" if "chat_template" in conversations else "None"
@@ -111,6 +111,8 @@ def check_system(template: str, system: str | None) -> None:
 
 def apply_template(model, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
     """The text the model gets for `prompt`, and the template's stop symbols."""
+    from ui.chat import chat_prompt, single_turn_prompt  # torch and transformers load after the flags are read
+
     if template in TEMPLATE_NAMES:
         return single_turn_prompt(prompt, "", template), []
     chat = chat_prompt(model, template, system, [], prompt)
@@ -119,6 +121,8 @@ def apply_template(model, template: str, prompt: str, system: str | None = None)
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
+    from model.generation import SamplingParams
+
     prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
     SamplingParams(args.temperature, args.top_p, args.top_k, args.repetition_penalty)
     for flag in ("max_new_tokens", "batch_size"):

@@ -323,3 +323,14 @@ def test_single_turn_tab_errors_show_in_the_answer_box(demo):
     assert asyncio.run(last("", "alpaca"))[0] == ERROR_MARK + "The instruction is empty; type one first."
     assert asyncio.run(last("word " * 20_000, "alpaca"))[0].startswith(ERROR_MARK + "The prompt is")
     assert "Lima" in asyncio.run(last("What is the capital of Peru?", "alpaca"))[0]
+
+
+@pytest.mark.parametrize("command", [["app.py", "--help"], ["app.py", "--no_such_flag"],
+                                     ["demos/multi_turn.py", "--help"], ["demos/generate.py", "--help"]])
+def test_help_and_a_bad_flag_answer_before_torch_and_transformers_load(command):
+    """`--help` and a mistyped flag need neither torch, transformers nor Gradio: their answer comes at once."""
+    result = subprocess.run([sys.executable, "-X", "importtime", *[str(ROOT / command[0]), *command[1:]]],
+                            capture_output=True, text=True, timeout=120)
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert result.returncode == (0 if command[-1] == "--help" else 1)
+    assert not imported & {"torch", "transformers", "gradio"}, sorted(imported & {"torch", "transformers", "gradio"})

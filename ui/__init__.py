@@ -2,6 +2,8 @@
 when a browser launcher needs it, so the command-line tools start without Gradio)."""
 import sys
 
+from user_error import UserError
+
 from .flags import (DEMO_MODEL, add_model_flags, check_serving_flags, compile_before_answering, exposure_warnings, fail,
                     load_model, logins, parser)
 
@@ -18,12 +20,10 @@ def build_app(*args, **kwargs):
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
     """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`: the model
     in this process, the web server in a process of its own (ui/processes.py says why)."""
-    from model import UserError
-
+    args = parser(description).parse_args(argv)  # before torch and transformers load: --help answers at once
     from .chat import default_template
     from .processes import leave_a_core_to_the_server, serve_in_own_process
 
-    args = parser(description).parse_args(argv)
     try:
         check_serving_flags(args)
         model = load_model(args, with_visual=with_visual)

@@ -17,12 +17,12 @@ from PIL import Image
 
 from conversation import get_conversation, template_names
 from conversation.templates import CHAT_TEMPLATE
-from model import TRANSFORMS, MetaModel, UserError
+from model import MetaModel, UserError
 from model.errors import described
 from templates import format_prompt
 
-MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
-IMAGE_TRANSFORMS = ["auto", *TRANSFORMS]  # auto: the model's processor fits the image (or its recorded transform)
+from .flags import MAX_UPLOAD_MB
+
 IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
 MAX_UPLOAD_PIXELS = 40_000_000
 EMPTY_MESSAGE = "The message is empty; type a question first."

@@ -1,4 +1,8 @@
-"""The command-line flags every launcher shares (LLaMA2-Accessory's, plus serving options), and model loading."""
+"""The command-line flags every launcher shares (LLaMA2-Accessory's, plus serving options), and model loading.
+
+Parsing the flags imports neither torch nor transformers (`--help` and a bad flag answer at once): what loads the
+model imports them when it runs.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,14 +12,16 @@ import socket
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from user_error import UserError
 
-from model import MetaModel, UserError
-from model.loading import unsplittable_model_type
-from model.parallel import start_ranks, torchrun_world
-from model.prefix_cache import PrefixCaches
-from ui.chat import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+if TYPE_CHECKING:
+    from model import MetaModel
+
+MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
+# auto: the model's processor fits the image (or the transform its config records); the others are model.image's
+IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
@@ -142,6 +148,10 @@ def exposure_warnings(args: argparse.Namespace) -> list[str]:
 def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
     """(ranks, mode, device): how many processes or GPUs the model spreads over, "tensor" or "pipeline", and
     "cuda" or "cpu"."""
+    import torch
+
+    from model.parallel import torchrun_world
+
     world = torchrun_world()
     size = world or (len(args.gpu_ids) if args.gpu_ids else args.n_gpus)
     if size < 1:
@@ -171,6 +181,8 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
 
 def unsplittable(args: argparse.Namespace) -> str | None:
     """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
+    from model.loading import unsplittable_model_type
+
     return unsplittable_model_type(checkpoint_paths(args), getattr(args, "trust_remote_code", False))
 
 
@@ -188,6 +200,8 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
     """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
     spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
     `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
+    from model.parallel import start_ranks, torchrun_world
+
     size, mode, device = parallel_plan(args)
     if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
@@ -208,6 +222,9 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
 
 def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
     """This process's model: whole, or its share of each layer within `mp_group`."""
+    from model import MetaModel
+    from model.prefix_cache import PrefixCaches
+
     paths = checkpoint_paths(args)
     model = MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
                                       llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
