@@ -200,14 +200,45 @@ def _hf_error(folder: Path, exc: Exception) -> UserError:
     return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
 
 
-def load_processor(folder: Path, remote: dict):
-    """The folder's processor, with PIL image processors where it can have them."""
+def load_processor(folder: Path, config, remote: dict):
+    """The folder's processor, with PIL image processors where it can have them. Without torchvision, which
+    transformers' video processors need (Qwen2-VL's, say), a processor that also takes videos loads without its
+    video processor: the chat sends images only."""
     from transformers import AutoProcessor
 
     try:
         return AutoProcessor.from_pretrained(folder, backend="pil", **remote)
-    except ImportError:  # a part with no PIL backend (Qwen2-VL's video processor): transformers' own choice
-        return AutoProcessor.from_pretrained(folder, **remote)
+    except ImportError:  # a part with no PIL backend: transformers' own choice (torchvision where it loads)
+        try:
+            return AutoProcessor.from_pretrained(folder, **remote)
+        except ImportError:
+            processor_class = registered_processor_class(config)
+            if processor_class is None or "video_processor" not in processor_class.get_attributes():
+                raise
+            return images_only(processor_class).from_pretrained(folder, backend="pil", **remote)
+    except ValueError as exc:  # an image processor with no backend that loads here (Llama 4's needs torchvision)
+        if "Missing optional dependencies" in str(exc):
+            raise ImportError(str(exc)) from exc
+        raise
+
+
+def registered_processor_class(config):
+    """The processor class transformers registers for `config`'s model type, or None."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    return PROCESSOR_MAPPING.get(type(config), None)
+
+
+def images_only(processor_class):
+    """`processor_class` with no video processor to load or check: the images, text and chat template are its own."""
+
+    class ImagesOnly(processor_class):
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return [name for name in super().get_attributes() if name != "video_processor"]
+
+    ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
+    return ImagesOnly
 
 
 def broken_torchvision() -> str | None:
@@ -230,7 +261,7 @@ def missing_package_error(folder: Path, model_type: str, exc: ImportError) -> Us
                          "and transformers' image processors fail with it: pip uninstall torchvision, or install the "
                          "release built for this torch.")
     text = str(exc)
-    if "torchvision" in text.lower() or "video processor" in text.lower():  # transformers' video processors need it
+    if "torchvision" in text.lower() or "video processor" in text.lower():  # processors made for torchvision only
         return UserError(f"{folder} holds a {model_type} model, whose processor needs torchvision, which is not "
                          f"installed or does not load beside torch {torch.__version__}: pip install the torchvision "
                          "release built for this torch (pytorch.org lists them), or load another model.")
@@ -264,8 +295,8 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
     try:
         # The processor first: one that cannot load says so before the weights are read. PIL image processors: our
         # transforms are PIL too, and torchvision is not a dependency (its wheel on PyPI does not load beside the CPU
-        # build of torch; processors that need it, Qwen2-VL's, say so in a sentence).
-        processor = load_processor(folder, remote) if sees_images else None
+        # build of torch; image processors that need it, Llama 4's, say so in a sentence).
+        processor = load_processor(folder, config, remote) if sees_images else None
         model = model_class.from_pretrained(
             folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size),
             **remote)
@@ -277,7 +308,7 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
         raise
     except pickle.UnpicklingError:  # transformers reads .bin weights with weights_only=True
         raise ckpt.pickled_objects_error(next(folder.glob("pytorch_model*.bin"), folder))
-    except ImportError as exc:  # a processor needs an optional package (torchvision for Qwen2-VL's, say)
+    except ImportError as exc:  # a processor needs an optional package (torchvision for Llama 4's, say)
         raise missing_package_error(folder, config.model_type, exc)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise _hf_error(folder, exc)

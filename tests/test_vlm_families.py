@@ -1,7 +1,8 @@
 """Real checkpoints of the popular vision-language families: each a tiny random model of its real transformers class,
 saved with its real processor class and published chat template (tests/vlm_families.py), answers as the model's
 own processor and `generate` say it should."""
-import importlib.util
+import json
+
 import pytest
 import torch
 from PIL import Image
@@ -17,21 +18,7 @@ SYSTEM = "Be brief."
 FIRST, SECOND = "What is in the image?", "And what colour is it?"
 
 
-def _torchvision_loads() -> bool:
-    if importlib.util.find_spec("torchvision") is None:
-        return False
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # PyPI's wheel beside the CPU build of torch: "operator torchvision::nms does not exist"
-        return False
-    return True
-
-
-NEEDS_TORCHVISION = pytest.mark.skipif(not _torchvision_loads(),
-                                       reason="Qwen2-VL's processor needs torchvision, which does not load here")
-FAMILIES = [pytest.param(name, marks=NEEDS_TORCHVISION) if name.startswith("qwen") else name
-            for name in vlm_families.FAMILIES]
-WITH_TEMPLATE = [f for f in FAMILIES if (f.values[0] if hasattr(f, "values") else f) != "paligemma"]
+WITH_TEMPLATE = [f for f in vlm_families.FAMILIES if f != "paligemma"]
 
 
 def picture(color) -> Image.Image:
@@ -110,7 +97,7 @@ def test_two_turns_with_an_image_are_the_tokens_generate_gives(family):
     assert two["token_ids"] == generated[0, expected["input_ids"].shape[1]:].tolist()[: len(two["token_ids"])]
 
 
-@pytest.mark.parametrize("family", FAMILIES, indirect=True)
+@pytest.mark.parametrize("family", vlm_families.FAMILIES, indirect=True)
 def test_two_images_give_two_first_steps(family):
     name, _, model = family
     logits = []
@@ -201,15 +188,31 @@ def test_a_chat_template_that_fails_is_one_sentence_at_start_up(tmp_path):
         default_template(model)
 
 
-@pytest.mark.skipif(_torchvision_loads(), reason="torchvision loads here: Qwen2-VL's processor needs no sentence")
-def test_qwen2_vl_without_torchvision_is_one_sentence(tmp_path):
-    folder = vlm_families.save_qwen2_vl_files(tmp_path / "qwen")
-    with pytest.raises(UserError, match=r"qwen2_vl model, whose processor needs torchvision, which is not installed "
+@pytest.mark.skipif(vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no "
+                                                             "sentence")
+def test_an_image_processor_that_needs_torchvision_is_one_sentence(tmp_path):
+    folder = vlm_families.save_llama4_files(tmp_path / "llama4")
+    with pytest.raises(UserError, match=r"llama4 model, whose processor needs torchvision, which is not installed "
                                         r"or does not load beside torch"):
         MetaModel.from_pretrained(str(folder))
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.skipif(vlm_families.torchvision_loads(), reason="torchvision loads here: the video processor loads too")
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen2_5_vl"])
+def test_qwen_vl_loads_without_its_video_processor_where_torchvision_is_missing(name, tmp_path):
+    """Its folder describes a video processor, which needs torchvision; image chat does not: its own processor class
+    loads without that part."""
+    import transformers
+
+    folder = vlm_families.build(name, tmp_path / name)
+    assert "video_processor" in json.loads((folder / "processor_config.json").read_text())
+    model = MetaModel.from_pretrained(str(folder))
+    real_class = {"qwen2_vl": transformers.Qwen2VLProcessor, "qwen2_5_vl": transformers.Qwen2_5_VLProcessor}[name]
+    assert isinstance(model.processor, real_class)
+    assert model.processor.get_attributes() == ["image_processor", "tokenizer"]
+
+
+@pytest.mark.parametrize("name", vlm_families.FAMILIES)
 def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
     """`python app.py --pretrained_path DIR`, as a user starts it, through gradio_client."""
     from gradio_client import handle_file
@@ -295,6 +298,7 @@ def test_the_launcher_refuses_a_failing_chat_template_in_one_sentence(tmp_path):
     assert "error: This model's chat template fails: " in start_up_failure(folder)
 
 
-@pytest.mark.skipif(_torchvision_loads(), reason="torchvision loads here: Qwen2-VL's processor needs no sentence")
-def test_the_launcher_refuses_qwen2_vl_without_torchvision_in_one_sentence(tmp_path):
-    assert "whose processor needs torchvision" in start_up_failure(vlm_families.save_qwen2_vl_files(tmp_path / "q"))
+@pytest.mark.skipif(vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no "
+                                                             "sentence")
+def test_the_launcher_refuses_an_image_processor_that_needs_torchvision_in_one_sentence(tmp_path):
+    assert "whose processor needs torchvision" in start_up_failure(vlm_families.save_llama4_files(tmp_path / "l4"))

@@ -8,11 +8,14 @@ special tokens added (the real vocabularies are far too large to ship).
 """
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import json
 from pathlib import Path
 
 import torch
 
+from model.loading import broken_torchvision, images_only
 from tiny_models import CORPUS, TEXT_CONFIG
 
 TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
@@ -69,6 +72,9 @@ def _save(model, processor, folder: Path, template_in: str | None, chat_template
         processor.chat_template = chat_template
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
+    if "video_processor" not in processor.get_attributes() and "video_processor" in inspect.signature(
+            type(processor).__init__).parameters:  # built without torchvision: the checkpoint describes it all the same
+        describe_video_processor(folder)
     if template_in == "legacy_json":
         (folder / "chat_template.jinja").unlink()
         (folder / "chat_template.json").write_text(json.dumps({"chat_template": chat_template}))
@@ -148,11 +154,12 @@ def _qwen_vl(version: str):
         config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
         model = tf.Qwen2_5_VLForConditionalGeneration(config)
         processor_class, image_class = tf.Qwen2_5_VLProcessor, tf.Qwen2VLImageProcessor
-    image_processor = image_class(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14, merge_size=2,
-                                  temporal_patch_size=2)
-    video_processor = tf.Qwen2VLVideoProcessor(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14,
-                                               merge_size=2, temporal_patch_size=2)
-    processor = processor_class(image_processor=image_processor, tokenizer=tok, video_processor=video_processor)
+    sizes = dict(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14, merge_size=2, temporal_patch_size=2)
+    if torchvision_loads():
+        processor = processor_class(image_processor=image_class(**sizes), tokenizer=tok,
+                                    video_processor=tf.Qwen2VLVideoProcessor(**sizes))
+    else:  # its video processor cannot be built without torchvision: saved less it, then described (`_save`)
+        processor = images_only(processor_class)(image_processor=tf.Qwen2VLImageProcessorPil(**sizes), tokenizer=tok)
     return model, processor, template("qwen2_vl"), "processor"
 
 
@@ -233,23 +240,39 @@ def _paligemma():
     return PaliGemmaForConditionalGeneration(config), processor, None, None
 
 
-def save_qwen2_vl_files(folder: Path) -> Path:
-    """A Qwen2-VL folder's config, tokenizer and processor files, written without torchvision (its video processor
-    needs it to be built, not to be described): what a user who lacks torchvision has on disk."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
+def torchvision_loads() -> bool:
+    """Whether torchvision is installed and imports (PyPI's wheel beside the CPU build of torch does not:
+    "operator torchvision::nms does not exist")."""
+    return importlib.util.find_spec("torchvision") is not None and broken_torchvision() is None
+
+
+def describe_video_processor(folder: Path) -> None:
+    """Qwen2-VL's video processor in processor_config.json, as transformers saves it with torchvision."""
+    config_file = folder / "processor_config.json"
+    config = json.loads(config_file.read_text())
+    config["video_processor"] = {"video_processor_type": "Qwen2VLVideoProcessor", "min_pixels": 28 * 28,
+                                 "max_pixels": 56 * 56 * 4, "patch_size": 14, "merge_size": 2,
+                                 "temporal_patch_size": 2}
+    config_file.write_text(json.dumps(config, indent=2))
+
+
+def save_llama4_files(folder: Path) -> Path:
+    """A tiny Llama 4 folder with its processor's files as its checkpoints publish them: its image processor has a
+    torchvision backend only, so without torchvision it can be described but not built."""
+    from transformers import Llama4Config, Llama4ForConditionalGeneration
 
     folder.mkdir(parents=True, exist_ok=True)
-    tok = _qwen_tokenizer()
-    config = Qwen2VLConfig(text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
-                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
-                           vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2))
-    Qwen2VLForConditionalGeneration(config).save_pretrained(folder)
+    tok = family_tokenizer(["<|image|>", "<|patch|>", "<|image_start|>", "<|image_end|>", "<|eot|>"],
+                           "<|begin_of_text|>", "<|eot|>", "<|finetune_right_pad|>")
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                  patch_size=8, vision_output_dim=64, projector_input_dim=64, projector_output_dim=64)
+    Llama4ForConditionalGeneration(Llama4Config(text_config=text, vision_config=vision)).save_pretrained(folder)
     tok.save_pretrained(folder)
-    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56 * 4).save_pretrained(folder)
-    (folder / "video_preprocessor_config.json").write_text(json.dumps(
-        {"video_processor_type": "Qwen2VLVideoProcessor", "patch_size": 14, "merge_size": 2}))
-    (folder / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
-    (folder / "chat_template.jinja").write_text(template("qwen2_vl"))
+    (folder / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "Llama4Processor",
+         "image_processor": {"image_processor_type": "Llama4ImageProcessor", "max_patches": 16}}))
     return folder
 
 
