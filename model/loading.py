@@ -1,6 +1,7 @@
 """Everything `MetaModel.from_pretrained` does before there is a model: paths, formats, dtype, device, --quant."""
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 from dataclasses import dataclass, field
@@ -229,6 +230,7 @@ def registered_processor_class(config):
     return PROCESSOR_MAPPING.get(type(config), None)
 
 
+@functools.cache
 def images_only(processor_class):
     """`processor_class` with no video processor to load or check: the images, text and chat template are its own."""
 
@@ -237,8 +239,17 @@ def images_only(processor_class):
         def get_attributes(cls) -> list[str]:
             return [name for name in super().get_attributes() if name != "video_processor"]
 
+        def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
+            return _images_only_processor, (processor_class, self.__dict__)
+
     ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
     return ImagesOnly
+
+
+def _images_only_processor(processor_class, state: dict):
+    processor = object.__new__(images_only(processor_class))
+    processor.__dict__.update(state)
+    return processor
 
 
 def broken_torchvision() -> str | None:
