@@ -1,8 +1,9 @@
 """python app.py [--pretrained_path CHECKPOINT] [flags]: the chat app (Chat, Vision chat, Single-turn) in the browser.
 
-With no --pretrained_path it runs the built-in demo model; `python app.py --help` lists every flag.
+With no --pretrained_path it runs the built-in demo model; `python app.py --help` lists every flag. Installed, the same
+app is the `local-chat` command.
 """
-from ui import launch
+from launchers.browser import app
 
 if __name__ == "__main__":
-    launch("Chat with a local model", ("chat", "vision", "single"))
+    app()

@@ -20,7 +20,6 @@ import importlib.metadata
 import json
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,14 +27,12 @@ from pathlib import Path
 import torch
 import transformers
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.models import SHAPES, eos_ignored, random_meta_model  # noqa: E402
-from bench.run import write_gpu_section  # noqa: E402
-from bench.stream import bare_generate_ids  # noqa: E402
-from ui.flags import DEMO_MODEL  # noqa: E402
-from model import MetaModel, weight_bytes  # noqa: E402
-from model.generation import SamplingParams, generate_tokens  # noqa: E402
+from bench.models import SHAPES, eos_ignored, random_meta_model
+from bench.run import write_gpu_section
+from bench.stream import bare_generate_ids
+from launchers.flags import DEMO_MODEL
+from model import MetaModel, weight_bytes
+from model.generation import SamplingParams, generate_tokens
 
 BENCH = Path(__file__).resolve().parent
 

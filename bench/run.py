@@ -2,7 +2,8 @@
 
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
 absolute time. Writes results.json (a flat object of named figures; --only merges into it) and RESULTS.md (the
-table, with date, machine and versions) into --out, and the table into README.md when --out is bench/.
+table, with date, machine and versions; its notes written by hand, from NOTES_HEADING on, kept) into --out. The
+README's table is edited by hand from RESULTS.md when figures change.
 --quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing).
 """
@@ -17,11 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 BENCH = Path(__file__).resolve().parent
-README = BENCH.parent / "README.md"
-TABLE_START, TABLE_END = "<!-- bench table: written by bench/run.py -->", "<!-- end of bench table -->"
+NOTES_HEADING = "## Notes and history"  # RESULTS.md from here on is written by hand
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ BENCHMARKS = ("stream", "quant", "ui", "cache", "load")
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
     from model import MetaModel
-    from ui import DEMO_MODEL
+    from launchers.flags import DEMO_MODEL
 
     demo = MetaModel.from_pretrained(str(DEMO_MODEL)) if "stream" in names else None
     results = {}
@@ -145,6 +143,12 @@ def machine() -> str:
 GPU_HEADING = "## GPU (bench/gpu.py)"
 
 
+def kept_notes(results_md_file: Path) -> str:
+    """The hand-written part of a RESULTS.md (from NOTES_HEADING on), kept when the figures are written again."""
+    text = results_md_file.read_text() if results_md_file.exists() else ""
+    return "\n" + NOTES_HEADING + text.split(NOTES_HEADING, 1)[1] if NOTES_HEADING in text else ""
+
+
 def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
     lines = [
         "# Benchmark results", "",
@@ -175,16 +179,7 @@ def gpu_section(gpu: dict | None) -> str:
 def write_gpu_section(results_md_file: Path, gpu: dict) -> None:
     """Replace the GPU section of an existing RESULTS.md (the CPU part keeps its own date and machine)."""
     text = results_md_file.read_text() if results_md_file.exists() else "# Benchmark results\n\n"
-    results_md_file.write_text(text.split(GPU_HEADING)[0] + gpu_section(gpu))
-
-
-def update_readme(results: dict[str, float]) -> None:
-    text = README.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        return
-    head, rest = text.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    README.write_text(f"{head}{TABLE_START}\n{table(results)}\n{TABLE_END}{tail}")
+    results_md_file.write_text(text.split(GPU_HEADING)[0] + gpu_section(gpu) + kept_notes(results_md_file))
 
 
 def main(argv=None) -> None:
@@ -210,9 +205,8 @@ def main(argv=None) -> None:
     results_file.write_text(json.dumps(results, indent=2) + "\n")
     gpu_file = BENCH / "gpu_results.json"
     gpu = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
-    (out / "RESULTS.md").write_text(results_md(results, "smoke" if args.smoke else "quick", gpu))
-    if out.resolve() == BENCH and not args.smoke:
-        update_readme(results)
+    (out / "RESULTS.md").write_text(results_md(results, "smoke" if args.smoke else "quick", gpu)
+                                    + kept_notes(out / "RESULTS.md"))
     print(table(results))
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from model import MetaModel
-from ui.flags import free_port
+from launchers.loading import free_port
 from ui.processes import leave_a_core_to_the_server
 
 from .models import SHAPES, save_random_llama

@@ -248,7 +248,7 @@ def colour_turn(kind: str, shapes: list[tuple[str, str]]) -> Turn:
     """"What color is the circle?" about the image of `shapes`: its colour, or ABSENT where there is no circle."""
     present = {k: c for c, k in shapes}
     # Both answers start "The circle is", so that one word, after it, decides: the colour or ABSENT. The build
-    # teaches the language model where to look for it (build_demo_model.lookup_loss).
+    # teaches the language model where to look for it (demo_model.training.lookup_loss).
     if kind in present:
         return Turn(f"What color is the {kind}?", f"The {kind} is {present[kind]}.", "image_color", present[kind])
     return Turn(f"What color is the {kind}?", f"The {kind} is {ABSENT} in the image.", "image_color", None)

@@ -1,10 +1,5 @@
 """python demos/multi_turn.py [--pretrained_path CHECKPOINT] [flags]: multi-turn chat in the browser (the demo model by default)."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ui import launch  # noqa: E402
+from launchers.browser import multi_turn
 
 if __name__ == "__main__":
-    launch("Multi-turn chat", ("chat",), with_visual=False)
+    multi_turn()

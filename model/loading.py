@@ -283,7 +283,7 @@ def missing_package_error(folder: Path, model_type: str, exc: ImportError) -> Us
 
 def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size,
              trust_remote_code) -> Loaded:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     # Always an explicit True or False: left at None, transformers asks on the terminal whether to run the code.
     remote = dict(trust_remote_code=trust_remote_code)

@@ -15,11 +15,10 @@ from types import SimpleNamespace
 
 from ui import build_app
 from ui.blocks import PAGE
-from ui.flags import free_port
+from launchers.loading import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is installed (pip install -e .)
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]

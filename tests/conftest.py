@@ -1,14 +1,9 @@
 """Session-wide fixtures: small random models in every checkpoint format (see tiny_models.py)."""
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "assets"))  # demo_data: the demo model's world, for questions and images
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import transformers  # noqa: E402

@@ -4,7 +4,8 @@ import sys
 import time
 
 from ui.chat import Sampling, stream_answer
-from ui.flags import load_model, parser
+from launchers.flags import parser
+from launchers.loading import load_model
 
 
 def main() -> None:

@@ -3,14 +3,14 @@ import random
 import threading
 import time
 
-import demo_data
+from demo_model import data as demo_data
 
 import pytest
 from gradio_client import Client, handle_file
 
 from app_server import serve, wait_for_pieces
 from model import MetaModel
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

@@ -20,10 +20,10 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-import ui
+import launchers.browser
 from app_server import serve, submit
 from model import MetaModel
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
 from ui.chat import Cancels
 
@@ -42,7 +42,7 @@ def start_output(capsys, monkeypatch):
 
     def run(argv, tabs=("chat", "vision", "single"), with_visual=False) -> str:
         with pytest.raises(SystemExit) as ended:
-            ui.launch("test", tabs, with_visual=with_visual, argv=argv)
+            launchers.browser.launch("test", tabs, with_visual=with_visual, argv=argv)
         err = capsys.readouterr().err.strip()
         assert ended.value.code == 1, err
         lines = [line for line in err.splitlines() if line.startswith("error:")]

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.run import FIGURES
+from launchers.flags import DEMO_MODEL
 
-from bench.run import FIGURES  # noqa: E402
-from ui import DEMO_MODEL  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -22,12 +21,14 @@ def run_script(*args: str) -> None:
 
 
 def test_bench_run_smoke_writes_every_figure(tmp_path):
+    (tmp_path / "RESULTS.md").write_text("# old figures\n\n## Notes and history\n\nWritten by hand.\n")
     run_script("bench/run.py", "--smoke", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results) == set(FIGURES)
     assert all(isinstance(v, float) and math.isfinite(v) for v in results.values())
     report = (tmp_path / "RESULTS.md").read_text()
     assert all(f"`{name}`" in report for name in FIGURES) and "## GPU" in report
+    assert "# old figures" not in report and report.endswith("## Notes and history\n\nWritten by hand.\n")
 
     run_script("bench/run.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
     assert set(json.loads((tmp_path / "results.json").read_text())) == set(FIGURES)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import demo_data
+from demo_model import data as demo_data
 from app_server import serve
 from model import MetaModel
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -23,7 +23,7 @@ def _browser_missing() -> str | None:
     try:
         import playwright  # noqa: F401
     except ImportError:
-        return "playwright is not installed (pip install -r requirements-dev.txt)"
+        return "playwright is not installed (pip install -e ".[dev]")"
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
         return "Chromium is not installed (apt-get install -y chromium)"
     return None

@@ -2,13 +2,13 @@
 stay, the user is told, and a message that cannot fit is one sentence (on the demo model with a 256-token context)."""
 import random
 
-import demo_data
+from demo_model import data as demo_data
 import pytest
 
 from app_server import submit
 from conversation import get_conversation
 from model import MetaModel, UserError
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab, is_notice
 from ui.chat import Cancels, chat_prompt, history_pairs
 

@@ -9,17 +9,14 @@ from pathlib import Path
 
 import torch
 
+from demo_model import build, data, evaluation, recipe, samples, training
 from model import MetaModel
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "assets"))
-
-import build_demo_model as build  # noqa: E402
-import demo_data as data  # noqa: E402
 
 
 def quick_build(out: Path, *flags: str, ok: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(ROOT / "assets" / "build_demo_model.py"), "--quick",
+    result = subprocess.run([sys.executable, "-m", "demo_model", "--quick",
                              "--out", str(out), *flags], capture_output=True, text=True, timeout=600)
     assert (result.returncode == 0) == ok, result.stderr[-2000:]
     return result
@@ -45,10 +42,10 @@ def test_a_saved_base_of_another_recipe_is_refused_in_one_sentence(tmp_path):
 
 
 def test_quick_build_without_out_never_writes_over_the_shipped_model(tmp_path):
-    assert build.output_folder(None, quick=False) == build.DEMO_MODEL
+    assert build.output_folder(None, quick=False) == recipe.DEMO_MODEL
     assert build.output_folder(tmp_path, quick=True) == tmp_path
     quick_folder = build.output_folder(None, quick=True)
-    assert quick_folder.is_dir() and quick_folder != build.DEMO_MODEL and not any(quick_folder.iterdir())
+    assert quick_folder.is_dir() and quick_folder != recipe.DEMO_MODEL and not any(quick_folder.iterdir())
     quick_folder.rmdir()
 
 
@@ -131,13 +128,13 @@ def test_conversations_with_the_system_prompt_cleared_render_as_the_template_doe
                for seed in range(30)]
     assert all(s.system == ("" if s.template == "conversation" else None) for s in samples)
     for sample in samples:
-        build.check_segments_match_templates(sample)
+        samples.check_segments_match_templates(sample)
     conversation = next(s for s in samples if s.template == "conversation")
-    assert build.prompt_for(conversation).startswith("\n\n### Human:")  # as the app renders a cleared one
+    assert evaluation.prompt_for(conversation).startswith("\n\n### Human:")  # as the app renders a cleared one
 
 
 def test_learning_rate_warms_up_holds_its_peak_then_anneals_to_a_tenth():
-    factors = [build.learning_rate_factor(step, 1200) for step in range(1201)]
+    factors = [training.learning_rate_factor(step, 1200) for step in range(1201)]
     assert factors[0] < 0.05 and factors[99] == 1.0
     assert all(f == 1.0 for f in factors[100:901])  # held through the first three quarters
     decay = factors[900:]
@@ -150,9 +147,9 @@ def test_an_answer_cut_by_stop_is_context_but_never_a_target():
     cut = data.stopped(rng, whole)
     assert cut.stopped and whole.answer.startswith(cut.answer + " ")  # cut after a word, never whole
     sample = data.Sample([cut, question], "conversation")
-    build.check_segments_match_templates(sample)
-    targets = [text for text, is_answer in build.segments(sample) if is_answer]
-    assert targets == [" " + question.answer + build.SEPARATOR]
+    samples.check_segments_match_templates(sample)
+    targets = [text for text, is_answer in samples.segments(sample) if is_answer]
+    assert targets == [" " + question.answer + recipe.SEPARATOR]
 
 
 def test_the_kinds_map_marks_each_shape_where_the_image_draws_it():
@@ -176,20 +173,20 @@ def test_patch_kinds_gives_each_patch_its_shares_in_the_tower_token_order():
     from PIL import Image
 
     wide = Image.new("L", (128, 64), 3)  # all triangle; padded square, a band 16 pixels high above and below
-    shares = build.patch_kinds(wide, "padded_resize").view(4, 4, 4)
+    shares = samples.patch_kinds(wide, "padded_resize").view(4, 4, 4)
     assert torch.allclose(shares.sum(dim=-1), torch.ones(4, 4))
     assert torch.allclose(shares[[0, 3]], torch.tensor([1.0, 0, 0, 0]).expand(2, 4, 4), atol=0.02)
     assert torch.allclose(shares[[1, 2]], torch.tensor([0.0, 0, 0, 1]).expand(2, 4, 4), atol=0.02)
     corner = Image.new("L", (64, 64), 0)
     corner.paste(2, (48, 0, 64, 16))  # a square in the top right patch only
-    shares = build.patch_kinds(corner, "resized_center_crop")
+    shares = samples.patch_kinds(corner, "resized_center_crop")
     assert torch.allclose(shares[3], torch.tensor([0.0, 0, 1, 0]), atol=0.02)
     assert torch.allclose(shares[[i for i in range(16) if i != 3]], torch.tensor([1.0, 0, 0, 0]), atol=0.02)
 
 
 def test_each_shape_token_reads_as_its_shape_and_its_colour_or_absent():
     words = {w: i for i, w in enumerate(["1", "2", "3", *data.COLORS, *data.SHAPES, data.ABSENT])}
-    targets = build.slot_targets([("red", "circle"), ("blue", "triangle")], words)
+    targets = training.slot_targets([("red", "circle"), ("blue", "triangle")], words)
     assert targets == [(words["2"], words["2"]), (words["circle"], words["red"]), (words["square"], words[data.ABSENT]),
                        (words["triangle"], words["blue"])]
 
@@ -200,28 +197,28 @@ def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_compu
 
     from tiny_models import TEXT_CONFIG
 
-    text = LlamaConfig(vocab_size=50, **{**TEXT_CONFIG, "num_hidden_layers": build.LOOKUP_LAYER + 1})
+    text = LlamaConfig(vocab_size=50, **{**TEXT_CONFIG, "num_hidden_layers": training.LOOKUP_LAYER + 1})
     config = LlavaConfig(vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                                         num_attention_heads=2, image_size=32, patch_size=8),
                          text_config=text, image_token_index=49)
     torch.manual_seed(0)
     model = LlavaForConditionalGeneration(config)
     model.set_attn_implementation("eager")
-    captured = build.capture_lookup_inputs(model)
-    attention = model.model.language_model.layers[build.LOOKUP_LAYER].self_attn
+    captured = training.capture_lookup_inputs(model)
+    attention = model.model.language_model.layers[training.LOOKUP_LAYER].self_attn
     head_inputs = {}
     attention.o_proj.register_forward_pre_hook(lambda module, args: head_inputs.update(x=args[0]))
     input_ids = torch.randint(0, 49, (2, 12))
-    attentions = model(input_ids=input_ids, output_attentions=True).attentions[build.LOOKUP_LAYER]
+    attentions = model(input_ids=input_ids, output_attentions=True).attentions[training.LOOKUP_LAYER]
     lookups = [(0, 7, 2, 4), (1, 5, 3, 17), (1, 11, 10, 30)]
-    looked = -torch.stack([attentions[row, build.LOOKUP_HEAD, query, key].log() for row, query, key, _ in lookups])
+    looked = -torch.stack([attentions[row, training.LOOKUP_HEAD, query, key].log() for row, query, key, _ in lookups])
     width = attention.head_dim
-    head = slice(build.LOOKUP_HEAD * width, (build.LOOKUP_HEAD + 1) * width)
+    head = slice(training.LOOKUP_HEAD * width, (training.LOOKUP_HEAD + 1) * width)
     brought = torch.nn.functional.linear(head_inputs["x"][:, :, head], attention.o_proj.weight[:, head])
     answers = [4, 17, 30, 31]
     read = -torch.stack([torch.log_softmax(model.lm_head(brought[row, query])[answers], dim=-1)[answers.index(word)]
                          for row, query, _, word in lookups])
-    loss = build.lookup_loss(model, captured, lookups, answers)
+    loss = training.lookup_loss(model, captured, lookups, answers)
     assert torch.allclose(loss, looked.mean() + read.mean(), atol=1e-5)
 
 
@@ -234,7 +231,7 @@ def test_a_colour_answer_looks_up_the_asked_shapes_image_token_where_it_names_th
     turns = [data.Turn("What color is the square?", "The square is green.", "image_color", "green"),
              data.Turn("What color is the triangle?", f"The triangle is {data.ABSENT} in the image.", "image_color",
                        None)]
-    encoded = build.encode(data.Sample([data.capital_turn(random.Random(1)), *turns], "conversation", image, shapes),
+    encoded = samples.encode(data.Sample([data.capital_turn(random.Random(1)), *turns], "conversation", image, shapes),
                            tokenizer, image_id)
     (green_query, square, green), (absent_query, triangle, absent) = encoded.lookups
     assert (square, triangle) == (1 + 2, 1 + 3)  # after <s> and the class token

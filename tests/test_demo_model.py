@@ -1,22 +1,17 @@
 """The shipped demo model: its folder, and a fixed sample of what it must know, asked through the public API."""
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conversation import default_conversation, get_conversation
+from demo_model import data, evaluation, recipe
 from model import MetaModel
 from templates import format_prompt
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "assets" / "demo-model"
-sys.path.insert(0, str(ROOT / "assets"))
-
-import build_demo_model as build  # noqa: E402
-import demo_data as data  # noqa: E402
 
 SEPARATOR = default_conversation().response_end_signal
 pytestmark = pytest.mark.skipif(not (DEMO / "config.json").exists(),
@@ -65,7 +60,7 @@ def test_chat_template_renders_the_default_conversation(demo):
 def test_capitals(demo, template):
     rng = random.Random(1234)  # the same sample whichever tests run
     turns = [data.capital_turn(rng) for _ in range(8)]
-    right = sum(build.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
+    right = sum(evaluation.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
     assert right >= 8, f"{right} of 8 right"
 
 
@@ -73,7 +68,7 @@ def test_arithmetic(demo):
     rng = random.Random(1234)
     # 60 in each template, not 10: a model right 96% of the time got 2 of the first 10 wrong (and 5 of the first 30)
     turns = [data.arithmetic_turn(rng) for _ in range(60)]
-    right = {template: sum(build.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
+    right = {template: sum(evaluation.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
              for template in ("alpaca", "conversation")}
     assert sum(right.values()) >= 108, f"right of 60: {right}"
 
@@ -83,7 +78,7 @@ def test_sums_typed_with_symbols(demo):
     assert ask(demo, "conversation", [["What is 2+2?", None]]).strip() == "2 plus 2 is 4."
     rng = random.Random(1234)
     turns = [data.with_symbols(rng, data.arithmetic_turn(rng)) for _ in range(60)]
-    right = sum(build.is_correct(t, ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]))
+    right = sum(evaluation.is_correct(t, ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]))
                 for i, t in enumerate(turns))
     assert right >= 54, f"{right} of 60 right"  # the bar: 90%
 
@@ -93,7 +88,7 @@ def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
     for question in ("What is 3*4?", "What is 12 divided by 4?", "Good morning!", "2 + 3 + 4", "What is 3.5 plus 2?"):
         assert ask(demo, "conversation", [[question, None]]).strip() == data.DONT_KNOW, question
     rng = random.Random(1234)
-    turns = [data.decline_turn(rng, build.DECLINE_ONE_DIGIT_SHARE) for _ in range(60)]
+    turns = [data.decline_turn(rng, recipe.DECLINE_ONE_DIGIT_SHARE) for _ in range(60)]
     declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
                    for i, t in enumerate(turns))
     # 58 here (93% in the card, on the same mix), 51 for the model before the one-digit ones were taught
@@ -105,7 +100,7 @@ def test_with_the_system_prompt_cleared_or_another_it_still_answers(demo):
     rng = random.Random(1234)
     turns = [data.capital_turn(rng) for _ in range(10)] + [data.arithmetic_turn(rng) for _ in range(20)]
     for system in ("", "You are a helpful assistant."):
-        right = sum(build.is_correct(t, ask(demo, "conversation", [[t.question, None]], system=system)) for t in turns)
+        right = sum(evaluation.is_correct(t, ask(demo, "conversation", [[t.question, None]], system=system)) for t in turns)
         # 30 and 30 here; cleared, 22 for the model trained without cleared ones
         assert right >= 27, f"{right} of 30 right with the system prompt {system!r}"
 
@@ -128,12 +123,12 @@ def test_images_what_color_count(demo):
                   (data.Turn(f"What color is the {shape}?", "", "image_color", color)),
                   (data.Turn("How many shapes are there?", "", "image_count", len(shapes)))]
         for turn in checks:
-            right += build.is_correct(turn, ask(demo, template, [[turn.question, None]], image=image))
+            right += evaluation.is_correct(turn, ask(demo, template, [[turn.question, None]], image=image))
             asked += 1
     for i in range(4):  # asked about a shape that is not in the image: "The circle is not in the image."
-        absent = build.absent_shape_sample(rng, ("alpaca", "conversation")[i % 2])
+        absent = evaluation.absent_shape_sample(rng, ("alpaca", "conversation")[i % 2])
         turn = absent.turns[0]
-        right += build.is_correct(turn, ask(demo, absent.template, [[turn.question, None]], image=absent.image))
+        right += evaluation.is_correct(turn, ask(demo, absent.template, [[turn.question, None]], image=absent.image))
         asked += 1
     assert right >= asked - 2, f"{right} of {asked} right"
 
@@ -146,8 +141,8 @@ def test_deep_conversation_and_follow_up(demo):
         question = data.arithmetic_turn(rng)
         first = data.arithmetic_turn(rng)
         follow = data.followup_turn(rng, first.value)
-        right += build.is_correct(question, ask(demo, "conversation", [[t.question, t.answer] for t in history]
+        right += evaluation.is_correct(question, ask(demo, "conversation", [[t.question, t.answer] for t in history]
                                                 + [[question.question, None]]))
-        right += build.is_correct(follow, ask(demo, "conversation", [[first.question, first.answer],
+        right += evaluation.is_correct(follow, ask(demo, "conversation", [[first.question, first.answer],
                                                                      [follow.question, None]]))
     assert right >= 16, f"{right} of 20 right"  # the bars: 80%

@@ -1,14 +1,11 @@
 """demos/generate.py: prompts from flags or files, templates, jsonl output, figures, and clear errors."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "demos"))
-import generate  # noqa: E402
+from launchers import generate
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

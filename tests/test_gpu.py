@@ -13,7 +13,7 @@ from app_server import TORCHRUN, generate
 from conversation import default_conversation
 from model import MetaModel
 from templates import format_prompt
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 
 PROMPTS = ["What is the capital of France?", "Who are you?"]
 

@@ -69,8 +69,8 @@ def test_multi_gpu_example_runs_on_two_cpu_processes(tmp_path):
     rank streams the same answer, the one a single process gives."""
     from model import MetaModel
     from templates import format_prompt
-    from ui import DEMO_MODEL
-    from ui.flags import free_port
+    from launchers.flags import DEMO_MODEL
+    from launchers.loading import free_port
 
     result = run_example("multi_gpu", {
         "/path/to/pretrained": DEMO_MODEL, 'backend="nccl"': 'backend="gloo"',

@@ -9,7 +9,7 @@ from gradio_client import Client
 
 from app_server import serve, submit, wait_for_pieces
 from model import MetaModel
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 from ui.blocks import ERROR_MARK, ChatTab
 from ui.chat import Cancels, chat_prompt
 

@@ -2,12 +2,12 @@
 import random
 import threading
 
-import demo_data
+from demo_model import data as demo_data
 import pytest
 
 from model import MetaModel
 from model.prefix_cache import PrefixCaches
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 from ui.chat import chat_prompt
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")

@@ -12,7 +12,7 @@ import pytest
 
 from app_server import ForwardCounter, interrupted, launched, wait_for_pieces
 from model import UserError
-from ui import DEMO_MODEL
+from launchers.flags import DEMO_MODEL
 from ui.processes import RemoteModel, model_facts, serve_model
 
 

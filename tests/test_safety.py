@@ -14,8 +14,9 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from ui import DEMO_MODEL, parser
-from ui.flags import exposure_warnings, free_port
+from launchers.flags import DEMO_MODEL, parser
+from launchers.flags import exposure_warnings
+from launchers.loading import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

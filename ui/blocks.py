@@ -17,7 +17,7 @@ from templates import TEMPLATE_NAMES
 from .chat import (EMPTY_MESSAGE, Cancels, Sampling, chat_prompt, conversation_templates,
                    default_system, default_template, in_own_thread, message_text, open_upload, save_preview,
                    single_turn_prompt, stats_line, stream_answer)
-from .flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]

@@ -21,7 +21,7 @@ from model import MetaModel, UserError
 from model.errors import described
 from templates import format_prompt
 
-from .flags import MAX_UPLOAD_MB
+from launchers.flags import MAX_UPLOAD_MB
 
 IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
 MAX_UPLOAD_PIXELS = 40_000_000

@@ -1,0 +1,191 @@
+"""local-chat-generate --prompts "What is the capital of France?" [flags] (or python demos/generate.py ...): generation
+without the browser.
+
+Prompts come from --prompts, or --data (a .txt file, one prompt per line, or a .jsonl file with a "prompt" key);
+answers are printed (and written to --output as jsonl), then the batch figures: tokens, encode / generate /
+decode latency, ms per output token and output tokens/s. --config run.yaml may hold any of the flags.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from templates import TEMPLATE_NAMES
+from user_error import UserError
+
+from .flags import FlagParser, add_model_flags, fail
+from .loading import check_serving_flags, compile_before_answering, load_model
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = FlagParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_flags(p)
+    p.add_argument("--name_or_path", dest="pretrained_path", nargs="+", help="alias of --pretrained_path")
+    p.add_argument("--prompts", nargs="+", default=None, help="the prompts themselves")
+    p.add_argument("--data", type=Path, default=None, help="a .txt (one prompt per line) or .jsonl ('prompt' key) file")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of --data")
+    p.add_argument("--template", default=None,
+                   help="None (the raw prompt), a single-turn template (alpaca, ...), a conversation template, or "
+                        "chat_template (default: the model's chat template where it has one, else None)")
+    p.add_argument("--system", default=None,
+                   help="the system prompt of a conversation template (default: the template's own)")
+    p.add_argument("--max_new_tokens", "--max_gen_len", "--max_tokens_to_generate", dest="max_new_tokens", type=int,
+                   default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--top_k", type=int, default=0)
+    p.add_argument("--repetition_penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--batch_size", type=int, default=1, help="prompts per left-padded batch")
+    p.add_argument("--output", type=Path, default=None, help="write one json object per prompt to this .jsonl file")
+    p.add_argument("--config", type=Path, default=None, help="a YAML file holding any of these flags")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The flags, with --config's values as defaults that the command line overrides."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.config is not None:
+        import yaml
+
+        if not args.config.exists():
+            raise UserError(f"The config file {args.config} does not exist; check --config.")
+        values = yaml.safe_load(args.config.read_text()) or {}
+        dest_of = {option.lstrip("-"): action.dest for action in p._actions for option in action.option_strings}
+        unknown = sorted(set(values) - set(dest_of))
+        if unknown:
+            raise UserError(f"{args.config} sets unknown flags ({', '.join(unknown)}); see --help for their names.")
+        p.set_defaults(**{dest_of[name]: value for name, value in values.items()})
+        args = p.parse_args(argv)
+    return args
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    if args.data is not None:
+        if not args.data.exists():
+            raise UserError(f"The prompts file {args.data} does not exist; check --data.")
+        lines = [line for line in args.data.read_text().splitlines() if line.strip()]
+        if args.data.suffix == ".jsonl":
+            prompts = []
+            for number, line in enumerate(lines, 1):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserError(f"Line {number} of {args.data} is not valid json; each line must be a json "
+                                    "object like {\"prompt\": \"...\"}.")
+                if not isinstance(record, dict) or "prompt" not in record:
+                    raise UserError(f"Line {number} of {args.data} has no \"prompt\" key; each line must be a json "
+                                    "object like {\"prompt\": \"...\"}.")
+                prompts.append(str(record["prompt"]))
+        else:
+            prompts = lines
+        prompts = prompts[: args.limit] if args.limit else prompts
+    else:
+        prompts = args.prompts or []
+    if not prompts:
+        raise UserError("There are no prompts; pass --prompts \"...\" or --data prompts.txt.")
+    return prompts
+
+
+def resolve_template(model, asked: str | None) -> str:
+    """--template, checked; by default the model's chat template where it has one, else the raw prompt."""
+    from ui.chat import conversation_templates
+
+    conversations = conversation_templates(model)
+    if asked is None:
+        return "chat_template" if "chat_template" in conversations else "None"
+    if asked not in (*TEMPLATE_NAMES, *conversations):
+        raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join([*TEMPLATE_NAMES, *conversations])}.")
+    return asked
+
+
+def check_system(template: str, system: str | None) -> None:
+    if system is not None and template in TEMPLATE_NAMES:
+        raise UserError(f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
+                        "--template default (or chat_template, ...) with it, or leave --system out.")
+
+
+def apply_template(model, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
+    """The text the model gets for `prompt`, and the template's stop symbols."""
+    from ui.chat import chat_prompt, single_turn_prompt  # torch and transformers load after the flags are read
+
+    if template in TEMPLATE_NAMES:
+        return single_turn_prompt(prompt, "", template), []
+    chat = chat_prompt(model, template, system, [], prompt)
+    return chat.text, chat.stop_symbols
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
+    from model.generation import SamplingParams
+
+    prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
+    SamplingParams(args.temperature, args.top_p, args.top_k, args.repetition_penalty)
+    for flag in ("max_new_tokens", "batch_size"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag} is {getattr(args, flag)}; give 1 or more.")
+    check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
+    model = load_model(args)
+    batches = range(0, len(prompts), args.batch_size)
+    # so --compile's figures leave the compilation out
+    compile_before_answering(model, {len(prompts[start: start + args.batch_size]) for start in batches})
+    template = resolve_template(model, args.template)
+    check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
+    records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
+    started = time.perf_counter()
+    for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
+        batch = prompts[start: start + args.batch_size]
+        texts, stops = zip(*(apply_template(model, template, p, args.system) for p in batch))
+        details = model.generate(list(texts), max_gen_len=args.max_new_tokens, temperature=args.temperature,
+                                 top_p=args.top_p, additional_stop_symbols=stops[0], top_k=args.top_k,
+                                 seed=args.seed, repetition_penalty=args.repetition_penalty, return_details=True)
+        figures["encode"] += details[0]["encode_time"]
+        figures["generate"] += max(d["total_time"] for d in details)
+        figures["decode"] += sum(d["detokenize_time"] for d in details)
+        for prompt, d in zip(batch, details):
+            records.append({"prompt": prompt, "response": d["text"], "finish_reason": d["finish_reason"],
+                            "input_tokens": d["prompt_tokens"], "output_tokens": d["completion_tokens"]})
+            figures["input_tokens"] += d["prompt_tokens"]
+            figures["output_tokens"] += d["completion_tokens"]
+    figures["total"] = time.perf_counter() - started
+    figures["batch_size"] = args.batch_size
+    return records, figures
+
+
+def progress(items, show: bool):
+    if not show:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc="batches", file=sys.stderr)
+
+
+def report(figures: dict) -> str:
+    out = figures["output_tokens"]
+    return (f"batch size {figures['batch_size']} · input tokens {figures['input_tokens']} · output tokens {out}\n"
+            f"encode {figures['encode'] * 1000:.1f} ms · generate {figures['generate'] * 1000:.1f} ms · "
+            f"decode {figures['decode'] * 1000:.1f} ms · total {figures['total'] * 1000:.1f} ms\n"
+            f"{figures['generate'] * 1000 / max(out, 1):.2f} ms per output token · "
+            f"{out / figures['generate'] if figures['generate'] > 0 else 0.0:.1f} output tokens/s")
+
+
+def main(argv=None) -> None:
+    try:
+        args = parse_args(argv)
+        check_serving_flags(args)
+        records, figures = run(args)
+    except UserError as error:
+        fail(error)
+    for record in records:
+        print(f"### {record['prompt']}\n{record['response']}\n")
+    if args.output is not None:
+        args.output.write_text("".join(json.dumps(r) + "\n" for r in records))
+    print(report(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The model the launchers' flags name: checked, spread over processes or GPUs as asked, loaded, and compiled before
+the first answer. Imports torch and transformers only when it runs, like launchers/flags.py."""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from user_error import UserError
+
+from .flags import DEMO_MODEL, check_port_free, logins
+
+if TYPE_CHECKING:
+    from model import MetaModel
+
+
+def check_serving_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads."""
+    parallel_plan(args)
+    if getattr(args, "auth", None) is not None:
+        logins(args.auth)
+    if getattr(args, "port", None) is not None:
+        check_port_free(args.host, args.port)
+    if getattr(args, "max_upload_mb", 1) <= 0:
+        raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
+
+
+def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(ranks, mode, device): how many processes or GPUs the model spreads over, "tensor" or "pipeline", and
+    "cuda" or "cpu"."""
+    import torch
+
+    from model.parallel import torchrun_world
+
+    world = torchrun_world()
+    size = world or (len(args.gpu_ids) if args.gpu_ids else args.n_gpus)
+    if size < 1:
+        raise UserError(f"--n_gpus {size}: give at least 1.")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if size == 1 or world:
+        return size, "tensor", device
+    if args.device is None and device == "cpu":
+        raise UserError(f"--n_gpus {size} was asked for but no GPU is visible; add --device cpu to run {size} "
+                        "CPU processes instead.")
+    if device == "cuda":
+        visible = torch.cuda.device_count()
+        wanted = args.gpu_ids or list(range(size))
+        if max(wanted) >= visible:
+            raise UserError(f"{size} GPUs were asked for ({', '.join(map(str, wanted))}) but {visible} "
+                            f"{'is' if visible == 1 else 'are'} visible; lower --n_gpus or fix --gpu_ids.")
+    if args.parallel == "pipeline" and device != "cuda":
+        raise UserError("--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
+                        "(--n_gpus N --device cpu runs N processes).")
+    if args.parallel == "tensor" and (kind := unsplittable(args)):
+        if device != "cuda":
+            raise UserError(f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
+                            "plan for it); run it in one process, or on GPUs, where pipeline mode runs it.")
+        return size, "pipeline", device  # load_model says so
+    return size, args.parallel, device
+
+
+def unsplittable(args: argparse.Namespace) -> str | None:
+    """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
+    from model.loading import unsplittable_model_type
+
+    return unsplittable_model_type(checkpoint_paths(args), getattr(args, "trust_remote_code", False))
+
+
+def checkpoint_paths(args: argparse.Namespace) -> list[str]:
+    """--pretrained_path (a --config file may give one path as a plain string), else the built-in demo model."""
+    if args.pretrained_path is None:
+        if not (DEMO_MODEL / "config.json").exists():
+            raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
+                            "`python -m demo_model`, or pass --pretrained_path.")
+        return [str(DEMO_MODEL)]
+    return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
+
+
+def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
+    """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
+    spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
+    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
+    from model.parallel import start_ranks, torchrun_world
+
+    size, mode, device = parallel_plan(args)
+    if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
+    if device == "cpu" and size > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # transformers places tensor-parallel shards on any visible GPU
+    if size == 1 and not torchrun_world():
+        return load_shard(args, with_visual, None)
+    if mode == "pipeline":
+        why = "" if args.parallel == "pipeline" else " (chosen for you: tensor parallel cannot split this model)"
+        print(f"Parallel mode: pipeline, the layers spread over {size} GPUs{why}.", file=sys.stderr)
+        return load_shard(args, with_visual, None, device="auto")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, once
+        print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
+              file=sys.stderr)
+    return start_ranks(size, device, functools.partial(load_shard, args, with_visual),
+                       args.master_addr, args.master_port or free_port())
+
+
+def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
+    """This process's model: whole, or its share of each layer within `mp_group`."""
+    from model import MetaModel
+    from model.prefix_cache import PrefixCaches
+
+    paths = checkpoint_paths(args)
+    model = MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
+                                      llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
+                                      with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
+                                      device=device or args.device, quant=args.quant, compile=args.compile,
+                                      mp_group=mp_group, trust_remote_code=args.trust_remote_code)
+    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
+    model.prefix_caches = PrefixCaches(getattr(args, "max_cached_sessions", 8),
+                                       None if max_cache_mb is None else int(max_cache_mb * 2**20))
+    return model
+
+
+def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:
+    """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer.
+    Call it once the model's threads are set: torch compiles again for another thread count."""
+    if model.compiled is None:
+        return
+    print("Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
+          file=sys.stderr, flush=True)
+    print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
