@@ -3,7 +3,7 @@
 `conv_templates` maps Accessory's names to zero-argument factories, as Accessory does:
 `conv = conv_templates["default"](); conv.load_qas([[q, None]]); prompt = conv.get_prompt()`.
 """
-from .templates import (
+from .multi_turn import (
     ChatTemplateConversation,
     Conversation,
     SeparatorStyle,

@@ -5,7 +5,7 @@ import random
 from dataclasses import replace
 
 from conversation import default_conversation
-from templates import format_prompt
+from single_turn import format_prompt
 
 from . import data
 from .recipe import DECLINE_ONE_DIGIT_SHARE, SEPARATOR

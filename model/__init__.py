@@ -2,7 +2,8 @@
 from . import vision_stem  # noqa: F401  (registers the demo model's vision tower with transformers)
 from .errors import UserError
 from .footprint import weight_bytes
-from .generation import AnswerStream, ModelInputs, SamplingParams, generate_tokens
+from .answer_stream import AnswerStream
+from .generation import ModelInputs, SamplingParams, generate_tokens
 from .image import TRANSFORMS, get_transform
 from .meta import MetaModel
 

@@ -11,7 +11,9 @@ from transformers import DynamicCache
 
 from .errors import UserError
 from .footprint import weight_bytes
-from .generation import AnswerStream, CompiledDecoding, ModelInputs, SamplingParams, batch_decider, generate_tokens
+from .answer_stream import AnswerStream, batch_decider
+from .compiled import CompiledDecoding
+from .generation import ModelInputs, SamplingParams, generate_tokens
 from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced

@@ -17,6 +17,16 @@ from dataclasses import dataclass
 import torch
 
 
+def session_key(browser_session: str, door: str) -> str:
+    """The key of one door (a tab, the /chat API) of one browser session: its Stop and its KV cache."""
+    return f"{browser_session}/{door}"
+
+
+def in_session(key: str, browser_session: str) -> bool:
+    """Whether `key` is one of `browser_session`'s (see `session_key`)."""
+    return key == browser_session or key.startswith(browser_session + "/")
+
+
 @dataclass
 class CachedPrefix:
     token_ids: list[int]  # the tokens whose keys and values `cache` holds, in order
@@ -84,10 +94,10 @@ class PrefixCaches:
             if self.max_bytes is not None and self.nbytes() > self.max_bytes:  # one prefix alone over budget
                 self._entries.clear()
 
-    def drop(self, session_prefix: str) -> None:
-        """Forget every session whose key starts with `session_prefix` (a closed browser tab)."""
+    def drop(self, browser_session: str) -> None:
+        """Forget every session of `browser_session` (a closed browser tab; see `session_key`)."""
         with self._lock:
-            for key in [k for k in self._entries if k.startswith(session_prefix)]:
+            for key in [k for k in self._entries if in_session(k, browser_session)]:
                 del self._entries[key]
 
     def nbytes(self) -> int:

@@ -23,7 +23,7 @@ def _browser_missing() -> str | None:
     try:
         import playwright  # noqa: F401
     except ImportError:
-        return "playwright is not installed (pip install -e ".[dev]")"
+        return 'playwright is not installed (pip install -e ".[dev]")'
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
         return "Chromium is not installed (apt-get install -y chromium)"
     return None

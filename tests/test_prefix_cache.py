@@ -6,7 +6,9 @@ from demo_model import data as demo_data
 import pytest
 
 from model import MetaModel
-from model.prefix_cache import PrefixCaches
+from transformers import DynamicCache
+
+from model.prefix_cache import CachedPrefix, PrefixCaches, session_key
 from launchers.flags import DEMO_MODEL
 from ui.chat import chat_prompt
 
@@ -116,3 +118,19 @@ def test_least_recently_used_sessions_are_dropped_and_just_prefill_again(demo):
         assert "g" not in demo.prefix_caches and len(demo.prefix_caches) == 1
     finally:
         demo.prefix_caches = saved
+
+
+def test_a_closed_browser_session_forgets_its_doors_and_no_other_sessions():
+    """One key per door of a browser session (session_key), matched one way by the caches and the Stop events: a
+    session whose id starts with the closed one's is another session."""
+    from ui.chat import Cancels
+
+    caches, cancels = PrefixCaches(max_sessions=8), Cancels()
+    keys = [session_key(browser, door) for browser in ("ab", "abc") for door in ("chat", "api")]
+    events = {key: cancels.fresh(key) for key in keys}
+    for key in keys:
+        caches.put(key, CachedPrefix([1, 2], DynamicCache()))
+    caches.drop("ab")
+    cancels.cancel_session("ab")
+    assert [key in caches for key in keys] == [False, False, True, True]
+    assert [events[key].is_set() for key in keys] == [True, True, False, False]

@@ -7,12 +7,14 @@ the current step, so Stop, a new message or a closed tab end the answer on the s
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import AsyncIterator
 
 import gradio as gr
 
 from model import MetaModel, UserError
-from templates import TEMPLATE_NAMES
+from model.prefix_cache import session_key
+from single_turn import TEMPLATE_NAMES
 
 from .chat import (EMPTY_MESSAGE, Cancels, Sampling, chat_prompt, conversation_templates,
                    default_system, default_template, in_own_thread, message_text, open_upload, save_preview,
@@ -32,8 +34,10 @@ UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /cha
 
 
 def model_panel(model: MetaModel) -> str:
+    """The model line over the tabs. The checkpoint by its folder's name: the page shows nothing of the server's disk."""
     facts = model.summary()
-    return (f"**Model** `{facts.get('path', '')}` · {facts['architecture']} · {facts.get('format', '')} · "
+    name = ", ".join(Path(folder).name for folder in str(facts.get("path", "")).split(", "))
+    return (f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
             f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
             f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
             + (" · sees images" if facts["sees_images"] else "")
@@ -105,7 +109,7 @@ class ChatTab:
         """Answer the last user message of `history`; yields (history, stats, prompt)."""
         history = [dict(m) for m in history or []]
         question = message_text(history[-1]["content"])
-        key = f"{request.session_hash}/{self.name}"  # this tab of this browser session: its Stop, its KV cache
+        key = session_key(request.session_hash, self.name)  # this tab of this browser session: its Stop, its cache
         cancel = self.cancels.fresh(key)
         try:
             image = open_upload(image_path, self.max_upload_mb) if self.vision else None
@@ -167,7 +171,7 @@ class ChatTab:
             yield update
 
     def stop(self, request: gr.Request):
-        self.cancels.cancel(f"{request.session_hash}/{self.name}")
+        self.cancels.cancel(session_key(request.session_hash, self.name))
 
     @staticmethod
     def undo(history):
@@ -251,7 +255,7 @@ class SingleTurnTab:
     async def run(self, instruction, input_text, template, max_gen_len, temperature, top_p, top_k, repetition_penalty,
                   request: gr.Request):
         sampling = (max_gen_len, temperature, top_p, top_k, repetition_penalty)
-        cancel = self.cancels.fresh(request.session_hash + "/single")
+        cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
         try:
             prompt = single_turn_prompt(instruction, input_text, template)
         except UserError as error:
@@ -262,7 +266,7 @@ class SingleTurnTab:
             yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
 
     def stop(self, request: gr.Request):
-        self.cancels.cancel(request.session_hash + "/single")
+        self.cancels.cancel(session_key(request.session_hash, "single"))
 
     def build(self) -> None:
         instruction = gr.Textbox(label="Instruction", lines=3, placeholder="What is the capital of France?",
@@ -309,7 +313,8 @@ def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_t
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
         turns of a history longer than the context are left out. `system` (or a "system" message in `history`)
         replaces the template's system prompt; `template` (default: the launcher's) is a conversation template."""
-        cancel = cancels.fresh(request.session_hash + "/api")
+        key = session_key(request.session_hash, "api")
+        cancel = cancels.fresh(key)
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
             if template in TEMPLATE_NAMES:
@@ -322,7 +327,7 @@ def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_t
             raise api_error(str(error))
         async for text in api_answer(model, prompt.text, prompt.stop_symbols,
                                      Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel,
-                                     prompt.images or None, image_transform, session=request.session_hash + "/api"):
+                                     prompt.images or None, image_transform, session=key):
             yield text
     return chat
 
@@ -332,7 +337,7 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
                           temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0,
                           repetition_penalty: float = 1.0, request: gr.Request = None) -> AsyncIterator[str]:
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
-        cancel = cancels.fresh(request.session_hash + "/api-single")
+        cancel = cancels.fresh(session_key(request.session_hash, "api-single"))
         try:
             prompt = single_turn_prompt(instruction, input, template)
         except UserError as error:

@@ -16,10 +16,11 @@ import torch
 from PIL import Image
 
 from conversation import get_conversation, template_names
-from conversation.templates import CHAT_TEMPLATE
+from conversation.multi_turn import CHAT_TEMPLATE
 from model import MetaModel, UserError
 from model.errors import described
-from templates import format_prompt
+from model.prefix_cache import in_session
+from single_turn import format_prompt
 
 from launchers.flags import MAX_UPLOAD_MB
 
@@ -342,7 +343,7 @@ class Cancels:
 
     def cancel_session(self, session: str) -> None:
         with self._lock:
-            keys = [k for k in self._events if k == session or k.startswith(session + "/")]
+            keys = [k for k in self._events if in_session(k, session)]
         for key in keys:
             self.cancel(key)
 

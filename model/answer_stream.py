@@ -1,0 +1,109 @@
+"""An answer as it streams: new tokens in, text out (incremental detokenizing, stop strings held back and cut),
+with its finish reason, token counts and timings; and the stop decision for a batch of answers."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from .detokenize import IncrementalDetokenizer, StopStrings
+
+
+class AnswerStream:
+    """One answer: turns its tokens into text and takes every stop decision for it.
+
+    `text` is what may be shown: it never holds a stop string nor ends with the start of one, and it only grows.
+    It starts at the answer's first visible character: the space or newline a model puts after the template's
+    "Response:" is not part of the answer (sentencepiece's decode drops that space too; byte-level tokenizers
+    keep it).
+    """
+
+    def __init__(
+        self,
+        decode: Callable[[Sequence[int]], str],
+        eos_ids: set[int],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        cancel: threading.Event | None = None,
+    ):
+        self._detokenizer = IncrementalDetokenizer(decode)
+        self._stops = StopStrings(stop_strings)
+        self._eos_ids = eos_ids
+        self._max_new_tokens = max_new_tokens
+        self._cancel = cancel
+        self._stopped = False
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.detokenize_time = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def cancelled(self) -> bool:
+        return self._stopped or (self._cancel is not None and self._cancel.is_set())
+
+    def cancel(self) -> None:
+        """Make the next token end the answer as cancelled."""
+        self._stopped = True
+
+    def finish(self, reason: str) -> None:
+        self.finish_reason = reason
+        self.finished_at = time.perf_counter()
+
+    def push(self, token_id: int) -> None:
+        """Take the next sampled token; sets `finish_reason` when the answer is complete."""
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if self.cancelled():
+            return self.finish("cancelled")
+        if token_id in self._eos_ids:
+            return self.finish("stop")
+        self.token_ids.append(token_id)
+        detokenize_started = time.perf_counter()
+        self._detokenizer.add(token_id)
+        self.detokenize_time += time.perf_counter() - detokenize_started
+        full_text = self._detokenizer.text
+        hit = self._stops.find(full_text)
+        self.text = full_text[: hit if hit >= 0 else self._stops.safe_length(full_text)].lstrip()
+        if hit >= 0:
+            return self.finish("stop")
+        if len(self.token_ids) >= self._max_new_tokens:
+            self.finish("length")
+
+    def summary(self, prompt_tokens: int) -> dict:
+        """Token counts and timings for the last piece of a stream."""
+        finished_at = self.finished_at or time.perf_counter()
+        first = self.first_token_at or finished_at
+        total = finished_at - self.started
+        decode_time = finished_at - first
+        completion = len(self.token_ids)
+        return {
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "time_to_first_token": first - self.started,
+            "total_time": total,
+            "tokens_per_second": completion / total if total > 0 else 0.0,
+            "decode_tokens_per_second": (completion - 1) / decode_time if completion > 1 and decode_time > 0 else 0.0,
+            "detokenize_time": self.detokenize_time,
+            "token_ids": list(self.token_ids),  # the answer's tokens (its stop token, if any, not among them)
+        }
+
+
+def batch_decider(streams: Sequence[AnswerStream]) -> Callable[[torch.Tensor], bool]:
+    """The `decide` callback for a batch: pushes each row's token to its stream; True once all are done."""
+
+    def decide(tokens: torch.Tensor) -> bool:
+        for stream, token in zip(streams, tokens.tolist()):
+            if not stream.done:
+                stream.push(token)
+        return all(stream.done for stream in streams)
+
+    return decide
