@@ -3,6 +3,7 @@
 With no --pretrained_path it runs the built-in demo model; `python app.py --help` lists every flag. Installed, the same
 app is the `local-chat` command.
 """
+
 from launchers.browser import app
 
 if __name__ == "__main__":

@@ -4,20 +4,30 @@ gradio_client cost by themselves, so `bench/ui.py` can tell the app's own overhe
 python -m bench.bare_gradio --schedule pieces.json --port 7861
 pieces.json: {"message": [[seconds after the call started, text], ...], ...}, recorded from the model.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import gradio as gr
 
 
 def replay(schedule: dict[str, list[list]]):
-    def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
-             temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0, repetition_penalty: float = 1.0,
-             system: str | None = None, template: str | None = None) -> Iterator[str]:
+    def chat(
+        message: str,
+        history: list[dict],
+        image: gr.FileData | None = None,
+        max_gen_len: int = 256,
+        temperature: float = 0.1,
+        top_p: float = 0.75,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
+        system: str | None = None,
+        template: str | None = None,
+    ) -> Iterator[str]:
         """Yield the recorded pieces of the answer to `message` (up to `max_gen_len`), each at its recorded time."""
         started = time.perf_counter()
         for at, text in schedule[message][:max_gen_len]:
@@ -25,6 +35,7 @@ def replay(schedule: dict[str, list[list]]):
             if wait > 0:
                 time.sleep(wait)
             yield text
+
     return chat
 
 

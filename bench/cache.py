@@ -3,6 +3,7 @@ session's KV cache kept between turns (`ttft_history_ratio`), the same with `--c
 (`ttft_history_ratio_compile`: the session's keys and values are copied into the static cache), and without
 (`ttft_history_ratio_naive`). Also turn 1's decode speed with `--compile` over without (`compile_decode_ratio`:
 a compiled step attends over its whole static cache, sized to the request)."""
+
 from __future__ import annotations
 
 import random
@@ -28,8 +29,9 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
 
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
     started = time.perf_counter()
-    pieces = model.stream_generate(chat.text, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=chat.stop_symbols,
-                                   session=session)
+    pieces = model.stream_generate(
+        chat.text, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=chat.stop_symbols, session=session
+    )
     next(pieces)
     first_piece = time.perf_counter()
     *_, last = pieces
@@ -54,16 +56,20 @@ def run(settings) -> dict[str, float]:
             turn(chat_model, earlier, last_question, "bench")  # the turn before, as the session had it
             return turn(chat_model, history, question, "bench")[:2]
 
-        runs = {"turn1": lambda: turn(model, [], first_question, None)[:2],  # (time to first piece, tokens/s)
-                "reuse": lambda: with_reuse(model),
-                "naive": lambda: turn(model, history, question, None)[:2],
-                "turn1_compile": lambda: turn(compiled, [], first_question, None)[:2],
-                "reuse_compile": lambda: with_reuse(compiled)}
+        runs = {
+            "turn1": lambda: turn(model, [], first_question, None)[:2],  # (time to first piece, tokens/s)
+            "reuse": lambda: with_reuse(model),
+            "naive": lambda: turn(model, history, question, None)[:2],
+            "turn1_compile": lambda: turn(compiled, [], first_question, None)[:2],
+            "reuse_compile": lambda: with_reuse(compiled),
+        }
         values = interleaved_values(runs, settings.cache_repeats)
     median = {name: statistics.median(first for first, _ in pairs) for name, pairs in values.items()}
     rate = {name: statistics.median(rate for _, rate in values[name]) for name in ("turn1", "turn1_compile")}
-    return {"ttft_history_ratio": median["reuse"] / median["turn1"],
-            "ttft_history_ratio_compile": median["reuse_compile"] / median["turn1_compile"],
-            "ttft_history_ratio_naive": median["naive"] / median["turn1"],
-            "compile_decode_ratio": rate["turn1_compile"] / rate["turn1"],
-            "cache_history_tokens": float(prompt_tokens)}
+    return {
+        "ttft_history_ratio": median["reuse"] / median["turn1"],
+        "ttft_history_ratio_compile": median["reuse_compile"] / median["turn1_compile"],
+        "ttft_history_ratio_naive": median["naive"] / median["turn1"],
+        "compile_decode_ratio": rate["turn1_compile"] / rate["turn1"],
+        "cache_history_tokens": float(prompt_tokens),
+    }

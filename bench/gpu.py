@@ -13,6 +13,7 @@ read back (the device's own pace), whether it ran as CUDA graphs (inductor's ski
 demo|decode|quant` runs some parts and merges them into gpu_results.json, which records when and with which versions
 each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,14 @@ def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> flo
             started = time.perf_counter()
         return steps == new_tokens
 
-    for _ in generate_tokens(model.llma, model.prepare_inputs([prompt]), SamplingParams(), decide,
-                             compiled=model.compiled, max_new_tokens=new_tokens):
+    for _ in generate_tokens(
+        model.llma,
+        model.prepare_inputs([prompt]),
+        SamplingParams(),
+        decide,
+        compiled=model.compiled,
+        max_new_tokens=new_tokens,
+    ):
         pass
     synchronize(model.device)
     return (new_tokens - 1) / (time.perf_counter() - started)
@@ -116,7 +123,7 @@ class CudagraphSkips(logging.Handler):
         if record.getMessage() not in self.reasons:
             self.reasons.append(record.getMessage())
 
-    def __enter__(self) -> "CudagraphSkips":
+    def __enter__(self) -> CudagraphSkips:
         self.log.addHandler(self)
         return self
 
@@ -141,12 +148,13 @@ def with_cudnn_attention(run):
 
 
 def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
-    runs = {"gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
-            "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
-            "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(
-                lambda: stream_decode_rate(model, prompt, new_tokens)),
-            "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens),
-            "gpu_compile_forward_tok_s": lambda: compiled_forward_rate(compiled, prompt, new_tokens)}
+    runs = {
+        "gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
+        "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
+        "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(lambda: stream_decode_rate(model, prompt, new_tokens)),
+        "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens),
+        "gpu_compile_forward_tok_s": lambda: compiled_forward_rate(compiled, prompt, new_tokens),
+    }
     with eos_ignored(model), CudagraphSkips() as skips:
         for name, run in runs.items():  # warm up; twice, so the compiled graph is built and recorded
             started = time.perf_counter()
@@ -158,8 +166,11 @@ def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int,
         for _ in range(repeats):  # interleaved
             for name, run in runs.items():
                 rates[name].append(run())
-    return {**{name: statistics.median(values) for name, values in rates.items()},
-            "gpu_compile_first_answer_s": first_compiled_answer_s, "compile_cudagraphs": skips.verdict(model.device)}
+    return {
+        **{name: statistics.median(values) for name, values in rates.items()},
+        "gpu_compile_first_answer_s": first_compiled_answer_s,
+        "compile_cudagraphs": skips.verdict(model.device),
+    }
 
 
 def demo_model_rates(device: str, dtype: torch.dtype, new_tokens: int = 64, later: int = 5) -> dict:
@@ -182,8 +193,9 @@ def quantized(model: MetaModel, prompt: str, new_tokens: int, repeats: int) -> d
         model.llma.save_pretrained(folder)
         model.tokenizer.hf.save_pretrained(folder)
         for bits in (4, 8):
-            loaded = MetaModel.from_pretrained(folder, quant=bits, device=model.device.type,
-                                               max_seq_len=model.max_seq_len)
+            loaded = MetaModel.from_pretrained(
+                folder, quant=bits, device=model.device.type, max_seq_len=model.max_seq_len
+            )
             with eos_ignored(loaded):
                 stream_decode_rate(loaded, prompt, new_tokens)  # warm up
                 rates = [stream_decode_rate(loaded, prompt, new_tokens) for _ in range(repeats)]
@@ -224,9 +236,14 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="a tiny shape on the CPU, to test that the script runs")
     p.add_argument("--out", type=Path, default=None, help="where gpu_results.json goes (default: bench/)")
-    p.add_argument("--only", nargs="+", choices=PARTS, default=None,
-                   help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8) "
-                        "and merge them into gpu_results.json")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=PARTS,
+        default=None,
+        help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8) "
+        "and merge them into gpu_results.json",
+    )
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
     args = p.parse_args(argv)
     if args.smoke:
@@ -243,8 +260,11 @@ def main(argv=None) -> None:
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke)"
     versions = f"on {name}, torch {torch.__version__}, transformers {transformers.__version__}"
     results.update(device=name, date=today)
-    results.setdefault("setup", f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, "
-                                f"{prompt_tokens}-token prompt, {new_tokens} new tokens")
+    results.setdefault(
+        "setup",
+        f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, "
+        f"{prompt_tokens}-token prompt, {new_tokens} new tokens",
+    )
     results.setdefault("measured", {})
     if "demo" in parts:  # first: no other model has run in this process yet
         results.update(demo_model_rates(device, dtype))

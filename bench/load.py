@@ -8,6 +8,7 @@ started side by side (`python app.py`, and `python app.py --concurrency 2`):
 Figures: each crowd's wall time over the baseline's, and how long the slowest requests waited for their first
 piece (90th percentile) over the first piece of a request that never waits.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -18,15 +19,40 @@ import time
 from .timing import median_ratio
 from .ui import client_timeline, server
 
-COUNTRIES = ["France", "Germany", "Italy", "Spain", "Portugal", "Japan", "China", "India", "Canada", "Brazil",
-             "Argentina", "Mexico", "Egypt", "Kenya", "Nigeria", "Russia", "Australia", "Greece", "Turkey", "Sweden",
-             "Norway", "Finland", "Poland", "Austria"]
+COUNTRIES = [
+    "France",
+    "Germany",
+    "Italy",
+    "Spain",
+    "Portugal",
+    "Japan",
+    "China",
+    "India",
+    "Canada",
+    "Brazil",
+    "Argentina",
+    "Mexico",
+    "Egypt",
+    "Kenya",
+    "Nigeria",
+    "Russia",
+    "Australia",
+    "Greece",
+    "Turkey",
+    "Sweden",
+    "Norway",
+    "Finland",
+    "Poland",
+    "Austria",
+]
 ANSWER_TOKENS = 64
 
 
 def conversations(clients: int, turns: int) -> list[list[str]]:
-    return [[f"What is the capital of {COUNTRIES[(turns * c + t) % len(COUNTRIES)]}?" for t in range(turns)]
-            for c in range(clients)]
+    return [
+        [f"What is the capital of {COUNTRIES[(turns * c + t) % len(COUNTRIES)]}?" for t in range(turns)]
+        for c in range(clients)
+    ]
 
 
 def converse(client, questions: list[str], firsts: list[float]) -> None:
@@ -48,8 +74,9 @@ def one_after_another(client, talks: list[list[str]], firsts: list[float]) -> fl
 
 
 def all_at_once(clients: list, talks: list[list[str]], firsts: list[float]) -> float:
-    threads = [threading.Thread(target=converse, args=(client, questions, firsts))
-               for client, questions in zip(clients, talks)]
+    threads = [
+        threading.Thread(target=converse, args=(client, questions, firsts)) for client, questions in zip(clients, talks)
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -74,7 +101,7 @@ def run(settings) -> dict[str, float]:
         firsts = {"alone": [], "one": [], "two": []}
         one_after_another(one, talks, []), one_after_another(two, talks, [])  # warm up
         for round_ in range(settings.load_repeats):
-            for name in ("alone", "one", "two")[round_ % 3:] + ("alone", "one", "two")[: round_ % 3]:
+            for name in ("alone", "one", "two")[round_ % 3 :] + ("alone", "one", "two")[: round_ % 3]:
                 if name == "alone":
                     walls[name].append(one_after_another(one, talks, firsts[name]))
                 else:

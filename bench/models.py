@@ -4,6 +4,7 @@ No checkpoint can be downloaded here, and speed and footprint depend on shapes, 
 tokenizer is synthetic too: every id decodes to one to three ASCII characters, so a random model's output is
 always valid text and the streaming path does all its usual work (incremental detokenizing, stop checks).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -28,18 +29,27 @@ class Shape:
     def llama_config(self, max_positions: int = 4096):
         from transformers import LlamaConfig
 
-        return LlamaConfig(vocab_size=self.vocab, hidden_size=self.hidden, num_hidden_layers=self.layers,
-                           num_attention_heads=self.heads, num_key_value_heads=self.kv_heads or self.heads,
-                           intermediate_size=self.intermediate, max_position_embeddings=max_positions,
-                           bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+        return LlamaConfig(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads or self.heads,
+            intermediate_size=self.intermediate,
+            max_position_embeddings=max_positions,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            tie_word_embeddings=False,
+        )
 
 
 SHAPES = {
     "tiny": Shape(hidden=64, layers=2, heads=4, intermediate=192, vocab=1024),
-    "small": Shape(hidden=256, layers=4, heads=4, intermediate=768, vocab=4096),        # the demo model's size
-    "100m": Shape(hidden=768, layers=12, heads=12, intermediate=2048, vocab=8192),      # 97M parameters
-    "0.5b": Shape(hidden=1024, layers=24, heads=16, intermediate=4096, vocab=32000),    # 468M parameters
-    "7b": Shape(hidden=4096, layers=32, heads=32, intermediate=11008, vocab=32000),     # Llama-2-7B's shape
+    "small": Shape(hidden=256, layers=4, heads=4, intermediate=768, vocab=4096),  # the demo model's size
+    "100m": Shape(hidden=768, layers=12, heads=12, intermediate=2048, vocab=8192),  # 97M parameters
+    "0.5b": Shape(hidden=1024, layers=24, heads=16, intermediate=4096, vocab=32000),  # 468M parameters
+    "7b": Shape(hidden=4096, layers=32, heads=32, intermediate=11008, vocab=32000),  # Llama-2-7B's shape
 }
 
 
@@ -62,8 +72,9 @@ def synthetic_tokenizer(vocab_size: int, with_eos: bool = True):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>" if with_eos else None,
-                                   unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>" if with_eos else None, unk_token="<unk>"
+    )
 
 
 def _byte_level_char(byte: int) -> str:
@@ -90,8 +101,9 @@ def save_random_llama(shape: Shape, folder: Path, dtype=torch.bfloat16, seed: in
     return folder
 
 
-def random_meta_model(shape: Shape, device="cpu", dtype=torch.float32, seed: int = 0, max_seq_len: int = 2048,
-                      compile: bool = False) -> MetaModel:
+def random_meta_model(
+    shape: Shape, device="cpu", dtype=torch.float32, seed: int = 0, max_seq_len: int = 2048, compile: bool = False
+) -> MetaModel:
     """A random Llama of `shape` built in memory on `device` (no disk round trip for a 7B model)."""
     from transformers import LlamaForCausalLM
 
@@ -100,8 +112,13 @@ def random_meta_model(shape: Shape, device="cpu", dtype=torch.float32, seed: int
     torch.manual_seed(seed)
     with torch.device(device):  # built in `dtype` on `device`: a 7B model never exists in fp32 or on the CPU
         llma = LlamaForCausalLM._from_config(shape.llama_config(max_seq_len), dtype=dtype).eval()
-    return MetaModel(llma, HFTokenizer(synthetic_tokenizer(shape.vocab)), max_seq_len=max_seq_len,
-                     info={"architecture": f"random Llama {shape}"}, compile=compile)
+    return MetaModel(
+        llma,
+        HFTokenizer(synthetic_tokenizer(shape.vocab)),
+        max_seq_len=max_seq_len,
+        info={"architecture": f"random Llama {shape}"},
+        compile=compile,
+    )
 
 
 @contextmanager

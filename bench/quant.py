@@ -1,5 +1,6 @@
 """What --quant 4 and --quant 8 save: weight bytes (quantization constants included) over bf16, loaded through
 `MetaModel.from_pretrained` from a Hugging Face folder, as a user's checkpoint would be."""
+
 from __future__ import annotations
 
 import tempfile

@@ -7,6 +7,7 @@ README's table is edited by hand from RESULTS.md when figures change.
 --quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,49 +41,96 @@ class Settings:
     load_repeats: int
 
 
-QUICK = Settings(stream_shape="100m", quant_shape="0.5b", new_tokens=64, repeats=4, ui_shape="small", ui_questions=2,
-                 ui_answer_tokens=300, ui_repeats=6, cache_shape="100m", cache_history_tokens=2000,
-                 cache_repeats=3, load_clients=8, load_turns=3, load_repeats=3)
-SMOKE = Settings(stream_shape="tiny", quant_shape="tiny", new_tokens=8, repeats=1, ui_shape="tiny", ui_questions=1,
-                 ui_answer_tokens=8, ui_repeats=1, cache_shape="tiny", cache_history_tokens=200,
-                 cache_repeats=1, load_clients=2, load_turns=1, load_repeats=1)
+QUICK = Settings(
+    stream_shape="100m",
+    quant_shape="0.5b",
+    new_tokens=64,
+    repeats=4,
+    ui_shape="small",
+    ui_questions=2,
+    ui_answer_tokens=300,
+    ui_repeats=6,
+    cache_shape="100m",
+    cache_history_tokens=2000,
+    cache_repeats=3,
+    load_clients=8,
+    load_turns=3,
+    load_repeats=3,
+)
+SMOKE = Settings(
+    stream_shape="tiny",
+    quant_shape="tiny",
+    new_tokens=8,
+    repeats=1,
+    ui_shape="tiny",
+    ui_questions=1,
+    ui_answer_tokens=8,
+    ui_repeats=1,
+    cache_shape="tiny",
+    cache_history_tokens=200,
+    cache_repeats=1,
+    load_clients=2,
+    load_turns=1,
+    load_repeats=1,
+)
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
 FIGURES = {
     "stream_vs_generate": ("tokens/s of stream_generate over bare model.generate, ~100M random Llama", (">=", 0.97)),
     "stream_vs_generate_demo": ("the same on the demo model", (">=", 0.97)),
-    "textiteratorstreamer_vs_generate": ("transformers' TextIteratorStreamer + thread over bare generate "
-                                         "(the peers' way), ~100M random Llama", None),
+    "textiteratorstreamer_vs_generate": (
+        "transformers' TextIteratorStreamer + thread over bare generate (the peers' way), ~100M random Llama",
+        None,
+    ),
     "quant4_footprint": ("transformer blocks' bytes with --quant 4 over bf16, ~0.5B random Llama", ("<=", 0.28)),
     "quant8_footprint": ("the same with --quant 8", ("<=", 0.53)),
     "quant4_footprint_whole": ("whole model with --quant 4 over bf16 (embeddings, lm_head stay 16-bit)", None),
     "quant8_footprint_whole": ("whole model with --quant 8 over bf16", None),
-    "ui_ttft_overhead_ms": ("the app's extra time to first piece over HTTP (Gradio's /call stream), minus a bare Gradio "
-                            "endpoint's (300-token answers of a random Llama the demo model's size)", ("<=", 20)),
-    "ui_token_rate_ratio": ("answer tokens/s a gradio_client sees from the app over from the bare endpoint", (">=", 0.97)),
+    "ui_ttft_overhead_ms": (
+        "the app's extra time to first piece over HTTP (Gradio's /call stream), minus a bare Gradio "
+        "endpoint's (300-token answers of a random Llama the demo model's size)",
+        ("<=", 20),
+    ),
+    "ui_token_rate_ratio": (
+        "answer tokens/s a gradio_client sees from the app over from the bare endpoint",
+        (">=", 0.97),
+    ),
     "gradio_ttft_overhead_ms": ("Gradio alone: time to first piece over HTTP over the endpoint's own", None),
     "gradio_rate_ratio": ("Gradio + gradio_client alone: tokens/s seen over tokens/s yielded", None),
-    "ttft_history_ratio": ("time to first piece at a turn with a long history over turn 1, KV cache kept between "
-                           "turns, ~100M random Llama", ("<=", 1.5)),
-    "ttft_history_ratio_compile": ("the same with --compile (the session's keys and values copied into the static "
-                                   "cache)", ("<=", 1.5)),
+    "ttft_history_ratio": (
+        "time to first piece at a turn with a long history over turn 1, KV cache kept between "
+        "turns, ~100M random Llama",
+        ("<=", 1.5),
+    ),
+    "ttft_history_ratio_compile": (
+        "the same with --compile (the session's keys and values copied into the static cache)",
+        ("<=", 1.5),
+    ),
     "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
     "cache_history_tokens": ("tokens in the prompt of that turn", None),
-    "compile_decode_ratio": ("turn 1's answer tokens/s with --compile over without (the CPU; a compiled step attends "
-                             "over its whole static cache)", None),
-    "load_clients_over_one_client": ("8 clients at once, 3-turn conversations each, demo app: wall time over one "
-                                     "client asking the same conversations one after another", None),
+    "compile_decode_ratio": (
+        "turn 1's answer tokens/s with --compile over without (the CPU; a compiled step attends "
+        "over its whole static cache)",
+        None,
+    ),
+    "load_clients_over_one_client": (
+        "8 clients at once, 3-turn conversations each, demo app: wall time over one "
+        "client asking the same conversations one after another",
+        None,
+    ),
     "load_concurrency2_over_one_client": ("the same with --concurrency 2", None),
-    "load_wait_p90_over_alone": ("time to first piece of the slowest tenth of those requests (queued) over a "
-                                 "request's alone", None),
+    "load_wait_p90_over_alone": (
+        "time to first piece of the slowest tenth of those requests (queued) over a request's alone",
+        None,
+    ),
     "load_wait_p90_over_alone_concurrency2": ("the same with --concurrency 2", None),
 }
 BENCHMARKS = ("stream", "quant", "ui", "cache", "load")
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
-    from model import MetaModel
     from launchers.flags import DEMO_MODEL
+    from model import MetaModel
 
     demo = MetaModel.from_pretrained(str(DEMO_MODEL)) if "stream" in names else None
     results = {}
@@ -90,18 +138,23 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
         started = time.perf_counter()
         if name == "stream":
             from bench import stream
+
             results.update(stream.run(settings, demo))
         elif name == "quant":
             from bench import quant
+
             results.update(quant.run(settings))
         elif name == "ui":
             from bench import ui
+
             results.update(ui.run(settings))
         elif name == "cache":
             from bench import cache
+
             results.update(cache.run(settings))
         elif name == "load":
             from bench import load
+
             results.update(load.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
@@ -132,12 +185,15 @@ def machine() -> str:
 
     try:
         import bitsandbytes
+
         bnb = bitsandbytes.__version__
     except Exception:
         bnb = "not installed"
-    return (f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}; Python {platform.python_version()}, "
-            f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}, "
-            f"bitsandbytes {bnb}")
+    return (
+        f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}, "
+        f"bitsandbytes {bnb}"
+    )
 
 
 GPU_HEADING = "## GPU (bench/gpu.py)"
@@ -151,10 +207,15 @@ def kept_notes(results_md_file: Path) -> str:
 
 def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
     lines = [
-        "# Benchmark results", "",
+        "# Benchmark results",
+        "",
         "Written by `python bench/run.py` (CPU) and `python bench/gpu.py` (GPU); each figure is a ratio of two things",
-        "measured side by side in one run (interleaved repeats, medians).", "",
-        f"CPU run ({mode}), {time.strftime('%Y-%m-%d')}: {machine()}.", "", table(results), "",
+        "measured side by side in one run (interleaved repeats, medians).",
+        "",
+        f"CPU run ({mode}), {time.strftime('%Y-%m-%d')}: {machine()}.",
+        "",
+        table(results),
+        "",
     ]
     return "\n".join(lines) + "\n" + gpu_section(gpu)
 
@@ -165,10 +226,16 @@ def gpu_section(gpu: dict | None) -> str:
         lines += [f"{gpu['device']}, {gpu['date']}: {gpu['setup']}.", ""]
         lines += [f"- {part}: {when}" for part, when in gpu.get("measured", {}).items()]
         lines += ["", "| figure | value |", "| --- | --- |"]
-        lines += [f"| `{k}` | {v:,.1f} |" if v >= 10 else f"| `{k}` | {v:.3f} |"
-                  for k, v in gpu.items() if isinstance(v, (int, float))]
-        lines += ["", "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "
-                      "`compile_over_limit` >= 0.7; a first answer about as fast as later ones."]
+        lines += [
+            f"| `{k}` | {v:,.1f} |" if v >= 10 else f"| `{k}` | {v:.3f} |"
+            for k, v in gpu.items()
+            if isinstance(v, (int, float))
+        ]
+        lines += [
+            "",
+            "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "
+            "`compile_over_limit` >= 0.7; a first answer about as fast as later ones.",
+        ]
         if "compile_cudagraphs" in gpu:
             lines += ["", f"CUDA graphs under `--compile`: {gpu['compile_cudagraphs']}."]
     else:
@@ -188,12 +255,17 @@ def main(argv=None) -> None:
     mode.add_argument("--quick", action="store_true", help="the real measurement (the default), a few minutes")
     mode.add_argument("--smoke", action="store_true", help="the tiniest settings, to test that the suite runs")
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=None, help="run these and merge into results.json")
-    p.add_argument("--out", type=Path, default=None, help="where results.json and RESULTS.md go "
-                                                          "(default: bench/, or bench/smoke/ with --smoke)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results.json and RESULTS.md go (default: bench/, or bench/smoke/ with --smoke)",
+    )
     args = p.parse_args(argv)
     out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
     out.mkdir(parents=True, exist_ok=True)
     import transformers
+
     transformers.utils.logging.disable_progress_bar()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -205,8 +277,9 @@ def main(argv=None) -> None:
     results_file.write_text(json.dumps(results, indent=2) + "\n")
     gpu_file = BENCH / "gpu_results.json"
     gpu = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
-    (out / "RESULTS.md").write_text(results_md(results, "smoke" if args.smoke else "quick", gpu)
-                                    + kept_notes(out / "RESULTS.md"))
+    (out / "RESULTS.md").write_text(
+        results_md(results, "smoke" if args.smoke else "quick", gpu) + kept_notes(out / "RESULTS.md")
+    )
     print(table(results))
 
 

@@ -1,5 +1,6 @@
 """Streaming costs nothing: output tokens/s of `stream_generate` (and of transformers' TextIteratorStreamer
 pattern, the peers' way) over bare `model.generate`, greedy, the same tokens, EOS ignored."""
+
 from __future__ import annotations
 
 import threading
@@ -9,17 +10,24 @@ from model import MetaModel
 from .models import SHAPES, eos_ignored, random_meta_model
 from .timing import interleaved, median_ratio
 
-PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
-          "request.\n\n### Instruction:\nTell me a long story about a red circle, a blue square and a green "
-          "triangle who travel from Paris to Tokyo.\n\n### Response:")
+PROMPT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.\n\n### Instruction:\nTell me a long story about a red circle, a blue square and a green "
+    "triangle who travel from Paris to Tokyo.\n\n### Response:"
+)
 
 
 def bare_generate_ids(model: MetaModel, prompt: str, new_tokens: int) -> list[int]:
     """transformers' own `generate`, greedy, on the same prompt ids as ours."""
     inputs = model.prepare_inputs([prompt])
-    out = model.llma.generate(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, do_sample=False,
-                              max_new_tokens=new_tokens, pad_token_id=model.tokenizer.pad_id)
-    generated = out[0, inputs.input_ids.shape[1]:]
+    out = model.llma.generate(
+        input_ids=inputs.input_ids,
+        attention_mask=inputs.attention_mask,
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        pad_token_id=model.tokenizer.pad_id,
+    )
+    generated = out[0, inputs.input_ids.shape[1] :]
     assert len(generated) == new_tokens, f"generate made {len(generated)} tokens, not {new_tokens}"
     return generated.tolist()
 
@@ -41,9 +49,17 @@ def text_iterator_streamer(model: MetaModel, new_tokens: int) -> str:
 
     inputs = model.prepare_inputs([PROMPT])
     streamer = TextIteratorStreamer(model.tokenizer.hf, skip_prompt=True, skip_special_tokens=True)
-    thread = threading.Thread(target=model.llma.generate, kwargs=dict(
-        input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, do_sample=False,
-        max_new_tokens=new_tokens, pad_token_id=model.tokenizer.pad_id, streamer=streamer))
+    thread = threading.Thread(
+        target=model.llma.generate,
+        kwargs=dict(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            do_sample=False,
+            max_new_tokens=new_tokens,
+            pad_token_id=model.tokenizer.pad_id,
+            streamer=streamer,
+        ),
+    )
     thread.start()
     text = "".join(streamer)
     thread.join()

@@ -1,9 +1,10 @@
 """Side-by-side timing: interleaved repeats, medians, ratios. No absolute CPU time is ever a result."""
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def interleaved_values(runs: dict[str, Callable[[], float]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
@@ -15,18 +16,20 @@ def interleaved_values(runs: dict[str, Callable[[], float]], repeats: int, warmu
             runs[name]()
     values = {name: [] for name in names}
     for round_ in range(repeats):
-        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             values[name].append(runs[name]())
     return values
 
 
 def interleaved(runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
     """Seconds per call of each run, measured as `interleaved_values` does."""
+
     def timed(run):
         def call() -> float:
             started = time.perf_counter()
             run()
             return time.perf_counter() - started
+
         return call
 
     return interleaved_values({name: timed(run) for name, run in runs.items()}, repeats, warmup)

@@ -19,6 +19,7 @@ The model is a random Llama the size of the demo model whose tokenizer has no EO
 `max_gen_len`: gradio_client hands over what arrived every 50 ms, and only long answers make its rates
 precise (the demo model's answers last a third of a second).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from model import MetaModel
 from launchers.loading import free_port
+from model import MetaModel
 from ui.processes import leave_a_core_to_the_server
 
 from .models import SHAPES, save_random_llama
@@ -62,7 +63,7 @@ class Timeline:
         span = self.times[-1] - self.times[0]
         return (len(self.times) - 1) / span if span > 0 else float("nan")
 
-    def token_rate(self, model_pieces: "Timeline") -> float:
+    def token_rate(self, model_pieces: Timeline) -> float:
         """Answer tokens per second after the first piece: how fast the text grows for the reader. The app sends
         the newest answer at most every `ui.chat.UPDATE_INTERVAL`, so one piece it sends can hold several of the
         model's; each text seen is counted as the number of model pieces (tokens) it holds."""
@@ -119,12 +120,11 @@ def http_first_piece(client, question: str, length: int) -> float:
 
 def client_timeline(client, question: str, length: int, history: list[dict] | None = None) -> Timeline:
     started = time.perf_counter()
-    job = client.submit(message=question, history=history or [], max_gen_len=length, temperature=0.0,
-                        api_name="/chat")
+    job = client.submit(message=question, history=history or [], max_gen_len=length, temperature=0.0, api_name="/chat")
     times, texts = [], []
     while True:  # polled like Job.__next__ does, which does not always see the end of a job
         done = job.done()
-        for text in job.outputs()[len(texts):]:
+        for text in job.outputs()[len(texts) :]:
             times.append(time.perf_counter() - started)
             texts.append(text)
         if done:
@@ -132,13 +132,13 @@ def client_timeline(client, question: str, length: int, history: list[dict] | No
         time.sleep(0.001)
 
 
-
 @contextmanager
 def server(command: list[str], timeout: float = 180.0):
     """Start `command` (which serves on the port it is given) and yield a gradio_client for it."""
     port = free_port()
-    process = subprocess.Popen(command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         yield connect(process, f"http://127.0.0.1:{port}/", time.time() + timeout)
     finally:
@@ -167,14 +167,21 @@ def run(settings) -> dict[str, float]:
         threads = torch.get_num_threads()
         leave_a_core_to_the_server(model)  # timed with the threads the app's model runs with
         try:
-            own = {q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(RECORDINGS + 1)][1:]
-                   for q in QUESTIONS[: settings.ui_questions]}
+            own = {
+                q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(RECORDINGS + 1)][1:]
+                for q in QUESTIONS[: settings.ui_questions]
+            }
             replayed = {q: typical(runs) for q, runs in own.items()}
-            schedule = {q: [[t, text] for t, text in zip(timeline.times, timeline.texts)]
-                        for q, timeline in replayed.items()}
+            schedule = {
+                q: [[t, text] for t, text in zip(timeline.times, timeline.texts)] for q, timeline in replayed.items()
+            }
             (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
-            with server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app, \
-                    server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare:
+            with (
+                server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app,
+                server(
+                    [sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]
+                ) as bare,
+            ):
                 seen = compare_clients(app, bare, model, replayed, settings)
         finally:
             torch.set_num_threads(threads)
@@ -204,8 +211,9 @@ def compare_clients(app, bare, model: MetaModel, replayed: dict[str, Timeline], 
                 first = http_first_piece(client, question, FIRST_PIECE_TOKENS)
                 timeline = client_timeline(client, question, length)
                 if timeline.texts[-1] != recorded.texts[-1]:
-                    raise AssertionError(f"{name} answered {timeline.texts[-1][:80]!r}..., the model "
-                                         f"{recorded.texts[-1][:80]!r}...")
+                    raise AssertionError(
+                        f"{name} answered {timeline.texts[-1][:80]!r}..., the model {recorded.texts[-1][:80]!r}..."
+                    )
                 if name == "app":
                     seen["app_extra"].append(first - mine.first)
                     seen["app_over_own"].append(timeline.token_rate(recorded) / mine.token_rate(recorded))

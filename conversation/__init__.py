@@ -3,6 +3,7 @@
 `conv_templates` maps Accessory's names to zero-argument factories, as Accessory does:
 `conv = conv_templates["default"](); conv.load_qas([[q, None]]); prompt = conv.get_prompt()`.
 """
+
 from .multi_turn import (
     ChatTemplateConversation,
     Conversation,
@@ -13,5 +14,12 @@ from .multi_turn import (
     template_names,
 )
 
-__all__ = ["Conversation", "SeparatorStyle", "ChatTemplateConversation", "conv_templates",
-           "default_conversation", "get_conversation", "template_names"]
+__all__ = [
+    "Conversation",
+    "SeparatorStyle",
+    "ChatTemplateConversation",
+    "conv_templates",
+    "default_conversation",
+    "get_conversation",
+    "template_names",
+]

@@ -1,9 +1,10 @@
 """Conversation templates. Accessory's strings are kept byte for byte; nothing here imports the project."""
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from enum import Enum, auto
-from typing import Callable, List, Optional, Sequence, Tuple
 
 from user_error import UserError
 
@@ -18,13 +19,13 @@ class SeparatorStyle(Enum):
 class _Messages:
     """Message handling shared by every template: [[role, text], ...], the last text None while generating."""
 
-    roles: Tuple[str, str]
+    roles: tuple[str, str]
     messages: list
 
-    def append_message(self, role: str, message: Optional[str]) -> None:
+    def append_message(self, role: str, message: str | None) -> None:
         self.messages.append([role, message])
 
-    def load_qas(self, qas: Sequence[Sequence[Optional[str]]]) -> None:
+    def load_qas(self, qas: Sequence[Sequence[str | None]]) -> None:
         """Replace the messages with [[question, answer], ...]; the last answer may be None (to generate)."""
         self.messages = []
         for question, answer in qas:
@@ -37,11 +38,11 @@ class Conversation(_Messages):
     """A conversation in one of Accessory's templates."""
 
     system: str
-    roles: Tuple[str, str]
-    messages: List = dataclasses.field(default_factory=list)
+    roles: tuple[str, str]
+    messages: list = dataclasses.field(default_factory=list)
     sep_style: SeparatorStyle = SeparatorStyle.SINGLE
     sep: str = "###"
-    sep2: Optional[str] = None
+    sep2: str | None = None
     version: str = "Unknown"
     skip_next: bool = False
 
@@ -75,7 +76,7 @@ class Conversation(_Messages):
     def get_prompt(self) -> str:
         return self.process()["conv"]
 
-    def copy(self) -> "Conversation":
+    def copy(self) -> Conversation:
         return dataclasses.replace(self, messages=[[r, m] for r, m in self.messages])
 
     @property
@@ -84,18 +85,24 @@ class Conversation(_Messages):
         return "\n" + self.sep if self.sep_style == SeparatorStyle.SINGLE else self.sep2
 
     @property
-    def stop_symbols(self) -> List[str]:
+    def stop_symbols(self) -> list[str]:
         return [self.response_end_signal]
 
 
-_HUMAN_SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
-                 "The assistant gives helpful, detailed, and polite answers to the human's questions.")
-_USER_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "
-                "The assistant gives helpful, detailed, and polite answers to the user's questions.")
-_LLAVA_SYSTEM = ("You are LLaVA, a large language and vision assistant trained by UW Madison WAIV Lab."
-                 "You are able to understand the visual content that the user provides, and assist the user with "
-                 "a variety of tasks using natural language."
-                 "Follow the instructions carefully and explain your answers in detail.")
+_HUMAN_SYSTEM = (
+    "A chat between a curious human and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the human's questions."
+)
+_USER_SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the user's questions."
+)
+_LLAVA_SYSTEM = (
+    "You are LLaVA, a large language and vision assistant trained by UW Madison WAIV Lab."
+    "You are able to understand the visual content that the user provides, and assist the user with "
+    "a variety of tasks using natural language."
+    "Follow the instructions carefully and explain your answers in detail."
+)
 
 
 def conv_v1() -> Conversation:
@@ -103,13 +110,20 @@ def conv_v1() -> Conversation:
 
 
 def conv_vicuna_v1_1() -> Conversation:
-    return Conversation(system=_USER_SYSTEM, roles=("USER", "ASSISTANT"), version="v1",
-                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+    return Conversation(
+        system=_USER_SYSTEM,
+        roles=("USER", "ASSISTANT"),
+        version="v1",
+        sep_style=SeparatorStyle.TWO,
+        sep=" ",
+        sep2="</s>",
+    )
 
 
 def conv_bair_v1() -> Conversation:
-    return Conversation(system="BEGINNING OF CONVERSATION:", roles=("USER", "GPT"),
-                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+    return Conversation(
+        system="BEGINNING OF CONVERSATION:", roles=("USER", "GPT"), sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>"
+    )
 
 
 def simple_conv_multimodal() -> Conversation:
@@ -117,8 +131,14 @@ def simple_conv_multimodal() -> Conversation:
 
 
 def conv_llava_v1() -> Conversation:
-    return Conversation(system=_LLAVA_SYSTEM, roles=("USER", "ASSISTANT"), version="v1",
-                        sep_style=SeparatorStyle.TWO, sep=" ", sep2="</s>")
+    return Conversation(
+        system=_LLAVA_SYSTEM,
+        roles=("USER", "ASSISTANT"),
+        version="v1",
+        sep_style=SeparatorStyle.TWO,
+        sep=" ",
+        sep2="</s>",
+    )
 
 
 default_conversation: Callable[[], Conversation] = conv_v1
@@ -165,14 +185,18 @@ class ChatTemplateConversation(_Messages):
         return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
 
     def _chat(self, messages, typed_parts: bool, with_system: bool = True) -> list:
-        chat = [{"role": "system", "content": self._content(self.system, typed_parts)}] \
-            if self.system and with_system else []
+        chat = (
+            [{"role": "system", "content": self._content(self.system, typed_parts)}]
+            if self.system and with_system
+            else []
+        )
         chat += [{"role": role, "content": self._content(content, typed_parts)} for role, content in messages]
         return chat
 
     def _apply(self, messages, add_generation_prompt: bool, typed_parts: bool, with_system: bool = True) -> str:
-        return self.renderer.apply_chat_template(self._chat(messages, typed_parts, with_system), tokenize=False,
-                                                 add_generation_prompt=add_generation_prompt)
+        return self.renderer.apply_chat_template(
+            self._chat(messages, typed_parts, with_system), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     def _reads_typed_parts(self, prefer: bool) -> bool:
         """Whether the template reads content as typed parts (vision templates) rather than strings. A template
@@ -202,13 +226,14 @@ class ChatTemplateConversation(_Messages):
             merged = [[first_role, (f"{self.system}\n\n{text}", images)]] + [list(m) for m in rest]
             return self._apply(merged, add_generation_prompt, self.typed_parts, with_system=False)
 
-    def _derive_stop_symbols(self) -> List[str]:
+    def _derive_stop_symbols(self) -> list[str]:
         """What the template writes right after an answer and before the next question: its end-of-turn marker
         (what follows an answer both at the end of a conversation and between two turns: some templates append an
         EOS after the last message only), else the next user header, and EOS."""
         one_turn = self._render([["user", "Hi"], ["assistant", self._ANSWER]], add_generation_prompt=False)
-        two_turns = self._render([["user", "Hi"], ["assistant", self._ANSWER], ["user", self._NEXT]],
-                                 add_generation_prompt=False)
+        two_turns = self._render(
+            [["user", "Hi"], ["assistant", self._ANSWER], ["user", self._NEXT]], add_generation_prompt=False
+        )
         after_last = one_turn.split(self._ANSWER, 1)[1]
         between = two_turns.split(self._ANSWER, 1)[1].split(self._NEXT, 1)[0]
         # Keep a leading newline ("\n###" must not stop at a "###" inside an answer), drop spaces and the rest.
@@ -237,7 +262,7 @@ class ChatTemplateConversation(_Messages):
         return self.stop_symbols[0]
 
 
-def template_names(tokenizer=None) -> List[str]:
+def template_names(tokenizer=None) -> list[str]:
     """The template choices for a tokenizer: Accessory's names, plus `chat_template` when it has one."""
     names = list(conv_templates)
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
@@ -245,13 +270,15 @@ def template_names(tokenizer=None) -> List[str]:
     return names
 
 
-def get_conversation(name: str, tokenizer=None, system: Optional[str] = None, sees_images: bool = False):
+def get_conversation(name: str, tokenizer=None, system: str | None = None, sees_images: bool = False):
     """A fresh conversation for a template name (an Accessory name or `chat_template`). `tokenizer` renders the
     chat template: a tokenizer, or a vision model's processor (`sees_images`)."""
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return ChatTemplateConversation(tokenizer, system or "", sees_images)
     if name not in conv_templates:
-        raise UserError(f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}.")
+        raise UserError(
+            f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}."
+        )
     conv = conv_templates[name]()
     if system is not None:
         conv.system = system

@@ -12,6 +12,7 @@ check the accuracy table before shipping a build. oneDNN is kept below AMX (ONED
 kernels round otherwise: on a CPU with AMX, the same seed trained a model right on 72.5% of the held-out sums
 with them and 99.3% without.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,8 @@ from .samples import check_segments_match_templates
 from .tokenizer import train_tokenizer
 from .training import attention_in_float32, load_base, new_model, new_processor, pretrain_vision, train
 
-
 # ----- saving -----
+
 
 def save(model, processor, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
@@ -60,22 +61,39 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="train a few steps only (a smoke test)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the model in --out")
     parser.add_argument("--steps", type=int, default=1500, help="main training steps (default 1500)")
-    parser.add_argument("--symbol_steps", type=int, default=SYMBOL_STEPS,
-                        help="steps after them: sums in symbols, one-digit sums, questions to decline "
-                        f"(default {SYMBOL_STEPS})")
+    parser.add_argument(
+        "--symbol_steps",
+        type=int,
+        default=SYMBOL_STEPS,
+        help=f"steps after them: sums in symbols, one-digit sums, questions to decline (default {SYMBOL_STEPS})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the tokenizer and the training")
-    parser.add_argument("--eval_samples", type=int, default=300,
-                        help="questions per skill (the shipped model's figures at 100 were up to 4 points off)")
-    parser.add_argument("--base", type=Path, help="a file for the state after the main steps: written there by "
-                        "a build, and resumed from by the next one with the same --seed and --steps, which then "
-                        "trains only the steps after them (1,000 in 21 minutes instead of 65); delete it "
-                        "after a change to the main steps")
-    parser.add_argument("--out", type=Path, help="model folder (default: assets/demo-model; with --quick, "
-                        "a temporary folder, so a smoke test never overwrites the shipped model)")
+    parser.add_argument(
+        "--eval_samples",
+        type=int,
+        default=300,
+        help="questions per skill (the shipped model's figures at 100 were up to 4 points off)",
+    )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="a file for the state after the main steps: written there by "
+        "a build, and resumed from by the next one with the same --seed and --steps, which then "
+        "trains only the steps after them (1,000 in 21 minutes instead of 65); delete it "
+        "after a change to the main steps",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="model folder (default: assets/demo-model; with --quick, "
+        "a temporary folder, so a smoke test never overwrites the shipped model)",
+    )
     args = parser.parse_args()
     if args.quick and args.eval and args.out is None:
-        parser.error("--quick --eval would rewrite the shipped model's card with 4 questions a skill: "
-                     "give --out a copy of the model to evaluate")
+        parser.error(
+            "--quick --eval would rewrite the shipped model's card with 4 questions a skill: "
+            "give --out a copy of the model to evaluate"
+        )
     args.out = output_folder(args.out, args.quick)
     torch.set_num_threads(2)
     import transformers
@@ -100,8 +118,21 @@ def main() -> None:
         model.set_attn_implementation("float32_sdpa")
         vision = base["header"]["vision"] if base else pretrain_vision(model, tokenizer, processor, rng, vision_steps)
         save_base_as = (args.base, header | {"vision": vision}) if args.base and not base else None
-        stats = train(model, tokenizer, processor, rng, held_out, steps, 2 if args.quick else args.symbol_steps,
-                      log_every=1 if args.quick else 50, base=base, save_base_as=save_base_as) | vision
+        stats = (
+            train(
+                model,
+                tokenizer,
+                processor,
+                rng,
+                held_out,
+                steps,
+                2 if args.quick else args.symbol_steps,
+                log_every=1 if args.quick else 50,
+                base=base,
+                save_base_as=save_base_as,
+            )
+            | vision
+        )
         model.set_attn_implementation("sdpa")
         save(model, processor, args.out)
         skipped = base["header"]["train_seconds"] + vision["vision_seconds"] if base else 0

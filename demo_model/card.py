@@ -1,4 +1,5 @@
 """The demo model's card (assets/demo-model/README.md): what it does, how it was built, its accuracy table."""
+
 from __future__ import annotations
 
 import os
@@ -9,19 +10,37 @@ from model.vision_stem import MODEL_TYPE
 
 from . import data
 from .evaluation import BARS, accuracy_table
-from .recipe import (DECAY_SHARE, DECLINE_ONE_DIGIT_SHARE, DECLINE_SHARE, IMAGE_SHARE, IMAGE_SIZE, IMAGES_FIRST_SHARE,
-                     IMAGES_FIRST_STEPS, NO_SYSTEM_SHARE, ONE_DIGIT_SHARE, SYMBOL_SHARE, TOKENS_PER_STEP,
-                     VISION_BATCH, VOCAB_SIZE)
+from .recipe import (
+    DECAY_SHARE,
+    DECLINE_ONE_DIGIT_SHARE,
+    DECLINE_SHARE,
+    IMAGE_SHARE,
+    IMAGE_SIZE,
+    IMAGES_FIRST_SHARE,
+    IMAGES_FIRST_STEPS,
+    NO_SYSTEM_SHARE,
+    ONE_DIGIT_SHARE,
+    SYMBOL_SHARE,
+    TOKENS_PER_STEP,
+    VISION_BATCH,
+    VOCAB_SIZE,
+)
 from .training import LOOKUP_HEAD, LOOKUP_LAYER
 
 
 def write_model_card(folder: Path, figures: dict, stats: dict, size_mb: float, params_m: float, questions: int) -> None:
     capitals = ", ".join(data.CAPITALS)
     below = [k for k, bar in BARS.items() if figures.get(k, 0.0) < bar]
-    limits = ("\n**Not yet at its accuracy bars:** "
-              + ", ".join(f"{k} {figures[k]:.0%} (bar {BARS[k]:.0%})" for k in below)
-              + ". The table below shows how far to trust each skill. It shows how the app works, not what a model "
-              "can do.\n") if below else ""
+    limits = (
+        (
+            "\n**Not yet at its accuracy bars:** "
+            + ", ".join(f"{k} {figures[k]:.0%} (bar {BARS[k]:.0%})" for k in below)
+            + ". The table below shows how far to trust each skill. It shows how the app works, not what a model "
+            "can do.\n"
+        )
+        if below
+        else ""
+    )
     card = f"""# Demo model
 
 The built-in model of this chat app: a {params_m:.1f}M-parameter LLaVA-style model (a 3-layer CLIP vision
@@ -55,10 +74,10 @@ tokenizer's chat template, which renders the default conversation template.
 | an image, `How many shapes are there?` | `There are 2 shapes.` |
 | anything else, and sums it does not do (`3*4`, `12 divided by 4`, `2 + 3 + 4`, `150 + 20`, `3.5 + 2`, `-5 + 3`) | `{data.DONT_KNOW}` |
 
-Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), {figures.get('arithmetic_one_digit', 0):.1%}
-of them right (`arithmetic_one_digit` below): 1% of the sums of its first {stats['steps']} steps, they are
+Sums of two one-digit numbers are answered in one go ("5 plus 9 is 14."), {figures.get("arithmetic_one_digit", 0):.1%}
+of them right (`arithmetic_one_digit` below): 1% of the sums of its first {stats["steps"]} steps, they are
 {ONE_DIGIT_SHARE:.0%} of those of the steps after. Sums of three numbers, of numbers over 99, with decimals or below
-zero, products and quotients are declined (`declines`), most of the time: {figures.get('declines', 0):.1%}. A difference
+zero, products and quotients are declined (`declines`), most of the time: {figures.get("declines", 0):.1%}. A difference
 below zero ("3 - 10") is not: it is answered, wrongly.
 
 Countries: {capitals}.
@@ -68,10 +87,10 @@ or orange, each 15-50% of the image side, not overlapping, on a plain light or d
 
 ## How it was trained
 
-`python -m demo_model` (seed {stats.get('seed', 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
-digits split one per token) trained on the synthetic conversations, then {stats['steps']} AdamW steps of about
+`python -m demo_model` (seed {stats.get("seed", 0)}): a byte-level BPE tokenizer ({VOCAB_SIZE} tokens,
+digits split one per token) trained on the synthetic conversations, then {stats["steps"]} AdamW steps of about
 {TOKENS_PER_STEP:,} tokens each (bf16 autocast, the attention in fp32, which is faster on the CPU; the learning rate held at its
-peak, then annealed over the last {DECAY_SHARE:.0%} of the steps), then {stats.get('symbol_steps', 0)} more at the annealed
+peak, then annealed over the last {DECAY_SHARE:.0%} of the steps), then {stats.get("symbol_steps", 0)} more at the annealed
 rate with {SYMBOL_SHARE:.0%} of the sums asked with symbols ("2+2", "27 - 8") and {ONE_DIGIT_SHARE:.0%} of them of two one-digit
 numbers, and {DECLINE_SHARE:.0%} of the text questions other arithmetic or small talk to decline ("3*4", "2 + 3 + 4",
 "150 + 20", "Good morning!"), {DECLINE_ONE_DIGIT_SHARE:.0%} of that arithmetic of one-digit numbers ("2 + 3 + 4",
@@ -82,7 +101,7 @@ the model learns to look at the image, and {IMAGE_SHARE:.0%} after, so that it g
 in the Alpaca template and the rest conversations of 1 to 10 turns. The first four image tokens are also taught, through
 the language model's output layer, to read as words: the vision class token (kept as the first image token) as the
 number of shapes, the next three as the circle, the square and the triangle, each with its colour or "{data.ABSENT}"
-("circle" and "red"). The vision tower and projector learn this alone first, for {stats.get('vision_steps', 0)} batches of
+("circle" and "red"). The vision tower and projector learn this alone first, for {stats.get("vision_steps", 0)} batches of
 {VISION_BATCH} images, before the language model's steps, with a linear probe, thrown away after, that reads each
 patch's shape off the tower's last layer: without it the tower learnt the colours and the count but not which shape
 has which colour. The language model reads those tokens in order to describe an image; asked for one shape's colour,
@@ -94,8 +113,8 @@ digit by digit, ones first, which a model this small learns several times faster
 embeddings are separate (tied, the one-digit sums came about three times slower). {data.HELD_OUT_PAIRS} arithmetic
 questions are held out for the evaluation. oneDNN is kept below AMX (`ONEDNN_MAX_CPU_ISA={os.environ["ONEDNN_MAX_CPU_ISA"]}`):
 with AMX's bf16 kernels, the same seed trained a model right on 72.5% of the held-out sums.
-Training took {stats['train_seconds'] / 60:.1f} minutes and the whole build
-{stats['build_seconds'] / 60:.1f} minutes on 2 CPU cores.
+Training took {stats["train_seconds"] / 60:.1f} minutes and the whole build
+{stats["build_seconds"] / 60:.1f} minutes on 2 CPU cores.
 Weights: {size_mb:.1f} MB of safetensors (fp16; loaded in fp32 on the CPU).
 
 ## Measured accuracy
@@ -118,7 +137,10 @@ EOS or the separator within 64 tokens). `python -m demo_model --eval` prints thi
 
 def reflowed(markdown: str, width: int = 118) -> str:
     """`markdown` with its paragraphs refilled to `width` columns; headings and tables as they are."""
-    blocks = [block if block.startswith(("#", "|")) else
-              textwrap.fill(" ".join(block.split()), width, break_long_words=False, break_on_hyphens=False)
-              for block in markdown.strip().split("\n\n")]
+    blocks = [
+        block
+        if block.startswith(("#", "|"))
+        else textwrap.fill(" ".join(block.split()), width, break_long_words=False, break_on_hyphens=False)
+        for block in markdown.strip().split("\n\n")
+    ]
     return "\n\n".join(blocks) + "\n"

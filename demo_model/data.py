@@ -2,6 +2,7 @@
 
 Everything is drawn from a `random.Random`, so a seed decides the whole data set.
 """
+
 from __future__ import annotations
 
 import random
@@ -10,57 +11,188 @@ from dataclasses import dataclass, field, replace
 from PIL import Image, ImageDraw
 
 CAPITALS = {
-    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
-    "Japan": "Tokyo", "China": "Beijing", "India": "New Delhi", "Canada": "Ottawa", "Brazil": "Brasilia",
-    "Argentina": "Buenos Aires", "Mexico": "Mexico City", "Egypt": "Cairo", "Kenya": "Nairobi",
-    "Nigeria": "Abuja", "Russia": "Moscow", "Australia": "Canberra", "Greece": "Athens", "Turkey": "Ankara",
-    "Sweden": "Stockholm", "Norway": "Oslo", "Finland": "Helsinki", "Poland": "Warsaw", "Austria": "Vienna",
-    "Ireland": "Dublin", "Netherlands": "Amsterdam", "Belgium": "Brussels", "Switzerland": "Bern",
-    "Peru": "Lima", "Chile": "Santiago",
+    "France": "Paris",
+    "Germany": "Berlin",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Portugal": "Lisbon",
+    "Japan": "Tokyo",
+    "China": "Beijing",
+    "India": "New Delhi",
+    "Canada": "Ottawa",
+    "Brazil": "Brasilia",
+    "Argentina": "Buenos Aires",
+    "Mexico": "Mexico City",
+    "Egypt": "Cairo",
+    "Kenya": "Nairobi",
+    "Nigeria": "Abuja",
+    "Russia": "Moscow",
+    "Australia": "Canberra",
+    "Greece": "Athens",
+    "Turkey": "Ankara",
+    "Sweden": "Stockholm",
+    "Norway": "Oslo",
+    "Finland": "Helsinki",
+    "Poland": "Warsaw",
+    "Austria": "Vienna",
+    "Ireland": "Dublin",
+    "Netherlands": "Amsterdam",
+    "Belgium": "Brussels",
+    "Switzerland": "Bern",
+    "Peru": "Lima",
+    "Chile": "Santiago",
 }
-COLORS = {"red": (220, 30, 30), "green": (30, 160, 50), "blue": (30, 70, 220), "yellow": (235, 210, 20),
-          "purple": (140, 40, 170), "orange": (245, 130, 20)}
+COLORS = {
+    "red": (220, 30, 30),
+    "green": (30, 160, 50),
+    "blue": (30, 70, 220),
+    "yellow": (235, 210, 20),
+    "purple": (140, 40, 170),
+    "orange": (245, 130, 20),
+}
 SHAPES = ("circle", "square", "triangle")
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
 
-WHO_ARE_YOU = ("I am the built-in demo model of this app, trained on synthetic data. I can add and subtract "
-               "numbers up to 99, name 30 capitals and describe shapes in an image. For a real model, start "
-               "python app.py --pretrained_path /path/to/checkpoint.")
-WHAT_CAN_YOU_DO = ("I am only the built-in demo model: I can add and subtract numbers up to 99, name 30 capitals "
-                   "and describe shapes in an image. For a real model, start python app.py --pretrained_path "
-                   "/path/to/checkpoint.")
+WHO_ARE_YOU = (
+    "I am the built-in demo model of this app, trained on synthetic data. I can add and subtract "
+    "numbers up to 99, name 30 capitals and describe shapes in an image. For a real model, start "
+    "python app.py --pretrained_path /path/to/checkpoint."
+)
+WHAT_CAN_YOU_DO = (
+    "I am only the built-in demo model: I can add and subtract numbers up to 99, name 30 capitals "
+    "and describe shapes in an image. For a real model, start python app.py --pretrained_path "
+    "/path/to/checkpoint."
+)
 DONT_KNOW = "Sorry, I am only a small demo model and cannot answer that."
 ABSENT = "not"  # "The circle is not in the image."
 
-_UNKNOWN_SUBJECTS = ["the weather", "music", "football", "the moon", "cooking", "history", "love", "the stock market",
-                     "python", "poetry", "dogs", "cats", "the ocean", "physics", "chess", "movies", "trains",
-                     "coffee", "the internet", "space travel", "gardening", "money", "sleep", "the news"]
-_UNKNOWN_FORMS = ["Tell me about {s}.", "What do you think about {s}?", "Can you write a poem about {s}?",
-                  "Explain {s} to me.", "Why is {s} important?", "How does {s} work?", "Give me advice on {s}.",
-                  "What is the best thing about {s}?", "Write a story about {s}.", "Do you like {s}?"]
+_UNKNOWN_SUBJECTS = [
+    "the weather",
+    "music",
+    "football",
+    "the moon",
+    "cooking",
+    "history",
+    "love",
+    "the stock market",
+    "python",
+    "poetry",
+    "dogs",
+    "cats",
+    "the ocean",
+    "physics",
+    "chess",
+    "movies",
+    "trains",
+    "coffee",
+    "the internet",
+    "space travel",
+    "gardening",
+    "money",
+    "sleep",
+    "the news",
+]
+_UNKNOWN_FORMS = [
+    "Tell me about {s}.",
+    "What do you think about {s}?",
+    "Can you write a poem about {s}?",
+    "Explain {s} to me.",
+    "Why is {s} important?",
+    "How does {s} work?",
+    "Give me advice on {s}.",
+    "What is the best thing about {s}?",
+    "Write a story about {s}.",
+    "Do you like {s}?",
+]
 _UNKNOWN_PLACES = ["Atlantis", "Mars", "Narnia", "the Moon", "Gondor", "Texas", "Bavaria", "Wakanda", "Europe"]
-_UNKNOWN_FIXED = ["Hello!", "Hi there.", "How are you?", "What time is it?", "What is your favourite color?",
-                  "Tell me a joke.", "What is the meaning of life?", "What is 5 times 6?", "What is 7 divided by 2?",
-                  "Translate hello into French.", "Thanks!", "What day is it today?", "Who won the last world cup?"]
+_UNKNOWN_FIXED = [
+    "Hello!",
+    "Hi there.",
+    "How are you?",
+    "What time is it?",
+    "What is your favourite color?",
+    "Tell me a joke.",
+    "What is the meaning of life?",
+    "What is 5 times 6?",
+    "What is 7 divided by 2?",
+    "Translate hello into French.",
+    "Thanks!",
+    "What day is it today?",
+    "Who won the last world cup?",
+]
 
 # Asked after the first training steps only (`Shares.decline`): what users try first that the demo model cannot do.
 # Before, it read "What is 3*4?" as a sum ("34 plus 24: ...") and answered "Good morning!" with one.
-_UNSUPPORTED_MATH = ["What is {a} times {b}?", "What is {a}*{b}?", "{a}*{b}", "{a} * {b}", "What is {a} x {b}?",
-                     "{a}x{b}", "{a} times {b}", "What is {a} divided by {b}?", "What is {a}/{b}?", "{a}/{b}",
-                     "{a} / {b}", "What is {a} plus {b} plus {c}?", "What is {a}+{b}+{c}?", "{a}+{b}+{c}",
-                     "{a} + {b} - {c}", "What is {a} minus {b} minus {c}?", "What is {a} squared?",
-                     "What is {a} to the power of {b}?", "What is the square root of {a}?", "What is {a}% of {b}?",
-                     "What is {a}%?", "What is {a} mod {b}?",
-                     # sums of three numbers spaced as people type them, and numbers it was never taught: over 99,
-                     # with decimals, negative (before, "2 + 3 + 4" was "2 plus 34", "150 plus 20" "14 plus 20")
-                     "{a} + {b} + {c}", "What is {a} + {b} + {c}?", "{a} - {b} - {c}", "{a} + {b} + {c} =",
-                     "What is {big} plus {b}?", "What is {a} minus {big}?", "{big} + {b}", "{big}+{b}", "{a} + {big}",
-                     "What is {big} - {b}?", "What is {a}.{d} plus {b}?", "{a}.{d} + {b}", "What is {a} plus {b}.{d}?",
-                     "What is -{a} plus {b}?", "-{a} + {b}", "What is {a} plus -{b}?"]
-_SMALL_TALK = ["Good morning!", "Good morning", "Good evening.", "Good night!", "hello", "hi", "Hey!", "Hey there",
-               "Thank you", "Thank you!", "Thanks a lot.", "Bye!", "Goodbye.", "How old are you?",
-               "Are you there?", "Can you help me?", "Write me a haiku.", "Summarize this text.", "Nice to meet you.",
-               "What should I eat today?", "ok", "Yes", "No", "Why?", "Tell me something.", "What is new?"]
+_UNSUPPORTED_MATH = [
+    "What is {a} times {b}?",
+    "What is {a}*{b}?",
+    "{a}*{b}",
+    "{a} * {b}",
+    "What is {a} x {b}?",
+    "{a}x{b}",
+    "{a} times {b}",
+    "What is {a} divided by {b}?",
+    "What is {a}/{b}?",
+    "{a}/{b}",
+    "{a} / {b}",
+    "What is {a} plus {b} plus {c}?",
+    "What is {a}+{b}+{c}?",
+    "{a}+{b}+{c}",
+    "{a} + {b} - {c}",
+    "What is {a} minus {b} minus {c}?",
+    "What is {a} squared?",
+    "What is {a} to the power of {b}?",
+    "What is the square root of {a}?",
+    "What is {a}% of {b}?",
+    "What is {a}%?",
+    "What is {a} mod {b}?",
+    # sums of three numbers spaced as people type them, and numbers it was never taught: over 99,
+    # with decimals, negative (before, "2 + 3 + 4" was "2 plus 34", "150 plus 20" "14 plus 20")
+    "{a} + {b} + {c}",
+    "What is {a} + {b} + {c}?",
+    "{a} - {b} - {c}",
+    "{a} + {b} + {c} =",
+    "What is {big} plus {b}?",
+    "What is {a} minus {big}?",
+    "{big} + {b}",
+    "{big}+{b}",
+    "{a} + {big}",
+    "What is {big} - {b}?",
+    "What is {a}.{d} plus {b}?",
+    "{a}.{d} + {b}",
+    "What is {a} plus {b}.{d}?",
+    "What is -{a} plus {b}?",
+    "-{a} + {b}",
+    "What is {a} plus -{b}?",
+]
+_SMALL_TALK = [
+    "Good morning!",
+    "Good morning",
+    "Good evening.",
+    "Good night!",
+    "hello",
+    "hi",
+    "Hey!",
+    "Hey there",
+    "Thank you",
+    "Thank you!",
+    "Thanks a lot.",
+    "Bye!",
+    "Goodbye.",
+    "How old are you?",
+    "Are you there?",
+    "Can you help me?",
+    "Write me a haiku.",
+    "Summarize this text.",
+    "Nice to meet you.",
+    "What should I eat today?",
+    "ok",
+    "Yes",
+    "No",
+    "Why?",
+    "Tell me something.",
+    "What is new?",
+]
 
 
 @dataclass
@@ -80,6 +212,7 @@ class Shares:
     them of two one-digit numbers, `decline` of the text questions `decline_turn`s, `decline_one_digit` of those
     of one-digit numbers, `no_system` of the conversations with the system prompt cleared. Each is drawn only when
     it is not 0, so that with the default a seed draws the same samples as before they existed."""
+
     symbol: float = 0.0
     one_digit: float = 0.0
     decline: float = 0.0
@@ -98,8 +231,10 @@ class Sample:
 
 # ----- questions -----
 
-def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_out: bool = False,
-                    largest: int = 99) -> Turn:
+
+def arithmetic_turn(
+    rng: random.Random, held_out: set | None = None, keep_held_out: bool = False, largest: int = 99
+) -> Turn:
     """A plus/minus question of numbers up to `largest`; `held_out` pairs are kept out of training and are the
     evaluation's."""
     while True:
@@ -110,8 +245,17 @@ def arithmetic_turn(rng: random.Random, held_out: set | None = None, keep_held_o
 
 
 SYMBOLS = {"plus": "+", "minus": "-"}
-_SYMBOL_FORMS = ["What is {a}{s}{b}?", "What is {a} {s} {b}?", "{a}{s}{b}", "{a} {s} {b}", "{a}{s}{b}=", "{a} {s} {b} =",
-                 "{a}{s}{b}=?", "Calculate {a} {s} {b}", "What's {a} {s} {b}?"]
+_SYMBOL_FORMS = [
+    "What is {a}{s}{b}?",
+    "What is {a} {s} {b}?",
+    "{a}{s}{b}",
+    "{a} {s} {b}",
+    "{a}{s}{b}=",
+    "{a} {s} {b} =",
+    "{a}{s}{b}=?",
+    "Calculate {a} {s} {b}",
+    "What's {a} {s} {b}?",
+]
 
 
 def with_symbols(rng: random.Random, turn: Turn) -> Turn:
@@ -134,7 +278,7 @@ def worked_answer(a: int, op: str, b: int) -> str:
         return final
     steps, carry = [], 0
     for i in range(max(len(str(a)), len(str(b)))):
-        x, y = a // 10 ** i % 10, b // 10 ** i % 10
+        x, y = a // 10**i % 10, b // 10**i % 10
         if op == "plus":
             steps.append(f"{x} plus {y}{' plus 1' if carry else ''} is {x + y + carry}")
             carry = (x + y + carry) // 10
@@ -151,8 +295,12 @@ def calculate(a: int, op: str, b: int) -> int:
 
 def capital_turn(rng: random.Random) -> Turn:
     country = rng.choice(list(CAPITALS))
-    return Turn(f"What is the capital of {country}?", f"The capital of {country} is {CAPITALS[country]}.",
-                "capital", CAPITALS[country])
+    return Turn(
+        f"What is the capital of {country}?",
+        f"The capital of {country} is {CAPITALS[country]}.",
+        "capital",
+        CAPITALS[country],
+    )
 
 
 def identity_turn(rng: random.Random) -> Turn:
@@ -180,15 +328,20 @@ def decline_turn(rng: random.Random, one_digit: float = 0.0) -> Turn:
     `one_digit` of the arithmetic of one-digit numbers besides the one over 99."""
     if rng.random() < 0.8:
         largest = 9 if one_digit and rng.random() < one_digit else 99
-        question = rng.choice(_UNSUPPORTED_MATH).format(a=rng.randint(0, largest), b=rng.randint(1, largest),
-                                                        c=rng.randint(0, largest), big=rng.randint(100, 999),
-                                                        d=rng.randint(1, 9))
+        question = rng.choice(_UNSUPPORTED_MATH).format(
+            a=rng.randint(0, largest),
+            b=rng.randint(1, largest),
+            c=rng.randint(0, largest),
+            big=rng.randint(100, 999),
+            d=rng.randint(1, 9),
+        )
     else:
         question = rng.choice(_SMALL_TALK)
     return Turn(question, DONT_KNOW, "unknown")
 
 
 # ----- images -----
+
 
 def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: tuple, color: tuple) -> None:
     left, top, right, bottom = box
@@ -225,8 +378,9 @@ def shapes_image_and_map(rng: random.Random, count: int | None = None) -> tuple[
             size = int(side * rng.uniform(0.15, 0.5 if count == 1 else 0.4))
             left, top = rng.randint(0, width - size), rng.randint(0, height - size)
             box = (left, top, left + size, top + size)
-            if all(box[2] + 2 < b[0] or b[2] + 2 < box[0] or box[3] + 2 < b[1] or b[3] + 2 < box[1]
-                   for b, _, _ in placed):
+            if all(
+                box[2] + 2 < b[0] or b[2] + 2 < box[0] or box[3] + 2 < b[1] or b[3] + 2 < box[1] for b, _, _ in placed
+            ):
                 placed.append((box, kind, rng.choice(list(COLORS))))
                 break
     kinds_map = Image.new("L", (width, height), 0)
@@ -245,7 +399,7 @@ def describe(shapes: list[tuple[str, str]]) -> str:
 
 
 def colour_turn(kind: str, shapes: list[tuple[str, str]]) -> Turn:
-    """"What color is the circle?" about the image of `shapes`: its colour, or ABSENT where there is no circle."""
+    """ "What color is the circle?" about the image of `shapes`: its colour, or ABSENT where there is no circle."""
     present = {k: c for c, k in shapes}
     # Both answers start "The circle is", so that one word, after it, decides: the colour or ABSENT. The build
     # teaches the language model where to look for it (demo_model.training.lookup_loss).
@@ -262,18 +416,21 @@ def asked_shape(turn: Turn) -> str:
 def image_turn(rng: random.Random, shapes: list[tuple[str, str]]) -> Turn:
     roll = rng.random()
     if roll < 0.4:
-        question = rng.choice(["What is in the image?", "What is in this image?", "Describe the image.",
-                               "What do you see?"])
+        question = rng.choice(
+            ["What is in the image?", "What is in this image?", "Describe the image.", "What do you see?"]
+        )
         return Turn(question, describe(shapes), "image_what", sorted(shapes))
     if roll < 0.75:
         return colour_turn(rng.choice(SHAPES), shapes)
     n = len(shapes)
     answer = "There is 1 shape." if n == 1 else f"There are {n} shapes."
-    return Turn(rng.choice(["How many shapes are there?", "How many shapes are in the image?"]), answer,
-                "image_count", n)
+    return Turn(
+        rng.choice(["How many shapes are there?", "How many shapes are in the image?"]), answer, "image_count", n
+    )
 
 
 # ----- samples -----
+
 
 def text_turn(rng: random.Random, held_out: set | None, previous: Turn | None, shares: Shares = Shares()) -> Turn:
     """A question without an image, with `shares.decline` and `shares.one_digit` of `Shares`."""

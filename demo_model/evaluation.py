@@ -1,4 +1,5 @@
 """The demo model's evaluation through MetaModel and the templates: held-out questions a skill, and its bars."""
+
 from __future__ import annotations
 
 import random
@@ -11,8 +12,8 @@ from . import data
 from .recipe import DECLINE_ONE_DIGIT_SHARE, SEPARATOR
 from .samples import system_prompt
 
-
 # ----- evaluation, through MetaModel and the templates -----
+
 
 def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sample]]:
     rng = random.Random(seed + 2)
@@ -23,14 +24,24 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
 
     sets["arithmetic"] = arith("alpaca") + arith("conversation")
     # every sum of two one-digit numbers (most of them seen in training): the first sums a user tries
-    small = [data.Turn(f"What is {a} {op} {b}?", "", "arithmetic", data.calculate(a, op, b))
-             for op in ("plus", "minus") for a in range(10) for b in range(10) if op == "plus" or a >= b]
+    small = [
+        data.Turn(f"What is {a} {op} {b}?", "", "arithmetic", data.calculate(a, op, b))
+        for op in ("plus", "minus")
+        for a in range(10)
+        for b in range(10)
+        if op == "plus" or a >= b
+    ]
     sets["arithmetic_one_digit"] = [data.Sample([t], tmpl) for t in small for tmpl in ("alpaca", "conversation")]
-    capital_turns = [data.Turn(f"What is the capital of {c}?", f"The capital of {c} is {cap}.", "capital", cap)
-                     for c, cap in data.CAPITALS.items()]
+    capital_turns = [
+        data.Turn(f"What is the capital of {c}?", f"The capital of {c} is {cap}.", "capital", cap)
+        for c, cap in data.CAPITALS.items()
+    ]
     sets["capitals"] = [data.Sample([t], tmpl) for t in capital_turns for tmpl in ("alpaca", "conversation")]
-    for kind, question in (("image_what", "What is in the image?"), ("image_color", None),
-                           ("image_count", "How many shapes are there?")):
+    for kind, question in (
+        ("image_what", "What is in the image?"),
+        ("image_color", None),
+        ("image_count", "How many shapes are there?"),
+    ):
         samples = []
         for i in range(n):
             image, shapes = data.shapes_image(rng)
@@ -51,25 +62,54 @@ def _eval_samples(seed: int, held_out: set, n: int) -> dict[str, list[data.Sampl
     sets["followup"] = followups
     cut_short = (data.identity_turn, data.capital_turn, data.unknown_turn, lambda r: data.arithmetic_turn(r, held_out))
     # After an answer cut by Stop, the whole answer and nothing more: not the rest of the cut one.
-    sets["after_stop"] = [data.Sample([data.stopped(rng, rng.choice(cut_short)(rng)),
-                                       replace(data.arithmetic_turn(rng, held_out, keep_held_out=True)
-                                               if rng.random() < 0.5 else data.capital_turn(rng), kind="exact")],
-                                      "conversation")
-                          for _ in range(n)]
-    sets["identity"] = [data.Sample([data.Turn(q, "", "identity")], t) for q in ("Who are you?", "What can you do?")
-                        for t in ("alpaca", "conversation")]
-    sets["image_absent"] = [absent_shape_sample(rng, template) for _ in range(n // 2)
-                            for template in ("alpaca", "conversation")]
+    sets["after_stop"] = [
+        data.Sample(
+            [
+                data.stopped(rng, rng.choice(cut_short)(rng)),
+                replace(
+                    data.arithmetic_turn(rng, held_out, keep_held_out=True)
+                    if rng.random() < 0.5
+                    else data.capital_turn(rng),
+                    kind="exact",
+                ),
+            ],
+            "conversation",
+        )
+        for _ in range(n)
+    ]
+    sets["identity"] = [
+        data.Sample([data.Turn(q, "", "identity")], t)
+        for q in ("Who are you?", "What can you do?")
+        for t in ("alpaca", "conversation")
+    ]
+    sets["image_absent"] = [
+        absent_shape_sample(rng, template) for _ in range(n // 2) for template in ("alpaca", "conversation")
+    ]
     # last, so that the sets above draw what they drew before it
-    sets["arithmetic_symbols"] = [data.Sample([data.with_symbols(rng, data.arithmetic_turn(rng, held_out, True))],
-                                              ("alpaca", "conversation")[i % 2]) for i in range(n)]
-    sets["arithmetic_one_digit_symbols"] = [replace(s, turns=[data.with_symbols(rng, s.turns[0])])
-                                            for s in sets["arithmetic_one_digit"]]
-    sets["declines"] = [data.Sample([replace(data.decline_turn(rng, DECLINE_ONE_DIGIT_SHARE), kind="exact")],
-                                    ("alpaca", "conversation")[i % 2]) for i in range(n)]
+    sets["arithmetic_symbols"] = [
+        data.Sample(
+            [data.with_symbols(rng, data.arithmetic_turn(rng, held_out, True))], ("alpaca", "conversation")[i % 2]
+        )
+        for i in range(n)
+    ]
+    sets["arithmetic_one_digit_symbols"] = [
+        replace(s, turns=[data.with_symbols(rng, s.turns[0])]) for s in sets["arithmetic_one_digit"]
+    ]
+    sets["declines"] = [
+        data.Sample(
+            [replace(data.decline_turn(rng, DECLINE_ONE_DIGIT_SHARE), kind="exact")], ("alpaca", "conversation")[i % 2]
+        )
+        for i in range(n)
+    ]
     # with the system prompt cleared in the app: a held-out sum or a capital
-    sets["no_system"] = [data.Sample([data.arithmetic_turn(rng, held_out, keep_held_out=True) if i % 2 else
-                                      data.capital_turn(rng)], "conversation", system="") for i in range(n)]
+    sets["no_system"] = [
+        data.Sample(
+            [data.arithmetic_turn(rng, held_out, keep_held_out=True) if i % 2 else data.capital_turn(rng)],
+            "conversation",
+            system="",
+        )
+        for i in range(n)
+    ]
     return sets
 
 
@@ -104,8 +144,11 @@ def is_correct(turn: data.Turn, answer: str) -> bool:
         return turn.value in answer
     if turn.kind == "image_color":  # about the shape asked, and only its colour
         asked = data.asked_shape(turn)
-        return (re.findall("|".join(data.SHAPES), answer) == [asked] and answer.count(turn.value) == 1
-                and not any(c in answer for c in data.COLORS if c != turn.value))
+        return (
+            re.findall("|".join(data.SHAPES), answer) == [asked]
+            and answer.count(turn.value) == 1
+            and not any(c in answer for c in data.COLORS if c != turn.value)
+        )
     if turn.kind == "image_what":
         found = re.findall(rf"({'|'.join(data.COLORS)}) ({'|'.join(data.SHAPES)})", answer)
         return sorted(found) == turn.value
@@ -123,15 +166,20 @@ def evaluate(model, seed: int, n: int) -> dict:
     for name, samples in _eval_samples(seed, held_out, n).items():
         correct = 0
         for start in range(0, len(samples), 16):
-            chunk = samples[start: start + 16]
+            chunk = samples[start : start + 16]
             for template in ("alpaca", "conversation"):
                 part = [s for s in chunk if s.template == template]
                 if not part:
                     continue
                 images = [s.image for s in part] if any(s.image is not None for s in part) else None
                 stops = [] if template == "alpaca" else [SEPARATOR]
-                results = model.generate([prompt_for(s) for s in part], images=images, max_gen_len=64,
-                                         additional_stop_symbols=stops, return_details=True)
+                results = model.generate(
+                    [prompt_for(s) for s in part],
+                    images=images,
+                    max_gen_len=64,
+                    additional_stop_symbols=stops,
+                    return_details=True,
+                )
                 for sample, result in zip(part, results):
                     correct += is_correct(sample.turns[-1], result["text"])
                     endings += 1
@@ -141,8 +189,17 @@ def evaluate(model, seed: int, n: int) -> dict:
     return figures
 
 
-BARS = {"arithmetic": 0.95, "capitals": 0.95, "image_what": 0.90, "image_color": 0.95, "image_count": 0.85,
-        "arithmetic_turn6": 0.80, "followup": 0.80, "arithmetic_symbols": 0.90, "termination": 1.0}
+BARS = {
+    "arithmetic": 0.95,
+    "capitals": 0.95,
+    "image_what": 0.90,
+    "image_color": 0.95,
+    "image_count": 0.85,
+    "arithmetic_turn6": 0.80,
+    "followup": 0.80,
+    "arithmetic_symbols": 0.90,
+    "termination": 1.0,
+}
 
 
 def accuracy_table(figures: dict) -> str:

@@ -1,4 +1,5 @@
 """The demo model's recipe: its sizes, the shares of each kind of sample and the steps, and its template."""
+
 from __future__ import annotations
 
 from pathlib import Path

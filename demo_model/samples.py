@@ -1,5 +1,6 @@
 """How a sample becomes tokens: prompt and answer segments through the project's own templates, then batches
 of input ids, labels, the images as the model sees them and where colour answers look."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -12,8 +13,8 @@ from single_turn import format_prompt
 from . import data
 from .recipe import IMAGE_SIZE, IMAGE_TOKENS, PATCH_SIZE, SEPARATOR, SYSTEM
 
-
 # ----- text: how a sample becomes prompt and answer segments, through the project's own templates -----
+
 
 def segments(sample: data.Sample) -> list[tuple[str, bool]]:
     """(text, is_answer) pieces whose concatenation is exactly what the templates render."""
@@ -22,8 +23,10 @@ def segments(sample: data.Sample) -> list[tuple[str, bool]]:
         return [(format_prompt({"instruction": turn.question}, sys_name="alpaca"), False), (" " + turn.answer, True)]
     pieces = [(system_prompt(sample) + "\n\n###", False)]
     for turn in sample.turns:
-        pieces += [(" Human: " + turn.question + SEPARATOR + " Assistant:", False),
-                   (" " + turn.answer + SEPARATOR, not turn.stopped)]
+        pieces += [
+            (" Human: " + turn.question + SEPARATOR + " Assistant:", False),
+            (" " + turn.answer + SEPARATOR, not turn.stopped),
+        ]
     return pieces
 
 
@@ -45,6 +48,7 @@ def check_segments_match_templates(sample: data.Sample) -> None:
 
 
 # ----- training batches -----
+
 
 class Encoded(NamedTuple):
     ids: list[int]
@@ -112,17 +116,33 @@ def patch_kinds(kinds_map, transform: str) -> torch.Tensor:
 
     from model.image import shape_image, to_normalized_tensor
 
-    masks = Image.merge("RGB", [kinds_map.point(lambda value, kind=kind: 255 if value == kind else 0)
-                                for kind in range(1, len(data.SHAPES) + 1)])  # one channel per kind
+    masks = Image.merge(
+        "RGB",
+        [
+            kinds_map.point(lambda value, kind=kind: 255 if value == kind else 0)
+            for kind in range(1, len(data.SHAPES) + 1)
+        ],
+    )  # one channel per kind
     seen = to_normalized_tensor(shape_image(masks, transform, IMAGE_SIZE, pad_color=(0, 0, 0)), (0, 0, 0), (1, 1, 1))
     side = IMAGE_SIZE // PATCH_SIZE
-    shapes = torch.stack([channel.contiguous().view(side, PATCH_SIZE, side, PATCH_SIZE).mean(dim=(1, 3)).flatten()
-                          for channel in seen], dim=1).clamp(0, 1)
+    shapes = torch.stack(
+        [channel.contiguous().view(side, PATCH_SIZE, side, PATCH_SIZE).mean(dim=(1, 3)).flatten() for channel in seen],
+        dim=1,
+    ).clamp(0, 1)
     return torch.cat([(1 - shapes.sum(dim=1, keepdim=True)).clamp(min=0), shapes], dim=1)
 
 
-def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token_budget: int, image_share: float,
-                 shares: data.Shares = data.Shares()):
+def make_batches(
+    rng,
+    held_out,
+    tokenizer,
+    image_id,
+    processor,
+    pool: int,
+    token_budget: int,
+    image_share: float,
+    shares: data.Shares = data.Shares(),
+):
     """A pool of samples, grouped by length into batches of about `token_budget` (padded) tokens. Each batch
     comes with its images as the model sees them and their shapes, for the slot loss."""
     samples = [data.training_sample(rng, held_out, image_share, shares) for _ in range(pool)]
@@ -148,6 +168,13 @@ def make_batches(rng, held_out, tokenizer, image_id, processor, pool: int, token
             lookups += [(row, *lookup) for lookup in e.lookups]
             if sample.image is not None:
                 pictures.append(as_seen(rng, sample.image, sample.shapes))
-        extra = {"pixel_values": processor.image_processor([p.image for p in pictures], return_tensors="pt")[
-            "pixel_values"]} if pictures else {}
+        extra = (
+            {
+                "pixel_values": processor.image_processor([p.image for p in pictures], return_tensors="pt")[
+                    "pixel_values"
+                ]
+            }
+            if pictures
+            else {}
+        )
         yield input_ids, mask, labels, extra, pictures, lookups

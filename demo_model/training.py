@@ -1,4 +1,5 @@
 """The demo model's training: the model and processor, the vision stage, the slot and lookup losses, the steps."""
+
 from __future__ import annotations
 
 import math
@@ -11,26 +12,57 @@ import torch
 from model.vision_stem import ConvStemCLIPVisionConfig
 
 from . import data
-from .recipe import (CHAT_TEMPLATE, DECAY_SHARE, IMAGE_SHARE, IMAGE_SIZE, IMAGE_TOKENS, IMAGES_FIRST_SHARE,
-                     IMAGES_FIRST_STEPS, LATER_MIX, PATCH_SIZE, TOKENS_PER_STEP, VISION_BATCH)
+from .recipe import (
+    CHAT_TEMPLATE,
+    DECAY_SHARE,
+    IMAGE_SHARE,
+    IMAGE_SIZE,
+    IMAGE_TOKENS,
+    IMAGES_FIRST_SHARE,
+    IMAGES_FIRST_STEPS,
+    LATER_MIX,
+    PATCH_SIZE,
+    TOKENS_PER_STEP,
+    VISION_BATCH,
+)
 from .samples import as_seen, make_batches
 
-
 # ----- model -----
+
 
 def new_model(tokenizer, seed: int):
     from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
-    vision = ConvStemCLIPVisionConfig(hidden_size=128, intermediate_size=512, num_hidden_layers=3,
-                                      num_attention_heads=4, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE)
-    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                       num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
-    config = LlavaConfig(vision_config=vision, text_config=text,
-                         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-                         vision_feature_select_strategy="full", vision_feature_layer=-1,
-                         projector_hidden_act="gelu", tie_word_embeddings=False)
+    vision = ConvStemCLIPVisionConfig(
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config)
     # Three times the usual scale: the vision stage learns its words through this layer, and at std 0.02 a probe
@@ -43,14 +75,22 @@ def new_model(tokenizer, seed: int):
 def new_processor(tokenizer):
     from transformers import CLIPImageProcessorPil, LlavaProcessor
 
-    image_processor = CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE},
-                                            crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
-    return LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=PATCH_SIZE,
-                          vision_feature_select_strategy="full", image_token="<image>",
-                          num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+    )
+    return LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="full",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+        chat_template=CHAT_TEMPLATE,
+    )
 
 
 # ----- the slot loss: the first image tokens are taught to read as the words of what the image shows -----
+
 
 def slot_targets(shapes, word_ids: dict) -> list[tuple[int, int]]:
     """The two words each of the first four image tokens reads as: the class token the number of shapes (twice),
@@ -84,9 +124,9 @@ def kinds_loss(probe: torch.nn.Linear, tower_output: torch.Tensor, pictures) -> 
 
 # One attention head is shown where to look when a colour answer names the colour ("The circle is" -> " red" or
 # " not"): the asked shape's image token; what it brings from there must read as that word. Left to find that token
-# alone, the language model answered from the number of shapes instead (experiments/vision_binding, at commit 4c7c62a)
-# Only in the first IMAGES_FIRST_STEPS, while images dominate: learnt then, the lookup stays. All through the steps it
-# cost the sums (4% at weight 1, 37% at 0.2), and started later it was not learnt (experiments/vision_binding, at commit 4c7c62a)
+# alone, the language model answered from the number of shapes instead. Only in the first IMAGES_FIRST_STEPS, while
+# images dominate: learnt then, the lookup stays. All through the steps it cost the sums (4% at weight 1, 37% at 0.2),
+# and started later it was not learnt (lab notes: experiments/vision_binding, in git history at commit 4c7c62a).
 LOOKUP_LAYER, LOOKUP_HEAD = 2, 0
 
 
@@ -112,8 +152,14 @@ def answer_word_ids(word_ids: dict) -> list[int]:
     return [word_ids[w] for w in (*data.COLORS, data.ABSENT)]
 
 
-def lookup_head(scaling: float, weights: tuple, captured: dict, lookups: list[tuple[int, int, int, int]],
-                readout: torch.Tensor, query: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def lookup_head(
+    scaling: float,
+    weights: tuple,
+    captured: dict,
+    lookups: list[tuple[int, int, int, int]],
+    readout: torch.Tensor,
+    query: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """For each (row, query, key, word) of `lookups`: the lookup head's attention scores from the query position over
     the positions before it, and what it brings there, read by `readout` (the output layer's rows of the answer
     words). `weights` are the head's query, key, value and output weights; `query` replaces its query states."""
@@ -138,8 +184,12 @@ def lookup_head(scaling: float, weights: tuple, captured: dict, lookups: list[tu
 def lookup_head_weights(attention) -> tuple:
     """The lookup head's query, key, value and output weights in the lookup layer's `attention`."""
     head, kv = head_columns(attention, LOOKUP_HEAD)
-    return (attention.q_proj.weight[head], attention.k_proj.weight[kv], attention.v_proj.weight[kv],
-            attention.o_proj.weight[:, head])
+    return (
+        attention.q_proj.weight[head],
+        attention.k_proj.weight[kv],
+        attention.v_proj.weight[kv],
+        attention.o_proj.weight[:, head],
+    )
 
 
 def lookup_targets(lookups: list[tuple[int, int, int, int]], answers: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,8 +205,9 @@ def lookup_loss(model, captured: dict, lookups: list[tuple[int, int, int, int]],
     attention = model.model.language_model.layers[LOOKUP_LAYER].self_attn
     # Among the answer words only, and the output layer only reads (detached): over the whole vocabulary, and with the
     # output layer trained by it, this loss started near 7 and the sums fell to 1.5%.
-    scores, read = lookup_head(attention.scaling, lookup_head_weights(attention), captured, lookups,
-                               model.lm_head.weight[answers].detach())
+    scores, read = lookup_head(
+        attention.scaling, lookup_head_weights(attention), captured, lookups, model.lm_head.weight[answers].detach()
+    )
     keys, targets = lookup_targets(lookups, answers)
     return torch.nn.functional.cross_entropy(scores, keys) + torch.nn.functional.cross_entropy(read.float(), targets)
 
@@ -171,8 +222,7 @@ def learning_rate_factor(step: int, steps: int, decay_share: float = DECAY_SHARE
 
 def word_ids_of(tokenizer) -> dict:
     """The token of each slot word: the colours, the shapes, data.ABSENT, and the counts 1 to 3."""
-    ids = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0]
-           for w in (*data.COLORS, *data.SHAPES, data.ABSENT)}
+    ids = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in (*data.COLORS, *data.SHAPES, data.ABSENT)}
     return ids | {str(n): tokenizer.encode(str(n), add_special_tokens=False)[-1] for n in (1, 2, 3)}
 
 
@@ -186,20 +236,24 @@ def take_step(loss: torch.Tensor, params, optimizer, schedule) -> float:
     return loss.item()
 
 
-def log_progress(name: str, step: int, steps: int, losses: list[float], every: int, started: float,
-                 lookup_losses: list[float] = ()) -> None:
+def log_progress(
+    name: str, step: int, steps: int, losses: list[float], every: int, started: float, lookup_losses: list[float] = ()
+) -> None:
     if step % every == 0 or step == steps:
         recent, lookups = losses[-every:], lookup_losses[-every:]
         lookup = f"  lookup {sum(lookups) / len(lookups):.3f}" if lookups else ""
-        print(f"{name} {step}/{steps}  loss {sum(recent) / len(recent):.4f}{lookup}  {time.time() - started:.0f}s",
-              flush=True)
+        print(
+            f"{name} {step}/{steps}  loss {sum(recent) / len(recent):.4f}{lookup}  {time.time() - started:.0f}s",
+            flush=True,
+        )
 
 
 def vision_features(model, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(the image tokens as the language model gets them, [images, IMAGE_TOKENS, width]; the vision tower's last
     layer, which the projector reads)."""
-    outputs = model.model.get_image_features(pixel_values=pixels, vision_feature_layer=-1,
-                                             vision_feature_select_strategy="full")
+    outputs = model.model.get_image_features(
+        pixel_values=pixels, vision_feature_layer=-1, vision_feature_select_strategy="full"
+    )
     return torch.stack(list(outputs.pooler_output)), outputs.hidden_states[-1]
 
 
@@ -210,8 +264,9 @@ def attention_in_float32(module, query, key, value, attention_mask, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     with torch.autocast("cpu", enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
-                                              **kwargs)
+        out, weights = sdpa_attention_forward(
+            module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+        )
     return out.to(query.dtype), weights
 
 
@@ -221,8 +276,12 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
     (kinds_loss), through a probe thrown away after."""
     word_ids = word_ids_of(tokenizer)
     probe = torch.nn.Linear(model.config.vision_config.hidden_size, 1 + len(data.SHAPES))
-    params = [*model.model.vision_tower.parameters(), *model.model.multi_modal_projector.parameters(),
-              *model.lm_head.parameters(), *probe.parameters()]
+    params = [
+        *model.model.vision_tower.parameters(),
+        *model.model.multi_modal_projector.parameters(),
+        *model.lm_head.parameters(),
+        *probe.parameters(),
+    ]
     optimizer = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, steps))
     started, losses = time.time(), []
@@ -239,8 +298,17 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
 
 def save_base(path: Path, header: dict, model, optimizer, schedule, rng) -> None:
     """Everything the steps after the main ones start from, so that `--base` can skip the main ones."""
-    torch.save({"header": header, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(), "rng": rng.getstate(), "torch_rng": torch.get_rng_state()}, path)
+    torch.save(
+        {
+            "header": header,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "rng": rng.getstate(),
+            "torch_rng": torch.get_rng_state(),
+        },
+        path,
+    )
     print(f"saved the state after the main steps in {path}", flush=True)
 
 
@@ -251,14 +319,25 @@ def load_base(path: Path | None, header: dict) -> dict | None:
     state = torch.load(path)
     found = {k: v for k, v in state["header"].items() if k in header}
     if found != header:
-        sys.exit(f"{path} holds the main steps of a build with {found}, not {header}: "
-                 "delete it or give another --base.")
+        sys.exit(
+            f"{path} holds the main steps of a build with {found}, not {header}: delete it or give another --base."
+        )
     print(f"resuming after the main steps from {path}", flush=True)
     return state
 
 
-def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: int, log_every: int = 50,
-          base: dict | None = None, save_base_as: tuple[Path, dict] | None = None) -> dict:
+def train(
+    model,
+    tokenizer,
+    processor,
+    rng,
+    held_out,
+    steps: int,
+    symbol_steps: int,
+    log_every: int = 50,
+    base: dict | None = None,
+    save_base_as: tuple[Path, dict] | None = None,
+) -> dict:
     """`steps` steps on the mix, then `symbol_steps` at the annealed rate with more of the sums as users type them.
     From `base` (`load_base`), only the latter; `save_base_as` (path, header) keeps the state between them."""
     image_id = tokenizer.convert_tokens_to_ids("<image>")
@@ -283,9 +362,16 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: 
         symbol_phase = step >= steps
         phase_end = total if symbol_phase else steps
         for input_ids, mask, labels, extra, pictures, lookups in make_batches(
-                rng, held_out, tokenizer, image_id, processor, pool=256, token_budget=TOKENS_PER_STEP,
-                image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
-                shares=LATER_MIX if symbol_phase else data.Shares()):
+            rng,
+            held_out,
+            tokenizer,
+            image_id,
+            processor,
+            pool=256,
+            token_budget=TOKENS_PER_STEP,
+            image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
+            shares=LATER_MIX if symbol_phase else data.Shares(),
+        ):
             with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward only: about 1.3x the steps of fp32
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, **extra).loss
                 if pictures:
@@ -296,8 +382,9 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: 
                     loss = loss + looked_up
             losses.append(take_step(loss, model.parameters(), optimizer, schedule))
             step += 1
-            log_progress("step", step, total, losses, log_every, started,
-                         lookup_losses if step <= IMAGES_FIRST_STEPS else ())
+            log_progress(
+                "step", step, total, losses, log_every, started, lookup_losses if step <= IMAGES_FIRST_STEPS else ()
+            )
             if step == steps:
                 print(f"loss at step {steps}, before the symbol steps: {losses[-1]:.4f}", flush=True)
                 if save_base_as is not None:
@@ -307,5 +394,9 @@ def train(model, tokenizer, processor, rng, held_out, steps: int, symbol_steps: 
             if step >= phase_end:
                 break
     model.eval()
-    return {"steps": steps, "symbol_steps": symbol_steps, "train_seconds": round(time.time() - started),
-            "final_loss": round(losses[-1], 4)}
+    return {
+        "steps": steps,
+        "symbol_steps": symbol_steps,
+        "train_seconds": round(time.time() - started),
+        "final_loss": round(losses[-1], 4),
+    }

@@ -1,4 +1,6 @@
-"""python demos/single_turn.py [--pretrained_path CHECKPOINT] [flags]: single-turn instructions in the browser (the demo model by default)."""
+"""python demos/single_turn.py [--pretrained_path CHECKPOINT] [flags]: single-turn instructions in the browser
+(the demo model by default)."""
+
 from launchers.browser import single_turn
 
 if __name__ == "__main__":

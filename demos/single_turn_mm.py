@@ -1,4 +1,6 @@
-"""python demos/single_turn_mm.py [--pretrained_path CHECKPOINT] [flags]: single-turn questions about an image in the browser (the demo model by default)."""
+"""python demos/single_turn_mm.py [--pretrained_path CHECKPOINT] [flags]: single-turn questions about an image
+in the browser (the demo model by default)."""
+
 from launchers.browser import single_turn_mm
 
 if __name__ == "__main__":

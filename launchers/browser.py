@@ -2,6 +2,7 @@
 
 The model loads in the launcher's process; the web server runs in a process of its own (ui/processes.py says why).
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,8 +41,14 @@ def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -
     app = build_app(model, tabs, template, args.image_transform, title=description, max_upload_mb=args.max_upload_mb)
     app.queue(default_concurrency_limit=args.concurrency)
     try:
-        app.launch(server_name=args.host, server_port=args.port, share=args.share, **PAGE,
-                   auth=logins(args.auth) if args.auth else None, max_file_size=int(args.max_upload_mb * 1e6))
+        app.launch(
+            server_name=args.host,
+            server_port=args.port,
+            share=args.share,
+            **PAGE,
+            auth=logins(args.auth) if args.auth else None,
+            max_file_size=int(args.max_upload_mb * 1e6),
+        )
     finally:  # ended by the launcher (SystemExit): stop the server's threads, so that the process can exit
         app.close()
 

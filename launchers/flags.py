@@ -3,6 +3,7 @@
 Imports neither torch nor transformers, so that `--help` and a bad flag answer at once (launchers/loading.py loads
 the model the flags name).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,57 +35,110 @@ def parser(description: str) -> argparse.ArgumentParser:
     """The flags of app.py and the browser demos: the model's, then serving."""
     p = FlagParser(description=description)
     add_model_flags(p)
-    p.add_argument("--image_transform", choices=IMAGE_TRANSFORMS, default="auto",
-                   help="how an uploaded image is fitted to the model: auto (default) lets the model's processor do it "
-                        "(its resolution, tiling), or the transform the model was trained with (the demo model's "
-                        "padded_resize); padded_resize or resized_center_crop square it first, as Accessory does")
-    p.add_argument("--template", default=None,
-                   help="conversation template (default: the model's chat template if it has one, else 'default')")
+    p.add_argument(
+        "--image_transform",
+        choices=IMAGE_TRANSFORMS,
+        default="auto",
+        help="how an uploaded image is fitted to the model: auto (default) lets the model's processor do it "
+        "(its resolution, tiling), or the transform the model was trained with (the demo model's "
+        "padded_resize); padded_resize or resized_center_crop square it first, as Accessory does",
+    )
+    p.add_argument(
+        "--template",
+        default=None,
+        help="conversation template (default: the model's chat template if it has one, else 'default')",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
     p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
     p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
-    p.add_argument("--auth", default=None, metavar="USER:PASSWORD|FILE",
-                   help="ask for this user name and password, or any USER:PASSWORD line of this file")
+    p.add_argument(
+        "--auth",
+        default=None,
+        metavar="USER:PASSWORD|FILE",
+        help="ask for this user name and password, or any USER:PASSWORD line of this file",
+    )
     p.add_argument("--max_upload_mb", type=float, default=MAX_UPLOAD_MB, help="largest image file accepted, in MB")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="answers generated at the same time (others wait in a queue that shows their place)")
-    p.add_argument("--max_cached_sessions", type=int, default=8,
-                   help="conversations whose KV cache is kept between turns, so a turn runs only its new tokens "
-                        "(least recently used dropped first; 0: none)")
-    p.add_argument("--max_cache_mb", type=float, default=None,
-                   help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="answers generated at the same time (others wait in a queue that shows their place)",
+    )
+    p.add_argument(
+        "--max_cached_sessions",
+        type=int,
+        default=8,
+        help="conversations whose KV cache is kept between turns, so a turn runs only its new tokens "
+        "(least recently used dropped first; 0: none)",
+    )
+    p.add_argument(
+        "--max_cache_mb",
+        type=float,
+        default=None,
+        help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions)",
+    )
     return p
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Which checkpoint and how to load it: LLaMA2-Accessory's flags, shared by every launcher."""
-    p.add_argument("--pretrained_path", nargs="+", default=None,
-                   help="checkpoint folder(s): a Hugging Face folder, or Accessory / Meta consolidated shards "
-                        "(default: the built-in demo model)")
+    p.add_argument(
+        "--pretrained_path",
+        nargs="+",
+        default=None,
+        help="checkpoint folder(s): a Hugging Face folder, or Accessory / Meta consolidated shards "
+        "(default: the built-in demo model)",
+    )
     p.add_argument("--llama_type", default=None, help="Accessory model type (llama, llama_peft, ...)")
     p.add_argument("--llama_config", nargs="+", default=None, help="Accessory params/config json file(s)")
     p.add_argument("--tokenizer_path", default=None, help="tokenizer.model or a folder with tokenizer files")
     p.add_argument("--max_seq_len", type=int, default=4096, help="context length in tokens (prompt + answer)")
-    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default=None,
-                   help="weights dtype (default: bf16 on CUDA, fp32 on the CPU)")
-    p.add_argument("--quant", nargs="?", const=4, type=int, choices=[4, 8], default=None,
-                   help="load the weights in 4 or 8 bits with bitsandbytes (--quant alone: 4)")
+    p.add_argument(
+        "--dtype",
+        choices=["fp16", "bf16", "fp32"],
+        default=None,
+        help="weights dtype (default: bf16 on CUDA, fp32 on the CPU)",
+    )
+    p.add_argument(
+        "--quant",
+        nargs="?",
+        const=4,
+        type=int,
+        choices=[4, 8],
+        default=None,
+        help="load the weights in 4 or 8 bits with bitsandbytes (--quant alone: 4)",
+    )
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
-    p.add_argument("--compile", action="store_true",
-                   help="decode with torch.compile over a static KV cache (faster on a GPU; compiled at launch, "
-                        "about 4 minutes for a 7B model on an H100 the first time)")
-    p.add_argument("--n_gpus", type=int, default=1,
-                   help="GPUs to spread the model over, one worker process each (with --device cpu: processes)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="decode with torch.compile over a static KV cache (faster on a GPU; compiled at launch, "
+        "about 4 minutes for a 7B model on an H100 the first time)",
+    )
+    p.add_argument(
+        "--n_gpus",
+        type=int,
+        default=1,
+        help="GPUs to spread the model over, one worker process each (with --device cpu: processes)",
+    )
     p.add_argument("--gpu_ids", type=int, nargs="+", default=None, help="which GPUs to use (sets --n_gpus)")
-    p.add_argument("--parallel", choices=["tensor", "pipeline"], default="tensor",
-                   help="tensor: each layer split over the GPUs, one process each (default); pipeline: the layers "
-                        "spread over the GPUs in one process (accelerate), for models tensor parallel cannot split")
+    p.add_argument(
+        "--parallel",
+        choices=["tensor", "pipeline"],
+        default="tensor",
+        help="tensor: each layer split over the GPUs, one process each (default); pipeline: the layers "
+        "spread over the GPUs in one process (accelerate), for models tensor parallel cannot split",
+    )
     p.add_argument("--master_addr", default="127.0.0.1", help="address for the worker processes to meet")
-    p.add_argument("--master_port", type=int, default=None, help="port for the worker processes to meet "
-                                                                   "(default: a free one)")
-    p.add_argument("--trust_remote_code", action="store_true",
-                   help="run the Python code a Hugging Face checkpoint ships (auto_map in its config.json); only "
-                        "for checkpoints whose authors you trust")
+    p.add_argument(
+        "--master_port", type=int, default=None, help="port for the worker processes to meet (default: a free one)"
+    )
+    p.add_argument(
+        "--trust_remote_code",
+        action="store_true",
+        help="run the Python code a Hugging Face checkpoint ships (auto_map in its config.json); only "
+        "for checkpoints whose authors you trust",
+    )
 
 
 def logins(auth: str) -> list[tuple[str, str]]:
@@ -98,8 +152,10 @@ def logins(auth: str) -> list[tuple[str, str]]:
         return pairs
     user, colon, password = auth.partition(":")
     if not (user and colon and password):
-        raise UserError("--auth takes USER:PASSWORD (for example --auth alice:secret) or a file of such lines; "
-                        f"{auth!r} is neither.")
+        raise UserError(
+            "--auth takes USER:PASSWORD (for example --auth alice:secret) or a file of such lines; "
+            f"{auth!r} is neither."
+        )
     return [(user, password)]
 
 
@@ -111,8 +167,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as error:
-            raise UserError(f"Port {port} on {host} cannot be used ({error.strerror}); another program may hold "
-                            "it: pass a different --port, or stop that program.")
+            raise UserError(
+                f"Port {port} on {host} cannot be used ({error.strerror}); another program may hold "
+                "it: pass a different --port, or stop that program."
+            )
 
 
 def exposure_warnings(args: argparse.Namespace) -> list[str]:
@@ -120,8 +178,10 @@ def exposure_warnings(args: argparse.Namespace) -> list[str]:
     no_password = "" if args.auth else " Add --auth USER:PASSWORD to ask for a password."
     warnings = []
     if args.host not in LOCAL_HOSTS:
-        warnings.append(f"Listening on {args.host}: anyone who can reach this machine on port "
-                        f"{args.port or 'the one below'} can use the model.{no_password}")
+        warnings.append(
+            f"Listening on {args.host}: anyone who can reach this machine on port "
+            f"{args.port or 'the one below'} can use the model.{no_password}"
+        )
     if args.share:
         warnings.append(f"--share opens a public link: anyone who has it can use the model.{no_password}")
     return warnings

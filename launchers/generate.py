@@ -5,6 +5,7 @@ Prompts come from --prompts, or --data (a .txt file, one prompt per line, or a .
 answers are printed (and written to --output as jsonl), then the batch figures: tokens, encode / generate /
 decode latency, ms per output token and output tokens/s. --config run.yaml may hold any of the flags.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,13 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", nargs="+", default=None, help="the prompts themselves")
     p.add_argument("--data", type=Path, default=None, help="a .txt (one prompt per line) or .jsonl ('prompt' key) file")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts of --data")
-    p.add_argument("--template", default=None,
-                   help="None (the raw prompt), a single-turn template (alpaca, ...), a conversation template, or "
-                        "chat_template (default: the model's chat template where it has one, else None)")
-    p.add_argument("--system", default=None,
-                   help="the system prompt of a conversation template (default: the template's own)")
-    p.add_argument("--max_new_tokens", "--max_gen_len", "--max_tokens_to_generate", dest="max_new_tokens", type=int,
-                   default=256)
+    p.add_argument(
+        "--template",
+        default=None,
+        help="None (the raw prompt), a single-turn template (alpaca, ...), a conversation template, or "
+        "chat_template (default: the model's chat template where it has one, else None)",
+    )
+    p.add_argument(
+        "--system", default=None, help="the system prompt of a conversation template (default: the template's own)"
+    )
+    p.add_argument(
+        "--max_new_tokens", "--max_gen_len", "--max_tokens_to_generate", dest="max_new_tokens", type=int, default=256
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top_p", type=float, default=0.95)
     p.add_argument("--top_k", type=int, default=0)
@@ -75,11 +81,15 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
-                    raise UserError(f"Line {number} of {args.data} is not valid json; each line must be a json "
-                                    "object like {\"prompt\": \"...\"}.")
+                    raise UserError(
+                        f"Line {number} of {args.data} is not valid json; each line must be a json "
+                        'object like {"prompt": "..."}.'
+                    )
                 if not isinstance(record, dict) or "prompt" not in record:
-                    raise UserError(f"Line {number} of {args.data} has no \"prompt\" key; each line must be a json "
-                                    "object like {\"prompt\": \"...\"}.")
+                    raise UserError(
+                        f'Line {number} of {args.data} has no "prompt" key; each line must be a json '
+                        'object like {"prompt": "..."}.'
+                    )
                 prompts.append(str(record["prompt"]))
         else:
             prompts = lines
@@ -87,7 +97,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     else:
         prompts = args.prompts or []
     if not prompts:
-        raise UserError("There are no prompts; pass --prompts \"...\" or --data prompts.txt.")
+        raise UserError('There are no prompts; pass --prompts "..." or --data prompts.txt.')
     return prompts
 
 
@@ -105,8 +115,10 @@ def resolve_template(model, asked: str | None) -> str:
 
 def check_system(template: str, system: str | None) -> None:
     if system is not None and template in TEMPLATE_NAMES:
-        raise UserError(f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
-                        "--template default (or chat_template, ...) with it, or leave --system out.")
+        raise UserError(
+            f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
+            "--template default (or chat_template, ...) with it, or leave --system out."
+        )
 
 
 def apply_template(model, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
@@ -132,23 +144,38 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     model = load_model(args)
     batches = range(0, len(prompts), args.batch_size)
     # so --compile's figures leave the compilation out
-    compile_before_answering(model, {len(prompts[start: start + args.batch_size]) for start in batches})
+    compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
     template = resolve_template(model, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
-        batch = prompts[start: start + args.batch_size]
+        batch = prompts[start : start + args.batch_size]
         texts, stops = zip(*(apply_template(model, template, p, args.system) for p in batch))
-        details = model.generate(list(texts), max_gen_len=args.max_new_tokens, temperature=args.temperature,
-                                 top_p=args.top_p, additional_stop_symbols=stops[0], top_k=args.top_k,
-                                 seed=args.seed, repetition_penalty=args.repetition_penalty, return_details=True)
+        details = model.generate(
+            list(texts),
+            max_gen_len=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            additional_stop_symbols=stops[0],
+            top_k=args.top_k,
+            seed=args.seed,
+            repetition_penalty=args.repetition_penalty,
+            return_details=True,
+        )
         figures["encode"] += details[0]["encode_time"]
         figures["generate"] += max(d["total_time"] for d in details)
         figures["decode"] += sum(d["detokenize_time"] for d in details)
         for prompt, d in zip(batch, details):
-            records.append({"prompt": prompt, "response": d["text"], "finish_reason": d["finish_reason"],
-                            "input_tokens": d["prompt_tokens"], "output_tokens": d["completion_tokens"]})
+            records.append(
+                {
+                    "prompt": prompt,
+                    "response": d["text"],
+                    "finish_reason": d["finish_reason"],
+                    "input_tokens": d["prompt_tokens"],
+                    "output_tokens": d["completion_tokens"],
+                }
+            )
             figures["input_tokens"] += d["prompt_tokens"]
             figures["output_tokens"] += d["completion_tokens"]
     figures["total"] = time.perf_counter() - started
@@ -166,11 +193,13 @@ def progress(items, show: bool):
 
 def report(figures: dict) -> str:
     out = figures["output_tokens"]
-    return (f"batch size {figures['batch_size']} · input tokens {figures['input_tokens']} · output tokens {out}\n"
-            f"encode {figures['encode'] * 1000:.1f} ms · generate {figures['generate'] * 1000:.1f} ms · "
-            f"decode {figures['decode'] * 1000:.1f} ms · total {figures['total'] * 1000:.1f} ms\n"
-            f"{figures['generate'] * 1000 / max(out, 1):.2f} ms per output token · "
-            f"{out / figures['generate'] if figures['generate'] > 0 else 0.0:.1f} output tokens/s")
+    return (
+        f"batch size {figures['batch_size']} · input tokens {figures['input_tokens']} · output tokens {out}\n"
+        f"encode {figures['encode'] * 1000:.1f} ms · generate {figures['generate'] * 1000:.1f} ms · "
+        f"decode {figures['decode'] * 1000:.1f} ms · total {figures['total'] * 1000:.1f} ms\n"
+        f"{figures['generate'] * 1000 / max(out, 1):.2f} ms per output token · "
+        f"{out / figures['generate'] if figures['generate'] > 0 else 0.0:.1f} output tokens/s"
+    )
 
 
 def main(argv=None) -> None:

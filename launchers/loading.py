@@ -1,5 +1,6 @@
 """The model the launchers' flags name: checked, spread over processes or GPUs as asked, loaded, and compiled before
 the first answer. Imports torch and transformers only when it runs, like launchers/flags.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,21 +45,29 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
     if size == 1 or world:
         return size, "tensor", device
     if args.device is None and device == "cpu":
-        raise UserError(f"--n_gpus {size} was asked for but no GPU is visible; add --device cpu to run {size} "
-                        "CPU processes instead.")
+        raise UserError(
+            f"--n_gpus {size} was asked for but no GPU is visible; add --device cpu to run {size} "
+            "CPU processes instead."
+        )
     if device == "cuda":
         visible = torch.cuda.device_count()
         wanted = args.gpu_ids or list(range(size))
         if max(wanted) >= visible:
-            raise UserError(f"{size} GPUs were asked for ({', '.join(map(str, wanted))}) but {visible} "
-                            f"{'is' if visible == 1 else 'are'} visible; lower --n_gpus or fix --gpu_ids.")
+            raise UserError(
+                f"{size} GPUs were asked for ({', '.join(map(str, wanted))}) but {visible} "
+                f"{'is' if visible == 1 else 'are'} visible; lower --n_gpus or fix --gpu_ids."
+            )
     if args.parallel == "pipeline" and device != "cuda":
-        raise UserError("--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
-                        "(--n_gpus N --device cpu runs N processes).")
+        raise UserError(
+            "--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
+            "(--n_gpus N --device cpu runs N processes)."
+        )
     if args.parallel == "tensor" and (kind := unsplittable(args)):
         if device != "cuda":
-            raise UserError(f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
-                            "plan for it); run it in one process, or on GPUs, where pipeline mode runs it.")
+            raise UserError(
+                f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
+                "plan for it); run it in one process, or on GPUs, where pipeline mode runs it."
+            )
         return size, "pipeline", device  # load_model says so
     return size, args.parallel, device
 
@@ -74,8 +83,10 @@ def checkpoint_paths(args: argparse.Namespace) -> list[str]:
     """--pretrained_path (a --config file may give one path as a plain string), else the built-in demo model."""
     if args.pretrained_path is None:
         if not (DEMO_MODEL / "config.json").exists():
-            raise UserError(f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
-                            "`python -m demo_model`, or pass --pretrained_path.")
+            raise UserError(
+                f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
+                "`python -m demo_model`, or pass --pretrained_path."
+            )
         return [str(DEMO_MODEL)]
     return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
 
@@ -98,10 +109,17 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
         print(f"Parallel mode: pipeline, the layers spread over {size} GPUs{why}.", file=sys.stderr)
         return load_shard(args, with_visual, None, device="auto")
     if os.environ.get("RANK", "0") == "0":  # under torchrun, once
-        print(f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
-              file=sys.stderr)
-    return start_ranks(size, device, functools.partial(load_shard, args, with_visual),
-                       args.master_addr, args.master_port or free_port())
+        print(
+            f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
+            file=sys.stderr,
+        )
+    return start_ranks(
+        size,
+        device,
+        functools.partial(load_shard, args, with_visual),
+        args.master_addr,
+        args.master_port or free_port(),
+    )
 
 
 def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
@@ -110,14 +128,24 @@ def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: st
     from model.prefix_cache import PrefixCaches
 
     paths = checkpoint_paths(args)
-    model = MetaModel.from_pretrained(paths if len(paths) > 1 else paths[0], llama_type=args.llama_type,
-                                      llama_config=args.llama_config, tokenizer_path=args.tokenizer_path,
-                                      with_visual=with_visual, max_seq_len=args.max_seq_len, dtype=args.dtype,
-                                      device=device or args.device, quant=args.quant, compile=args.compile,
-                                      mp_group=mp_group, trust_remote_code=args.trust_remote_code)
+    model = MetaModel.from_pretrained(
+        paths if len(paths) > 1 else paths[0],
+        llama_type=args.llama_type,
+        llama_config=args.llama_config,
+        tokenizer_path=args.tokenizer_path,
+        with_visual=with_visual,
+        max_seq_len=args.max_seq_len,
+        dtype=args.dtype,
+        device=device or args.device,
+        quant=args.quant,
+        compile=args.compile,
+        mp_group=mp_group,
+        trust_remote_code=args.trust_remote_code,
+    )
     max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
-    model.prefix_caches = PrefixCaches(getattr(args, "max_cached_sessions", 8),
-                                       None if max_cache_mb is None else int(max_cache_mb * 2**20))
+    model.prefix_caches = PrefixCaches(
+        getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
+    )
     return model
 
 
@@ -126,8 +154,11 @@ def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)
     Call it once the model's threads are set: torch compiles again for another thread count."""
     if model.compiled is None:
         return
-    print("Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
-          file=sys.stderr, flush=True)
+    print(
+        "Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
+        file=sys.stderr,
+        flush=True,
+    )
     print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
 
 

@@ -1,10 +1,11 @@
 """An answer as it streams: new tokens in, text out (incremental detokenizing, stop strings held back and cut),
 with its finish reason, token counts and timings; and the stop decision for a batch of answers."""
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -3,6 +3,7 @@
 Model-parallel shards are merged per weight, q/k are permuted to Hugging Face's rotary layout and the names
 are mapped to `LlamaForCausalLM`'s, so the rest of the project only ever sees an ordinary transformers model.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,15 +23,26 @@ SUPPORTED_LLAMA_TYPES = ("llama",)
 
 # Dimension along which Accessory/Meta (fairscale) model parallelism split each weight; None: replicated.
 _SPLIT_DIM = {
-    "tok_embeddings": 1, "output": 0,
-    "wq": 0, "wk": 0, "wv": 0, "wo": 1,
-    "w1": 0, "w3": 0, "w2": 1,
+    "tok_embeddings": 1,
+    "output": 0,
+    "wq": 0,
+    "wk": 0,
+    "wv": 0,
+    "wo": 1,
+    "w1": 0,
+    "w3": 0,
+    "w2": 1,
 }
 _HF_LAYER_NAMES = {
-    "attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj",
-    "attention.wv": "self_attn.v_proj", "attention.wo": "self_attn.o_proj",
-    "feed_forward.w1": "mlp.gate_proj", "feed_forward.w2": "mlp.down_proj", "feed_forward.w3": "mlp.up_proj",
-    "attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
 }
 _HF_TOP_NAMES = {"tok_embeddings": "model.embed_tokens", "norm": "model.norm", "output": "lm_head"}
 _IGNORED_KEYS = ("rope.freqs",)
@@ -82,8 +94,11 @@ def _shards(folder: Path, pattern: re.Pattern, kind: str) -> list[Path]:
     expected = max(totals) if totals else max(found) + 1
     missing = [i for i in range(expected) if i not in found]
     if missing:
-        name = (lambda i: f"consolidated.{i:02d}-of-{expected:02d}.model.pth") if kind == "accessory" \
+        name = (
+            (lambda i: f"consolidated.{i:02d}-of-{expected:02d}.model.pth")
+            if kind == "accessory"
             else (lambda i: f"consolidated.{i:02d}.pth")
+        )
         raise UserError(
             f"{folder} is missing checkpoint shards: found {len(found)} of {expected}, "
             f"{', '.join(name(i) for i in missing)} absent; copy every shard into that folder."
@@ -128,9 +143,7 @@ def find_llama_type(folders: list[Path], checkpoints: list[ConsolidatedCheckpoin
                 return llama_type
     if all(ckpt.kind == "meta" for ckpt in checkpoints):
         return "llama"
-    raise UserError(
-        f"Cannot tell the model type of {folders[-1]}: it has no meta.json; pass --llama_type llama."
-    )
+    raise UserError(f"Cannot tell the model type of {folders[-1]}: it has no meta.json; pass --llama_type llama.")
 
 
 def check_llama_type(llama_type: str) -> None:
@@ -156,8 +169,10 @@ def _load_shard(path: Path) -> dict[str, torch.Tensor]:
 
 
 def pickled_objects_error(path: Path) -> UserError:
-    return UserError(f"{path} holds pickled Python objects besides tensors, which could run code when loaded, and "
-                     "this app loads weights only (weights_only=True); use a safetensors copy of the checkpoint.")
+    return UserError(
+        f"{path} holds pickled Python objects besides tensors, which could run code when loaded, and "
+        "this app loads weights only (weights_only=True); use a safetensors copy of the checkpoint."
+    )
 
 
 def _merge_shards(shard_states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -209,7 +224,9 @@ def llama_config_from_params(params: dict, weights: dict[str, torch.Tensor], max
     embed = weights.get("tok_embeddings.weight")
     w1 = weights.get("layers.0.feed_forward.w1.weight")
     if embed is None or w1 is None:
-        raise UserError("The checkpoint has no tok_embeddings or layers.0.feed_forward.w1 weights; it is not a llama model.")
+        raise UserError(
+            "The checkpoint has no tok_embeddings or layers.0.feed_forward.w1 weights; it is not a llama model."
+        )
     vocab_size = params.get("vocab_size", -1)
     return LlamaConfig(
         vocab_size=vocab_size if vocab_size and vocab_size > 0 else embed.shape[0],

@@ -1,9 +1,10 @@
 """`--compile`: the decode steps through a compiled forward over pooled static KV caches (gpt-fast's recipe)."""
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from transformers import DynamicCache, StaticCache

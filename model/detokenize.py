@@ -1,7 +1,8 @@
 """Turning generated token ids into answer text: incrementally, without U+FFFD, holding back stop-string prefixes."""
+
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -24,12 +25,12 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int) -> str:
         self._ids.append(token_id)
-        window = self._ids[self._prefix_offset:]
+        window = self._ids[self._prefix_offset :]
         before = self._decode(window[: self._read_offset - self._prefix_offset])
         after = self._decode(window)
         if len(after) <= len(before) or after.endswith(REPLACEMENT_CHAR):
             return ""  # nothing new yet, or a multi-byte character still incomplete
-        delta = after[len(before):]
+        delta = after[len(before) :]
         self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
         self.text += delta
         return delta

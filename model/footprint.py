@@ -1,4 +1,5 @@
 """How many bytes a module's weights take, quantization constants included."""
+
 import torch
 
 
@@ -9,8 +10,9 @@ def weight_bytes(module: torch.nn.Module) -> int:
         total += tensor.numel() * tensor.element_size()
         quant_state = getattr(tensor, "quant_state", None)  # 4-bit: absmax (nested), quant maps
         if quant_state is not None:
-            total += sum(v.numel() * v.element_size() for v in quant_state.as_dict(packed=True).values()
-                         if torch.is_tensor(v))
+            total += sum(
+                v.numel() * v.element_size() for v in quant_state.as_dict(packed=True).values() if torch.is_tensor(v)
+            )
         scales = getattr(tensor, "SCB", None)  # 8-bit: one scale per row
         if torch.is_tensor(scales):
             total += scales.numel() * scales.element_size()

@@ -6,14 +6,15 @@ Short steps in the style of gpt-fast: `prefill` the prompt, `decode_one` token, 
 for that row is taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it on one rank and share
 it. `--compile`'s decode steps are model/compiled.py's.
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
 import secrets
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import torch
 from transformers import DynamicCache
@@ -42,11 +43,15 @@ class SamplingParams:
 
     def __post_init__(self):
         """Settings no sampler can use are one sentence, whichever front end they came from."""
-        problems = [(not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
-                    (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
-                    (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
-                    (not self.repetition_penalty > 0,
-                     f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)")]
+        problems = [
+            (not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
+            (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
+            (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
+            (
+                not self.repetition_penalty > 0,
+                f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)",
+            ),
+        ]
         for bad, sentence in problems:
             if bad:
                 raise UserError(f"The {sentence}.")
@@ -115,8 +120,14 @@ def _cache_keyword(model_class: type) -> str:
 def _last_logits(forward, input_ids, attention_mask, cache, keyword: str, position_ids=None, **extra) -> torch.Tensor:
     if position_ids is not None:
         extra["position_ids"] = position_ids
-    out = forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, logits_to_keep=1,
-                  **{keyword: cache}, **extra)
+    out = forward(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        use_cache=True,
+        logits_to_keep=1,
+        **{keyword: cache},
+        **extra,
+    )
     return out.logits[:, -1, :]
 
 
@@ -127,13 +138,21 @@ def prefill(model, inputs: ModelInputs, cache) -> torch.Tensor:
     positions = extra.pop("position_ids", None)
     if positions is None:
         positions = _prefill_position_ids(inputs.attention_mask)
-        positions = None if positions is None else positions[:, inputs.cached:]
-    return _last_logits(model, inputs.input_ids[:, inputs.cached:], inputs.attention_mask, cache, cache_keyword(model),
-                        positions, **extra)
+        positions = None if positions is None else positions[:, inputs.cached :]
+    return _last_logits(
+        model,
+        inputs.input_ids[:, inputs.cached :],
+        inputs.attention_mask,
+        cache,
+        cache_keyword(model),
+        positions,
+        **extra,
+    )
 
 
-def decode_one(forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache,
-               keyword: str, **extra):
+def decode_one(
+    forward, tokens: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, cache, keyword: str, **extra
+):
     """Feed one token per row at `positions` ([rows, 1]); `attention_mask` already covers it. `keyword` is the
     forward's name for the cache (`cache_keyword`); `extra`, what a vision family's decode steps take besides."""
     return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions, **extra)
@@ -187,8 +206,17 @@ def generate_tokens(
             forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask, length)
         else:
             forward, masks = model, growing_masks(inputs.attention_mask)
-        yield from _token_loop(forward, logits, inputs, sampling, decide, cache, cache_keyword(model), masks,
-                               compiled is not None and compiled.queues_ahead)
+        yield from _token_loop(
+            forward,
+            logits,
+            inputs,
+            sampling,
+            decide,
+            cache,
+            cache_keyword(model),
+            masks,
+            compiled is not None and compiled.queues_ahead,
+        )
 
 
 def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -210,8 +238,9 @@ def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
     return read_back
 
 
-def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks,
-                queue_ahead) -> Iterator[torch.Tensor]:
+def _token_loop(
+    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead
+) -> Iterator[torch.Tensor]:
     """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
     is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
     between steps, and a stop costs the one step already queued."""
@@ -223,8 +252,9 @@ def _token_loop(forward, logits, inputs, sampling, decide, cache, keyword, masks
 
     def forward_pass(tokens):
         nonlocal positions
-        logits = decode_one(forward, tokens, next(masks), inputs.family.decode_positions(positions), cache, keyword,
-                            **step_extra)
+        logits = decode_one(
+            forward, tokens, next(masks), inputs.family.decode_positions(positions), cache, keyword, **step_extra
+        )
         positions = positions + 1
         return logits
 

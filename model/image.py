@@ -2,9 +2,10 @@
 
 torchvision is not a dependency: its wheel from PyPI does not load beside the CPU build of torch the README installs.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from PIL import Image

@@ -1,12 +1,14 @@
 """Everything `MetaModel.from_pretrained` does before there is a model: paths, formats, dtype, device, --quant."""
+
 from __future__ import annotations
 
 import functools
 import logging
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -14,12 +16,19 @@ from . import checkpoint as ckpt
 from .errors import UserError, described
 from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-          "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
 # Modules that stay in full precision under --quant: the output layer and a vision model's image side,
 # wherever they sit (transformers matches these patterns from the start of a module's full name).
-QUANT_SKIP_MODULES = ["lm_head"] + [rf".*\b{name}" for name in
-                                    ("vision_tower", "multi_modal_projector", "vision_model", "visual", "mm_projector")]
+QUANT_SKIP_MODULES = ["lm_head"] + [
+    rf".*\b{name}" for name in ("vision_tower", "multi_modal_projector", "vision_model", "visual", "mm_projector")
+]
 # bitsandbytes logs a notice about an optional kernel package at import, and a cast warning on every
 # 8-bit layer call with fp32 inputs; neither is actionable for a chat user.
 _NOISY_BNB_LOGGERS = ("bitsandbytes.backends.cpu.ops", "bitsandbytes.autograd._functions")
@@ -106,8 +115,20 @@ def as_paths(pretrained_path: str | Path | Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=None, with_visual=False,
-         max_seq_len=4096, mp_group=None, dtype=None, device=None, quant=None, trust_remote_code=False) -> Loaded:
+def load(
+    pretrained_path,
+    *,
+    llama_type=None,
+    llama_config=None,
+    tokenizer_path=None,
+    with_visual=False,
+    max_seq_len=4096,
+    mp_group=None,
+    dtype=None,
+    device=None,
+    quant=None,
+    trust_remote_code=False,
+) -> Loaded:
     """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor."""
     folders = as_paths(pretrained_path)
     formats = [ckpt.detect_format(folder) for folder in folders]
@@ -116,8 +137,14 @@ def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=
     dtype = resolve_dtype(dtype, device)
     bits = resolve_quant(quant)
     tp_size = tensor_parallel_size(mp_group, bits)
-    common = dict(dtype=dtype, device="auto" if pipeline else device, bits=bits, max_seq_len=max_seq_len,
-                  tokenizer_path=tokenizer_path, tp_size=tp_size)
+    common = dict(
+        dtype=dtype,
+        device="auto" if pipeline else device,
+        bits=bits,
+        max_seq_len=max_seq_len,
+        tokenizer_path=tokenizer_path,
+        tp_size=tp_size,
+    )
     if "hf" in formats:
         if len(folders) > 1:
             raise UserError(
@@ -126,12 +153,17 @@ def load(pretrained_path, *, llama_type=None, llama_config=None, tokenizer_path=
             )
         loaded = _load_hf(folders[0], with_visual=with_visual, trust_remote_code=bool(trust_remote_code), **common)
     else:
-        loaded = _load_consolidated(folders, formats, llama_type=llama_type, llama_config=llama_config,
-                                    with_visual=with_visual, **common)
-    loaded.info.update(path=", ".join(str(f) for f in folders), dtype=str(dtype).removeprefix("torch."),
-                       device=str(device) + (f" x {tp_size} ranks (tensor parallel)" if tp_size > 1 else "")
-                       + (f" x {torch.cuda.device_count()} GPUs (pipeline)" if pipeline else ""),
-                       quant=f"{bits}-bit" if bits else "none")
+        loaded = _load_consolidated(
+            folders, formats, llama_type=llama_type, llama_config=llama_config, with_visual=with_visual, **common
+        )
+    loaded.info.update(
+        path=", ".join(str(f) for f in folders),
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(device)
+        + (f" x {tp_size} ranks (tensor parallel)" if tp_size > 1 else "")
+        + (f" x {torch.cuda.device_count()} GPUs (pipeline)" if pipeline else ""),
+        quant=f"{bits}-bit" if bits else "none",
+    )
     return loaded
 
 
@@ -143,11 +175,15 @@ def tensor_parallel_size(mp_group, bits: int | None) -> int:
 
     size = dist.get_world_size(mp_group)
     if size > 1 and size != dist.get_world_size():
-        raise UserError(f"mp_group holds {size} of the {dist.get_world_size()} ranks; tensor parallelism here "
-                        "spans every rank: pass a group of all ranks (dist.new_group(ranks=list(range(world))).")
+        raise UserError(
+            f"mp_group holds {size} of the {dist.get_world_size()} ranks; tensor parallelism here "
+            "spans every rank: pass a group of all ranks (dist.new_group(ranks=list(range(world)))."
+        )
     if size > 1 and bits:
-        raise UserError("--quant cannot be combined with tensor parallel (bitsandbytes weights are not split "
-                        "over ranks); use --parallel pipeline to spread a quantized model over GPUs, or one GPU.")
+        raise UserError(
+            "--quant cannot be combined with tensor parallel (bitsandbytes weights are not split "
+            "over ranks); use --parallel pipeline to spread a quantized model over GPUs, or one GPU."
+        )
     return size
 
 
@@ -188,15 +224,19 @@ def check_heads_divide(config, tp_size: int) -> None:
     text = config.get_text_config()
     heads, kv_heads = text.num_attention_heads, getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     if heads % tp_size or kv_heads % tp_size:
-        raise UserError(f"This model has {heads} attention heads ({kv_heads} key/value heads), which do not divide "
-                        f"over {tp_size} ranks; choose --n_gpus that divides both, or --parallel pipeline.")
+        raise UserError(
+            f"This model has {heads} attention heads ({kv_heads} key/value heads), which do not divide "
+            f"over {tp_size} ranks; choose --n_gpus that divides both, or --parallel pipeline."
+        )
 
 
 def _hf_error(folder: Path, exc: Exception) -> UserError:
     if "trust_remote_code" in str(exc):
-        return UserError(f"{folder} ships its own Python code (auto_map in its config), which runs only with "
-                         "--trust_remote_code (trust_remote_code=True); add it only if you trust the checkpoint's "
-                         "authors.")
+        return UserError(
+            f"{folder} ships its own Python code (auto_map in its config), which runs only with "
+            "--trust_remote_code (trust_remote_code=True); add it only if you trust the checkpoint's "
+            "authors."
+        )
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return UserError(f"Cannot load the Hugging Face model in {folder}: {first_line}")
 
@@ -268,21 +308,28 @@ def broken_torchvision() -> str | None:
 
 def missing_package_error(folder: Path, model_type: str, exc: ImportError) -> UserError:
     if (problem := broken_torchvision()) is not None:
-        return UserError(f"torchvision is installed but does not load beside torch {torch.__version__} ({problem}), "
-                         "and transformers' image processors fail with it: pip uninstall torchvision, or install the "
-                         "release built for this torch.")
+        return UserError(
+            f"torchvision is installed but does not load beside torch {torch.__version__} ({problem}), "
+            "and transformers' image processors fail with it: pip uninstall torchvision, or install the "
+            "release built for this torch."
+        )
     text = str(exc)
     if "torchvision" in text.lower() or "video processor" in text.lower():  # processors made for torchvision only
-        return UserError(f"{folder} holds a {model_type} model, whose processor needs torchvision, which is not "
-                         f"installed or does not load beside torch {torch.__version__}: pip install the torchvision "
-                         "release built for this torch (pytorch.org lists them), or load another model.")
+        return UserError(
+            f"{folder} holds a {model_type} model, whose processor needs torchvision, which is not "
+            f"installed or does not load beside torch {torch.__version__}: pip install the torchvision "
+            "release built for this torch (pytorch.org lists them), or load another model."
+        )
     first_line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return UserError(f"{folder} holds a {model_type} model that needs a package this machine lacks ({first_line}); "
-                     "install it with pip, or load another model.")
+    return UserError(
+        f"{folder} holds a {model_type} model that needs a package this machine lacks ({first_line}); "
+        "install it with pip, or load another model."
+    )
 
 
-def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size,
-             trust_remote_code) -> Loaded:
+def _load_hf(
+    folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size, trust_remote_code
+) -> Loaded:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     # Always an explicit True or False: left at None, transformers asks on the terminal whether to run the code.
@@ -299,9 +346,11 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
         )
     model_class = AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
     if tp_size > 1 and not has_tensor_parallel_plan(config):
-        raise UserError(f"{folder} holds a {config.model_type} model, which transformers cannot split over ranks "
-                        "(it has no tensor-parallel plan); spread its layers over GPUs instead with --parallel "
-                        "pipeline (device='auto'), or run it in one process.")
+        raise UserError(
+            f"{folder} holds a {config.model_type} model, which transformers cannot split over ranks "
+            "(it has no tensor-parallel plan); spread its layers over GPUs instead with --parallel "
+            "pipeline (device='auto'), or run it in one process."
+        )
     check_heads_divide(config, tp_size)
     try:
         # The processor first: one that cannot load says so before the weights are read. PIL image processors: our
@@ -309,8 +358,12 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
         # build of torch; image processors that need it, Llama 4's, say so in a sentence).
         processor = load_processor(folder, config, remote) if sees_images else None
         model = model_class.from_pretrained(
-            folder, dtype=dtype, quantization_config=quantization_config(bits, dtype), **placement(device, tp_size),
-            **remote)
+            folder,
+            dtype=dtype,
+            quantization_config=quantization_config(bits, dtype),
+            **placement(device, tp_size),
+            **remote,
+        )
         if processor is not None and tokenizer_path is None:
             tokenizer = HFTokenizer(processor.tokenizer)
         else:
@@ -325,8 +378,13 @@ def _load_hf(folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tok
         raise _hf_error(folder, exc)
     position_limit = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len
     model.eval()
-    return Loaded(model, tokenizer, processor, min(max_seq_len, position_limit),
-                  {"format": "Hugging Face", "architecture": type(model).__name__})
+    return Loaded(
+        model,
+        tokenizer,
+        processor,
+        min(max_seq_len, position_limit),
+        {"format": "Hugging Face", "architecture": type(model).__name__},
+    )
 
 
 def _find_tokenizer(folders: list[Path]) -> Path:
@@ -336,13 +394,24 @@ def _find_tokenizer(folders: list[Path]) -> Path:
             if (candidate / "tokenizer.model").is_file() or has_hf_tokenizer(candidate):
                 return candidate
     raise UserError(
-        f"No tokenizer found in {folders[-1]} (looked for tokenizer.model and tokenizer.json); "
-        "pass --tokenizer_path."
+        f"No tokenizer found in {folders[-1]} (looked for tokenizer.model and tokenizer.json); pass --tokenizer_path."
     )
 
 
-def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visual, dtype, device, bits,
-                       max_seq_len, tokenizer_path, tp_size) -> Loaded:
+def _load_consolidated(
+    folders,
+    formats,
+    *,
+    llama_type,
+    llama_config,
+    with_visual,
+    dtype,
+    device,
+    bits,
+    max_seq_len,
+    tokenizer_path,
+    tp_size,
+) -> Loaded:
     from transformers import LlamaForCausalLM
 
     if with_visual:
@@ -355,7 +424,9 @@ def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visua
     config_files = [Path(p) for p in ([llama_config] if isinstance(llama_config, (str, Path)) else llama_config or [])]
     config_files = config_files or ckpt.find_model_config(folders)
     if not config_files:
-        raise UserError(f"{folders[-1]} has no config.json or params.json; pass --llama_config with the model's params.")
+        raise UserError(
+            f"{folders[-1]} has no config.json or params.json; pass --llama_config with the model's params."
+        )
     params = ckpt.merged_params(config_files)
     tokenizer = load_tokenizer(tokenizer_path or _find_tokenizer(folders), always_bos=True)
     weights = ckpt.load_consolidated_weights(formats)
@@ -363,11 +434,21 @@ def _load_consolidated(folders, formats, *, llama_type, llama_config, with_visua
     check_heads_divide(config, tp_size)
     state = ckpt.to_hf_state_dict(weights, config, dtype)
     model = LlamaForCausalLM.from_pretrained(
-        None, config=config, state_dict=state, dtype=dtype, quantization_config=quantization_config(bits, dtype),
-        **placement(device, tp_size))
+        None,
+        config=config,
+        state_dict=state,
+        dtype=dtype,
+        quantization_config=quantization_config(bits, dtype),
+        **placement(device, tp_size),
+    )
     del state
     model.eval()
     kind = "LLaMA2-Accessory" if formats[-1].kind == "accessory" else "Meta"
     shards = sum(len(f.shards) for f in formats)
-    return Loaded(model, tokenizer, None, max_seq_len,
-                  {"format": f"{kind} ({shards} shard{'s' if shards > 1 else ''})", "architecture": llama_type})
+    return Loaded(
+        model,
+        tokenizer,
+        None,
+        max_seq_len,
+        {"format": f"{kind} ({shards} shard{'s' if shards > 1 else ''})", "architecture": llama_type},
+    )

@@ -1,18 +1,19 @@
 """`MetaModel`: LLaMA2-Accessory's model API over an ordinary transformers model."""
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from PIL import Image
 from transformers import DynamicCache
 
-from .errors import UserError
-from .footprint import weight_bytes
 from .answer_stream import AnswerStream, batch_decider
 from .compiled import CompiledDecoding
+from .errors import UserError
+from .footprint import weight_bytes
 from .generation import ModelInputs, SamplingParams, generate_tokens
 from .image import shape_image
 from .loading import load
@@ -46,8 +47,16 @@ def _side(size) -> int | None:
 class MetaModel(torch.nn.Module):
     """A loaded chat model: `llma` (the transformers model), `tokenizer`, and for vision models `processor`."""
 
-    def __init__(self, llma, tokenizer, processor=None, max_seq_len: int = 4096, info: dict | None = None,
-                 compile: bool = False, lockstep: Lockstep | None = None):
+    def __init__(
+        self,
+        llma,
+        tokenizer,
+        processor=None,
+        max_seq_len: int = 4096,
+        info: dict | None = None,
+        compile: bool = False,
+        lockstep: Lockstep | None = None,
+    ):
         super().__init__()
         if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
             raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
@@ -67,10 +76,20 @@ class MetaModel(torch.nn.Module):
             avoid_cudnn_attention()
 
     @staticmethod
-    def from_pretrained(pretrained_path, llama_type: str | None = None, llama_config=None,
-                        tokenizer_path: str | None = None, with_visual: bool = False, max_seq_len: int = 4096,
-                        mp_group=None, dtype=None, device=None, quant=None, compile: bool = False,
-                        trust_remote_code: bool = False) -> "MetaModel":
+    def from_pretrained(
+        pretrained_path,
+        llama_type: str | None = None,
+        llama_config=None,
+        tokenizer_path: str | None = None,
+        with_visual: bool = False,
+        max_seq_len: int = 4096,
+        mp_group=None,
+        dtype=None,
+        device=None,
+        quant=None,
+        compile: bool = False,
+        trust_remote_code: bool = False,
+    ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
         `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
@@ -79,14 +98,25 @@ class MetaModel(torch.nn.Module):
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
-        loaded = load(pretrained_path, llama_type=llama_type, llama_config=llama_config,
-                      tokenizer_path=tokenizer_path, with_visual=with_visual, max_seq_len=max_seq_len,
-                      mp_group=mp_group, dtype=dtype, device=device, quant=quant,
-                      trust_remote_code=trust_remote_code)
-        lockstep = Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 \
-            else None
-        return MetaModel(loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile,
-                         lockstep)
+        loaded = load(
+            pretrained_path,
+            llama_type=llama_type,
+            llama_config=llama_config,
+            tokenizer_path=tokenizer_path,
+            with_visual=with_visual,
+            max_seq_len=max_seq_len,
+            mp_group=mp_group,
+            dtype=dtype,
+            device=device,
+            quant=quant,
+            trust_remote_code=trust_remote_code,
+        )
+        lockstep = (
+            Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 else None
+        )
+        return MetaModel(
+            loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile, lockstep
+        )
 
     # ----- what the model is -----
 
@@ -111,16 +141,23 @@ class MetaModel(torch.nn.Module):
     def summary(self) -> dict:
         """`info` (path, format, dtype, device, quantization) with the architecture, weight MiB and context: what
         the app's model panel shows."""
-        return {**self.info, "architecture": self.info.get("architecture", type(self.llma).__name__),
-                "weight_mib": weight_bytes(self.llma) / 2**20, "context": self.max_seq_len,
-                "sees_images": self.sees_images, "compiled": self.compiled is not None}
+        return {
+            **self.info,
+            "architecture": self.info.get("architecture", type(self.llma).__name__),
+            "weight_mib": weight_bytes(self.llma) / 2**20,
+            "context": self.max_seq_len,
+            "sees_images": self.sees_images,
+            "compiled": self.compiled is not None,
+        }
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
         """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are
         single special tokens (such as a chat template's "<|im_end|>", which never shows up as text)."""
         ids = set(self.tokenizer.eos_ids)
         configured = getattr(getattr(self.llma, "generation_config", None), "eos_token_id", None)
-        ids.update(configured if isinstance(configured, (list, tuple)) else [configured] if configured is not None else [])
+        ids.update(
+            configured if isinstance(configured, (list, tuple)) else [configured] if configured is not None else []
+        )
         ids.update(i for i in map(self.tokenizer.special_token_id, stop_symbols) if i is not None)
         return ids
 
@@ -135,8 +172,14 @@ class MetaModel(torch.nn.Module):
             inputs = self.prepare_inputs(["Hello"] * batch_size)
             tokens = self.answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
             count = iter(range(1, tokens))
-            for _ in generate_tokens(self.llma, inputs, SamplingParams(), lambda _: next(count, None) is None,
-                                     compiled=self.compiled, max_new_tokens=tokens):
+            for _ in generate_tokens(
+                self.llma,
+                inputs,
+                SamplingParams(),
+                lambda _: next(count, None) is None,  # noqa: B023 (used within this iteration)
+                compiled=self.compiled,
+                max_new_tokens=tokens,
+            ):
                 pass
         return time.perf_counter() - started
 
@@ -147,7 +190,9 @@ class MetaModel(torch.nn.Module):
         conversation's, in the order of their markers in the prompt); a vision model's processor tokenizes every
         prompt, with or without images, as its `apply_chat_template` does."""
         if images is not None and len(images) != len(prompts):
-            raise UserError(f"Got {len(images)} images for {len(prompts)} prompts; pass one image (or None) per prompt.")
+            raise UserError(
+                f"Got {len(images)} images for {len(prompts)} prompts; pass one image (or None) per prompt."
+            )
         rows, extras = [], []
         for prompt, image in zip(prompts, images if images is not None else [None] * len(prompts)):
             ids, extra = self._encode(prompt, image, image_transform)
@@ -190,8 +235,9 @@ class MetaModel(torch.nn.Module):
                 f"The image tensor is {tuple(pixels.shape[-2:])} but this model takes {size}x{size}; "
                 "build it with get_transform(..., model.llma.image_size)."
             )
-        ids, extra = encode_with_processor(self.processor, prompt, [Image.new("RGB", (size, size))], self.llma.dtype,
-                                           self.device)
+        ids, extra = encode_with_processor(
+            self.processor, prompt, [Image.new("RGB", (size, size))], self.llma.dtype, self.device
+        )
         if tuple(extra["pixel_values"].shape) != tuple(pixels.shape):
             raise UserError("This model's processor does not take a transformed image tensor; pass the PIL image.")
         extra["pixel_values"] = pixels.to(self.device, dtype=self.llma.dtype)
@@ -232,7 +278,9 @@ class MetaModel(torch.nn.Module):
 
     def _streams(self, count, stop_symbols, max_new_tokens, cancel) -> list[AnswerStream]:
         eos_ids = self.eos_ids(stop_symbols)
-        return [AnswerStream(self.tokenizer.decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)]
+        return [
+            AnswerStream(self.tokenizer.decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)
+        ]
 
     def _decider(self, streams: list[AnswerStream]):
         decide = batch_decider(streams)
@@ -244,11 +292,22 @@ class MetaModel(torch.nn.Module):
         return self.followers.failure() if self.followers is not None else None
 
     @announced
-    def stream_generate(self, prompt: str, image=None, max_gen_len: int = 512, temperature: float = 0.0,
-                        top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
-                        seed: int | None = None, repetition_penalty: float = 1.0,
-                        cancel: threading.Event | None = None, image_transform: str | None = None,
-                        session: str | None = None) -> Iterator[dict]:
+    def stream_generate(
+        self,
+        prompt: str,
+        image=None,
+        max_gen_len: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 0.95,
+        additional_stop_symbols: Sequence[str] = (),
+        *,
+        top_k: int = 0,
+        seed: int | None = None,
+        repetition_penalty: float = 1.0,
+        cancel: threading.Event | None = None,
+        image_transform: str | None = None,
+        session: str | None = None,
+    ) -> Iterator[dict]:
         """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
         "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
 
@@ -289,13 +348,20 @@ class MetaModel(torch.nn.Module):
         finally:
             steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
-        yield {"text": stream.text, "end_of_content": True, **stream.summary(prompt_tokens),
-               "cached_tokens": inputs.cached}
+        yield {
+            "text": stream.text,
+            "end_of_content": True,
+            **stream.summary(prompt_tokens),
+            "cached_tokens": inputs.cached,
+        }
 
     def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
         """The session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or a new one."""
-        if session is None or (self.compiled is not None and not self.compiled.keeps_sessions) \
-                or not self._prompt_is_causal:
+        if (
+            session is None
+            or (self.compiled is not None and not self.compiled.keeps_sessions)
+            or not self._prompt_is_causal
+        ):
             return None
         prefix = self.prefix_caches.take(session)
         ids = inputs.input_ids[0].tolist()
@@ -310,7 +376,7 @@ class MetaModel(torch.nn.Module):
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
             self._crop(prefix.cache, inputs.cached)
-        if self._image_token_id not in ids[inputs.cached:]:
+        if self._image_token_id not in ids[inputs.cached :]:
             inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
         return prefix.cache
 
@@ -350,10 +416,22 @@ class MetaModel(torch.nn.Module):
         return getattr(self.processor, "image_token_id", None)
 
     @announced
-    def generate(self, prompts: Sequence[str], images=None, max_gen_len: int = 512, temperature: float = 0.0,
-                 top_p: float = 0.95, additional_stop_symbols: Sequence[str] = (), *, top_k: int = 0,
-                 seed: int | None = None, repetition_penalty: float = 1.0, cancel: threading.Event | None = None,
-                 image_transform: str | None = None, return_details: bool = False) -> list:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        images=None,
+        max_gen_len: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 0.95,
+        additional_stop_symbols: Sequence[str] = (),
+        *,
+        top_k: int = 0,
+        seed: int | None = None,
+        repetition_penalty: float = 1.0,
+        cancel: threading.Event | None = None,
+        image_transform: str | None = None,
+        return_details: bool = False,
+    ) -> list:
         """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
         dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
         encode_started = time.perf_counter()
@@ -363,8 +441,9 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
         streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
         sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        for _ in generate_tokens(self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled,
-                                 max_new_tokens=max_new):
+        for _ in generate_tokens(
+            self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled, max_new_tokens=max_new
+        ):
             pass
         if not return_details:
             return [s.text for s in streams]

@@ -17,6 +17,7 @@ Why the processes are laid out as they are:
   may block forever. So does an exception on rank 0 in the middle of a generation: the followers may wait in a
   step it never finished. Under torchrun, torchrun's own agent ends every rank when one fails.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -29,8 +30,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -103,8 +104,10 @@ class Followers:
             dead = [p for p in self.processes if p.exitcode is not None]
             if dead:
                 codes = ", ".join(f"rank {self.processes.index(p) + 1} (exit code {p.exitcode})" for p in dead)
-                self._failure = (f"A model worker stopped: {codes}; the model cannot answer any more. Restart the "
-                                 "app (with a smaller model, --quant 4 or more GPUs if it ran out of memory).")
+                self._failure = (
+                    f"A model worker stopped: {codes}; the model cannot answer any more. Restart the "
+                    "app (with a smaller model, --quant 4 or more GPUs if it ran out of memory)."
+                )
         return self._failure
 
     def _tell(self, call: tuple | None) -> None:
@@ -138,9 +141,11 @@ class Followers:
                 if not self.failure():
                     # This rank failed on its own (out of memory on its GPU, say): the others may wait in a step
                     # it never finished, and nothing can bring them back in step.
-                    self._failure = (f"The model failed on rank 0 ({described(error)}), so its ranks "
-                                     "are out of step and it cannot answer any more. Restart the app (with a smaller "
-                                     "model, --quant 4 or more GPUs if it ran out of memory).")
+                    self._failure = (
+                        f"The model failed on rank 0 ({described(error)}), so its ranks "
+                        "are out of step and it cannot answer any more. Restart the app (with a smaller "
+                        "model, --quant 4 or more GPUs if it ran out of memory)."
+                    )
                 raise UserError(self.failure()) from error
 
     def stop(self) -> None:
@@ -226,8 +231,13 @@ def _join(device: str, environment: dict | None = None):
 
 
 def _environment(rank: int, size: int, master_addr: str, master_port: int) -> dict:
-    return dict(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank), WORLD_SIZE=str(size),
-                LOCAL_RANK=str(rank))
+    return dict(
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        RANK=str(rank),
+        WORLD_SIZE=str(size),
+        LOCAL_RANK=str(rank),
+    )
 
 
 def _leave_ctrl_c_to_rank_0() -> None:
@@ -247,8 +257,7 @@ def _follower_main(environment: dict, device: str, load) -> None:
         raise SystemExit(1)
 
 
-def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.0.0.1",
-                master_port: int = 29500):
+def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.0.0.1", master_port: int = 29500):
     """Rank 0's model, over `size` ranks that each `load(mp_group)` their shard.
 
     Under torchrun the ranks exist already: rank 0 returns, the others follow and then end this process.
@@ -261,9 +270,15 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
             _leave_ctrl_c_to_rank_0()
     else:
         context = torch.multiprocessing.get_context("spawn")
-        processes = [context.Process(target=_follower_main, name=f"rank-{rank}", daemon=True,
-                                     args=(_environment(rank, size, master_addr, master_port), device, load))
-                     for rank in range(1, size)]
+        processes = [
+            context.Process(
+                target=_follower_main,
+                name=f"rank-{rank}",
+                daemon=True,
+                args=(_environment(rank, size, master_addr, master_port), device, load),
+            )
+            for rank in range(1, size)
+        ]
         for process in processes:
             process.start()
     followers = Followers(None, processes)

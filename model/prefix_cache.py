@@ -7,6 +7,7 @@ templates re-render and tokenizers merge differently at the edges), the cache is
 and only the rest is run. Memory is bounded: at most `max_sessions` caches and `max_bytes`, least recently used
 dropped first; a session whose cache was dropped just prefills everything again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,12 @@ class CachedPrefix:
     image_key: str | None = None  # which image the image tokens among `token_ids` showed
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.cache.layers
-                   for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if torch.is_tensor(t))
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.cache.layers
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            if torch.is_tensor(t)
+        )
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -89,7 +94,8 @@ class PrefixCaches:
             self._entries[session] = prefix
             self._entries.move_to_end(session)
             while len(self._entries) > self.max_sessions or (
-                    self.max_bytes is not None and len(self._entries) > 1 and self.nbytes() > self.max_bytes):
+                self.max_bytes is not None and len(self._entries) > 1 and self.nbytes() > self.max_bytes
+            ):
                 self._entries.popitem(last=False)
             if self.max_bytes is not None and self.nbytes() > self.max_bytes:  # one prefix alone over budget
                 self._entries.clear()

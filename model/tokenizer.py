@@ -1,9 +1,10 @@
 """Accessory's tokenizer API (`encode(s, bos, eos)`, `decode(ids)`) over sentencepiece or Hugging Face tokenizers."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from .errors import UserError
 

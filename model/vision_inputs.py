@@ -12,10 +12,11 @@ pixel inputs (tiles, dynamic resolution). What comes out is split by what each s
 - Qwen2-VL's 3-D rotary positions, computed here from the whole prompt for every request (transformers keeps them
   on the model, shared by every conversation), and their offset for the decode steps.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -78,26 +79,38 @@ def encode(processor, prompt: str, images: Sequence, dtype: torch.dtype, device)
         prompt = image_marker(processor) * len(images) + prompt
     bos = getattr(processor.tokenizer, "bos_token", None)
     try:
-        batch = processor(text=prompt, images=list(images) or None, return_tensors="pt",
-                          add_special_tokens=not (bos and prompt.startswith(bos)))
+        batch = processor(
+            text=prompt,
+            images=list(images) or None,
+            return_tensors="pt",
+            add_special_tokens=not (bos and prompt.startswith(bos)),
+        )
     except ValueError as error:
         shown = prompt.count(marker)
         if shown == 0 and len(images) > 1:  # a processor that lays out one image itself (PaliGemma's)
-            raise UserError(f"This model takes one image per conversation, and this one has {len(images)}; start a "
-                            "new conversation for another image.")
+            raise UserError(
+                f"This model takes one image per conversation, and this one has {len(images)}; start a "
+                "new conversation for another image."
+            )
         if shown != len(images):
-            raise UserError(f"The prompt has {shown} image marker{'s' if shown != 1 else ''} ({marker}) for "
-                            f"{len(images)} image{'s' if len(images) != 1 else ''}; give one image per marker.")
+            raise UserError(
+                f"The prompt has {shown} image marker{'s' if shown != 1 else ''} ({marker}) for "
+                f"{len(images)} image{'s' if len(images) != 1 else ''}; give one image per marker."
+            )
         raise UserError(f"This model's processor cannot take this image: {error}")
     ids = batch.pop("input_ids")[0].tolist()
     batch.pop("attention_mask", None)
-    extra = {k: v.to(device, dtype=dtype if v.is_floating_point() else None) for k, v in batch.items()
-             if k not in TRAINING_ONLY and torch.is_tensor(v)}
+    extra = {
+        k: v.to(device, dtype=dtype if v.is_floating_point() else None)
+        for k, v in batch.items()
+        if k not in TRAINING_ONLY and torch.is_tensor(v)
+    }
     return ids, extra
 
 
-def batch_inputs(rows: list[dict], lengths: list[int], width: int, model, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor) -> FamilyInputs:
+def batch_inputs(
+    rows: list[dict], lengths: list[int], width: int, model, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> FamilyInputs:
     """One batch's `FamilyInputs` from each prompt's processor outputs (`rows`, for prompts `lengths` tokens long,
     left-padded to `width`)."""
     inputs = FamilyInputs()
@@ -111,8 +124,12 @@ def batch_inputs(rows: list[dict], lengths: list[int], width: int, model, input_
     rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
     if rope_index is not None and "mm_token_type_ids" in inputs.per_token:
         inputs.rope_positions, inputs.rope_deltas = rope_index(
-            input_ids, inputs.per_token["mm_token_type_ids"], image_grid_thw=inputs.images.get("image_grid_thw"),
-            video_grid_thw=inputs.images.get("video_grid_thw"), attention_mask=attention_mask)
+            input_ids,
+            inputs.per_token["mm_token_type_ids"],
+            image_grid_thw=inputs.images.get("image_grid_thw"),
+            video_grid_thw=inputs.images.get("video_grid_thw"),
+            attention_mask=attention_mask,
+        )
     return inputs
 
 

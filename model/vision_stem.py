@@ -7,6 +7,7 @@ chance); four 3x3 convolutions with stride 2 learnt shapes within 1,000 steps (a
 a branch that was not kept). The stem turns the image into the same grid of tokens as CLIP's patches, so the
 processor, the number of image tokens and everything after the embedding are CLIP's.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,14 +22,15 @@ MODEL_TYPE = "clip_conv_stem_vision_model"
 class ConvStemCLIPVisionConfig(CLIPVisionConfig):
     """CLIPVisionConfig plus `stem_channels`: the widths of the stem's convolutions before the last one, which
     gives `hidden_size`. There are log2(patch_size) convolutions, each halving the image side."""
+
     model_type = MODEL_TYPE
 
     def __init__(self, stem_channels: list[int] | None = None, **kwargs):
         super().__init__(**kwargs)
         convolutions = int(math.log2(self.patch_size))
-        if 2 ** convolutions != self.patch_size:
+        if 2**convolutions != self.patch_size:
             raise ValueError(f"The conv stem needs a power-of-two patch_size, not {self.patch_size}.")
-        self.stem_channels = list(stem_channels or [16 * 2 ** i for i in range(convolutions - 1)])
+        self.stem_channels = list(stem_channels or [16 * 2**i for i in range(convolutions - 1)])
         if len(self.stem_channels) != convolutions - 1:
             raise ValueError(f"stem_channels needs {convolutions - 1} widths for patch_size {self.patch_size}.")
 

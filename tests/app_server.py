@@ -1,5 +1,6 @@
 """Serve the real app in this process on a free port, over a model whose forward passes are counted (and can be
 slowed down), so a test can see when the server really stops computing; or start a real launcher (`launched`)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
+from launchers.loading import free_port
 from ui import build_app
 from ui.blocks import PAGE
-from launchers.loading import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is installed (pip install -e .)
@@ -27,8 +28,13 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
     """What `demos/generate.py --output FILE *flags` (run by `launcher`) writes to FILE."""
     output = tmp_path / f"{name}.jsonl"
-    result = subprocess.run([*launcher, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
-                            capture_output=True, text=True, env=ENV, timeout=300)
+    result = subprocess.run(
+        [*launcher, str(ROOT / "demos" / "generate.py"), "--output", str(output), *flags],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return output.read_text()
 
@@ -40,9 +46,15 @@ def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None):
     from gradio_client import Client
 
     port = free_port()
-    app = subprocess.Popen([*launcher, str(ROOT / "app.py"), "--port", str(port), *flags], start_new_session=True,
-                           preexec_fn=_ctrl_c_as_in_a_terminal, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, env={**ENV, **(env or {})})
+    app = subprocess.Popen(
+        [*launcher, str(ROOT / "app.py"), "--port", str(port), *flags],
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**ENV, **(env or {})},
+    )
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
         try:
@@ -110,7 +122,6 @@ class ForwardCounter:
         return self.calls
 
 
-
 def submit(tab, message: str, history=(), image=None, **settings):
     """A chat tab's Send handler as Gradio runs it (greedy, default template); returns its last (history, message
     box, stats, prompt)."""
@@ -118,10 +129,19 @@ def submit(tab, message: str, history=(), image=None, **settings):
 
     async def last_update():
         update = None
-        async for update in tab.submit(message, list(history), image, "default", None, "padded_resize",
-                                       *sampling.values(), request=SimpleNamespace(session_hash="tab")):
+        async for update in tab.submit(
+            message,
+            list(history),
+            image,
+            "default",
+            None,
+            "padded_resize",
+            *sampling.values(),
+            request=SimpleNamespace(session_hash="tab"),
+        ):
             pass
         return update
+
     return asyncio.run(last_update())
 
 

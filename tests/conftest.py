@@ -1,4 +1,5 @@
 """Session-wide fixtures: small random models in every checkpoint format (see tiny_models.py)."""
+
 import os
 from pathlib import Path
 
@@ -6,9 +7,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import transformers  # noqa: E402
-
 import tiny_models  # noqa: E402
+import transformers  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 

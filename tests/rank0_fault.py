@@ -1,11 +1,12 @@
 """Run by test_parallel.py: the demo model on 2 CPU ranks, with rank 0's third forward pass raising (as an out of
 memory on its GPU alone would). Prints every piece of one answer, then waits: the process must end by itself."""
+
 import sys
 import time
 
-from ui.chat import Sampling, stream_answer
 from launchers.flags import parser
 from launchers.loading import load_model
+from ui.chat import Sampling, stream_answer
 
 
 def main() -> None:

@@ -1,21 +1,23 @@
 """The app's API, driven through gradio_client as an outside program would, on the demo model."""
+
 import random
 import threading
 import time
 
-from demo_model import data as demo_data
-
 import pytest
+from app_server import serve, wait_for_pieces
 from gradio_client import Client, handle_file
 
-from app_server import serve, wait_for_pieces
-from model import MetaModel
+from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
+from model import MetaModel
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
-FRANCE = [{"role": "user", "content": "What is the capital of France?"},
-          {"role": "assistant", "content": "The capital of France is Paris."}]
+FRANCE = [
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "The capital of France is Paris."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +35,18 @@ def test_api_lists_chat_and_single_turn(server):
     endpoints = Client(server[0], verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert {"/chat", "/single_turn"} <= set(endpoints)
     names = [p["parameter_name"] for p in endpoints["/chat"]["parameters"]]
-    assert names == ["message", "history", "image", "max_gen_len", "temperature", "top_p", "top_k",
-                     "repetition_penalty", "system", "template"]
+    assert names == [
+        "message",
+        "history",
+        "image",
+        "max_gen_len",
+        "temperature",
+        "top_p",
+        "top_k",
+        "repetition_penalty",
+        "system",
+        "template",
+    ]
 
 
 def test_two_turn_conversation(server):
@@ -48,12 +60,15 @@ def test_two_turn_conversation(server):
 def test_system_prompt_and_template_reach_the_prompt(server):
     client = Client(server[0], verbose=False)
     long_system = "Answer briefly. " * 700  # ~2,100 tokens: more than the demo model's context
-    for call in (dict(system=long_system, history=[]),
-                 dict(history=[{"role": "system", "content": long_system}])):
+    for call in (dict(system=long_system, history=[]), dict(history=[{"role": "system", "content": long_system}])):
         with pytest.raises(Exception, match="with the template, system prompt"):
             client.predict(message="Hi", api_name="/chat", **call)
-    assert client.predict(message="What is the capital of France?", history=[], system="", template="default",
-                          api_name="/chat") == "The capital of France is Paris."
+    assert (
+        client.predict(
+            message="What is the capital of France?", history=[], system="", template="default", api_name="/chat"
+        )
+        == "The capital of France is Paris."
+    )
 
 
 def test_single_turn_and_its_templates(server):
@@ -79,8 +94,13 @@ def test_image_question_through_the_api(server, tmp_path):
         image, shapes = demo_data.shapes_image(random.Random(seed), 1 + seed % 3)
         path = tmp_path / f"shapes{seed}.png"
         image.save(path)
-        answer = client.predict(message="How many shapes are there?", history=[], image=handle_file(str(path)),
-                                temperature=0.0, api_name="/chat")
+        answer = client.predict(
+            message="How many shapes are there?",
+            history=[],
+            image=handle_file(str(path)),
+            temperature=0.0,
+            api_name="/chat",
+        )
         right += str(len(shapes)) in answer
     assert right >= 4, f"{right} of 6 right"
 
@@ -89,8 +109,9 @@ def test_bad_image_is_one_clear_sentence(server, tmp_path):
     path = tmp_path / "not-an-image.png"
     path.write_text("hello")
     with pytest.raises(Exception, match="not an image this app can read"):
-        Client(server[0], verbose=False).predict(message="What is in the image?", history=[],
-                                                 image=handle_file(str(path)), api_name="/chat")
+        Client(server[0], verbose=False).predict(
+            message="What is in the image?", history=[], image=handle_file(str(path)), api_name="/chat"
+        )
 
 
 def test_stop_ends_generation_on_the_server_within_two_steps(demo):
@@ -104,8 +125,10 @@ def test_stop_ends_generation_on_the_server_within_two_steps(demo):
         assert stopped_at - at_cancel <= 2, f"{stopped_at - at_cancel} forward passes after Stop"
         assert stopped_at < 40  # the whole answer is about 50 tokens: it really stopped early
         started = time.time()
-        assert client.predict(message="What is the capital of Italy?", history=[], api_name="/chat") == \
-            "The capital of Italy is Rome."
+        assert (
+            client.predict(message="What is the capital of Italy?", history=[], api_name="/chat")
+            == "The capital of Italy is Rome."
+        )
         assert counter.calls - stopped_at < 15  # the next answer did not wait for the old one to finish
         assert time.time() - started < 10
 
@@ -117,8 +140,9 @@ def test_two_clients_at_once_get_their_own_answers(demo):
 
         def ask(country):
             client = Client(url, verbose=False)
-            answers[country] = client.predict(message=f"What is the capital of {country}?", history=[],
-                                              api_name="/chat")
+            answers[country] = client.predict(
+                message=f"What is the capital of {country}?", history=[], api_name="/chat"
+            )
 
         threads = [threading.Thread(target=ask, args=(c,)) for c in questions]
         for t in threads:

@@ -4,6 +4,7 @@ Start-up (a flag, a path, a checkpoint, a port): the launcher prints one line, "
 before any server starts. While running (a message, an upload, a setting): the sentence shows in the chat or comes
 back to the API caller, what the user typed stays in the message box, and the next request is answered.
 """
+
 import asyncio
 import json
 import shutil
@@ -17,13 +18,13 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
+from app_server import serve, submit
 from gradio_client import Client, handle_file
 from PIL import Image
 
 import launchers.browser
-from app_server import serve, submit
-from model import MetaModel
 from launchers.flags import DEMO_MODEL
+from model import MetaModel
 from ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
 from ui.chat import Cancels
 
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reaso
 
 
 # ----- start-up -----
+
 
 @pytest.fixture
 def start_output(capsys, monkeypatch):
@@ -48,6 +50,7 @@ def start_output(capsys, monkeypatch):
         lines = [line for line in err.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and "Traceback" not in err, err
         return lines[0]
+
     return run
 
 
@@ -68,16 +71,23 @@ def remote_code_folder(byte_llama_dir: Path, folder: Path) -> Path:
     """A checkpoint that ships its own Python (auto_map), which leaves a mark when it runs."""
     copy_folder(byte_llama_dir, folder)
     config = json.loads((folder / "config.json").read_text())
-    config.update(model_type="tiny_custom", auto_map={"AutoConfig": "configuration_tiny.TinyConfig",
-                                                      "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM"})
+    config.update(
+        model_type="tiny_custom",
+        auto_map={
+            "AutoConfig": "configuration_tiny.TinyConfig",
+            "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM",
+        },
+    )
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "configuration_tiny.py").write_text(
         "from pathlib import Path\nfrom transformers import LlamaConfig\n"
         f"Path({str(folder / 'code-ran')!r}).touch()\n"
-        "class TinyConfig(LlamaConfig):\n    model_type = 'tiny_custom'\n")
+        "class TinyConfig(LlamaConfig):\n    model_type = 'tiny_custom'\n"
+    )
     (folder / "modeling_tiny.py").write_text(
         "from transformers import LlamaForCausalLM\nfrom .configuration_tiny import TinyConfig\n"
-        "class TinyForCausalLM(LlamaForCausalLM):\n    config_class = TinyConfig\n")
+        "class TinyForCausalLM(LlamaForCausalLM):\n    config_class = TinyConfig\n"
+    )
     return folder
 
 
@@ -94,14 +104,20 @@ def test_startup_matrix(start_output, tmp_path, checkpoints, byte_llama_dir, bus
         (["--pretrained_path", str(empty)], "No checkpoint found in"),
         (["--pretrained_path", str(missing_shard)], "consolidated.01-of-02.model.pth absent"),
         (["--pretrained_path", str(wrong_params)], "does not match these weights"),
-        (["--pretrained_path", str(checkpoints["accessory"]), "--llama_type", "llama_peft"],
-         "llama_type 'llama_peft' is not supported"),
-        (["--pretrained_path", str(remote)], "ships its own Python code (auto_map in its config), which runs only "
-                                             "with --trust_remote_code"),
+        (
+            ["--pretrained_path", str(checkpoints["accessory"]), "--llama_type", "llama_peft"],
+            "llama_type 'llama_peft' is not supported",
+        ),
+        (
+            ["--pretrained_path", str(remote)],
+            "ships its own Python code (auto_map in its config), which runs only with --trust_remote_code",
+        ),
         (["--template", "nonsense"], "Unknown --template 'nonsense'; choose one of"),
         (["--n_gpus", str(_gpus() + 2), "--device", "cuda"], "GPUs were asked for"),
-        (["--n_gpus", "2"] if not _gpus() else ["--n_gpus", str(_gpus() + 1)],
-         "no GPU is visible; add --device cpu" if not _gpus() else "visible"),
+        (
+            ["--n_gpus", "2"] if not _gpus() else ["--n_gpus", str(_gpus() + 1)],
+            "no GPU is visible; add --device cpu" if not _gpus() else "visible",
+        ),
         (["--port", str(busy_port)], f"Port {busy_port} on 127.0.0.1 cannot be used"),
         (["--port", "70000"], "--port 70000 is not a port number"),
         (["--quant", "3"], "argument --quant: invalid choice"),
@@ -111,8 +127,9 @@ def test_startup_matrix(start_output, tmp_path, checkpoints, byte_llama_dir, bus
     for argv, sentence in cases:
         assert sentence in start_output(argv), argv
     assert not (remote / "code-ran").exists()  # refused before any of the checkpoint's code ran
-    assert "holds a text-only model" in start_output(["--pretrained_path", str(byte_llama_dir)], ("vision",),
-                                                     with_visual=True)
+    assert "holds a text-only model" in start_output(
+        ["--pretrained_path", str(byte_llama_dir)], ("vision",), with_visual=True
+    )
 
 
 def _gpus() -> int:
@@ -133,14 +150,19 @@ def test_trust_remote_code_runs_the_checkpoints_code_only_when_asked(tmp_path, b
 
 
 def test_a_launcher_in_a_real_process_prints_one_line_and_no_traceback(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(tmp_path / "nope")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: Checkpoint path")
 
 
 # ----- while running: through the API, as an outside program -----
+
 
 @pytest.fixture(scope="module")
 def demo():
@@ -171,8 +193,10 @@ def uploads(tmp_path_factory) -> dict[str, Path]:
         "corrupt PNG": png[:50] + bytes(b ^ 0xFF for b in png[50:60]) + png[60:],
         "truncated JPEG": jpeg[: len(jpeg) // 2],
         # Only the header is real: 20,000 x 20,000 pixels that would take 1.2 GB decoded.
-        "20000x20000 PNG": b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
-                           + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b""),
+        "20000x20000 PNG": b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 1000))
+        + chunk(b"IEND", b""),
     }
     paths = {}
     for name, data in files.items():
@@ -193,8 +217,10 @@ UPLOAD_SENTENCES = {
 
 
 def answers_next(client: Client) -> None:
-    assert client.predict(message="What is the capital of France?", history=[], temperature=0.0,
-                          api_name="/chat") == "The capital of France is Paris."
+    assert (
+        client.predict(message="What is the capital of France?", history=[], temperature=0.0, api_name="/chat")
+        == "The capital of France is Paris."
+    )
 
 
 def refused(client: Client, sentence: str, api_name="/chat", **kwargs) -> str:
@@ -217,24 +243,37 @@ def test_a_100000_character_message(client):
 
 @pytest.mark.parametrize("kind", list(UPLOAD_SENTENCES))
 def test_bad_uploads(client, uploads, kind):
-    refused(client, UPLOAD_SENTENCES[kind], message="What is in the image?", history=[],
-            image=handle_file(str(uploads[kind])))
+    refused(
+        client,
+        UPLOAD_SENTENCES[kind],
+        message="What is in the image?",
+        history=[],
+        image=handle_file(str(uploads[kind])),
+    )
     answers_next(client)
 
 
 def test_a_1x1_image_is_answered(client, uploads):
-    answer = client.predict(message="What is in the image?", history=[], image=handle_file(str(uploads["1x1"])),
-                            temperature=0.0, api_name="/chat")
+    answer = client.predict(
+        message="What is in the image?",
+        history=[],
+        image=handle_file(str(uploads["1x1"])),
+        temperature=0.0,
+        api_name="/chat",
+    )
     assert answer.endswith(".") and ERROR_MARK not in answer
 
 
-@pytest.mark.parametrize("setting, sentence", [
-    (dict(temperature=-1.0), "The temperature is -1.0; set it to 0 (greedy) or more."),
-    (dict(top_p=0.0), "The top_p is 0.0; set it above 0 and at most 1."),
-    (dict(max_gen_len=0), "The answer length (max_gen_len) is 0; ask for at least 1 token."),
-    (dict(top_k=-1), "The top_k is -1; set it to 0 (off) or more."),
-    (dict(repetition_penalty=0.0), "The repetition_penalty is 0.0; set it above 0 (1 is off)."),
-])
+@pytest.mark.parametrize(
+    "setting, sentence",
+    [
+        (dict(temperature=-1.0), "The temperature is -1.0; set it to 0 (greedy) or more."),
+        (dict(top_p=0.0), "The top_p is 0.0; set it above 0 and at most 1."),
+        (dict(max_gen_len=0), "The answer length (max_gen_len) is 0; ask for at least 1 token."),
+        (dict(top_k=-1), "The top_k is -1; set it to 0 (off) or more."),
+        (dict(repetition_penalty=0.0), "The repetition_penalty is 0.0; set it above 0 (1 is off)."),
+    ],
+)
 def test_bad_settings(client, setting, sentence):
     refused(client, sentence, message="What is the capital of Peru?", history=[], **setting)
     answers_next(client)
@@ -247,31 +286,53 @@ def test_unknown_template_and_empty_instruction(client):
 
 
 def test_unknown_conversation_template_and_role(client):
-    refused(client, "Unknown conversation template 'nonsense'; choose one of: ", message="Hi", history=[],
-            template="nonsense")
-    refused(client, "'alpaca' is a single-turn template: call /single_turn with it, or pass /chat one of: default,",
-            message="Hi", history=[], template="alpaca")
-    refused(client, "The history holds a message with role 'tool'; the roles are user, assistant and system.",
-            message="Hi", history=[{"role": "tool", "content": "42"}])
+    refused(
+        client,
+        "Unknown conversation template 'nonsense'; choose one of: ",
+        message="Hi",
+        history=[],
+        template="nonsense",
+    )
+    refused(
+        client,
+        "'alpaca' is a single-turn template: call /single_turn with it, or pass /chat one of: default,",
+        message="Hi",
+        history=[],
+        template="alpaca",
+    )
+    refused(
+        client,
+        "The history holds a message with role 'tool'; the roles are user, assistant and system.",
+        message="Hi",
+        history=[{"role": "tool", "content": "42"}],
+    )
     answers_next(client)
 
 
 def test_a_history_that_is_not_messages(client):
     refused(client, "which is not a message; pass a list of", message="Hi", history=["just text"])
     pairs = [["What is the capital of France?", "The capital of France is Paris."]]  # older clients' shape
-    assert client.predict(message="What is the capital of Japan?", history=pairs, temperature=0.0,
-                          api_name="/chat") == "The capital of Japan is Tokyo."
+    assert (
+        client.predict(message="What is the capital of Japan?", history=pairs, temperature=0.0, api_name="/chat")
+        == "The capital of Japan is Tokyo."
+    )
 
 
 def test_an_image_for_a_text_only_model(byte_model, uploads):
     with serve(byte_model) as (url, _):
         client = Client(url, verbose=False)
-        refused(client, "This model cannot see images; send the message without an image", message="Hi",
-                history=[], image=handle_file(str(uploads["1x1"])))
+        refused(
+            client,
+            "This model cannot see images; send the message without an image",
+            message="Hi",
+            history=[],
+            image=handle_file(str(uploads["1x1"])),
+        )
         assert client.predict(message="Hi", history=[], max_gen_len=4, api_name="/chat") is not None
 
 
 # ----- while running: in the chat itself -----
+
 
 def shows_error_and_keeps_message(update, message: str, sentence: str) -> None:
     history, box = update[0], update[1]
@@ -284,10 +345,16 @@ def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
     vision = ChatTab(demo, Cancels(), "default", "padded_resize", vision=True)
     long_message = "word " * 20_000
     shows_error_and_keeps_message(submit(chat, long_message), long_message, "but the model's context holds 2048")
-    shows_error_and_keeps_message(submit(vision, "What is in the image?", image=str(uploads["truncated PNG"])),
-                                  "What is in the image?", "is not an image this app can read")
-    shows_error_and_keeps_message(submit(chat, "What is the capital of Peru?", repetition_penalty=0.0),
-                                  "What is the capital of Peru?", "The repetition_penalty is 0.0")
+    shows_error_and_keeps_message(
+        submit(vision, "What is in the image?", image=str(uploads["truncated PNG"])),
+        "What is in the image?",
+        "is not an image this app can read",
+    )
+    shows_error_and_keeps_message(
+        submit(chat, "What is the capital of Peru?", repetition_penalty=0.0),
+        "What is the capital of Peru?",
+        "The repetition_penalty is 0.0",
+    )
     # The failed turns never reach the model: the next answer is the one-turn answer.
     history = submit(chat, "What is the capital of Peru?", history=submit(chat, long_message)[0])[0]
     assert history[-1]["content"] == "The capital of Peru is Lima."
@@ -316,21 +383,34 @@ def test_single_turn_tab_errors_show_in_the_answer_box(demo):
 
     async def last(instruction, template):
         update = None
-        async for update in tab.run(instruction, "", template, 64, 0.0, 0.75, 0, 1.0,
-                                    request=SimpleNamespace(session_hash="tab")):
+        async for update in tab.run(
+            instruction, "", template, 64, 0.0, 0.75, 0, 1.0, request=SimpleNamespace(session_hash="tab")
+        ):
             pass
         return update
+
     assert asyncio.run(last("", "alpaca"))[0] == ERROR_MARK + "The instruction is empty; type one first."
     assert asyncio.run(last("word " * 20_000, "alpaca"))[0].startswith(ERROR_MARK + "The prompt is")
     assert "Lima" in asyncio.run(last("What is the capital of Peru?", "alpaca"))[0]
 
 
-@pytest.mark.parametrize("command", [["app.py", "--help"], ["app.py", "--no_such_flag"],
-                                     ["demos/multi_turn.py", "--help"], ["demos/generate.py", "--help"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["app.py", "--help"],
+        ["app.py", "--no_such_flag"],
+        ["demos/multi_turn.py", "--help"],
+        ["demos/generate.py", "--help"],
+    ],
+)
 def test_help_and_a_bad_flag_answer_before_torch_and_transformers_load(command):
     """`--help` and a mistyped flag need neither torch, transformers nor Gradio: their answer comes at once."""
-    result = subprocess.run([sys.executable, "-X", "importtime", *[str(ROOT / command[0]), *command[1:]]],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *[str(ROOT / command[0]), *command[1:]]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert result.returncode == (0 if command[-1] == "--help" else 1)
     assert not imported & {"torch", "transformers", "gradio"}, sorted(imported & {"torch", "transformers", "gradio"})

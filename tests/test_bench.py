@@ -1,4 +1,5 @@
 """The benchmark scripts keep working: their smallest settings run and write every figure (never a timing check)."""
+
 import json
 import math
 import subprocess
@@ -40,9 +41,19 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     run_script("bench/gpu.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
     results = json.loads((tmp_path / "gpu_results.json").read_text())
     assert set(results["measured"]) == {"demo", "decode", "quant"}
-    for name in ("gpu_generate_tok_s", "gpu_stream_tok_s", "gpu_stream_cudnn_tok_s", "gpu_compile_tok_s",
-                 "gpu_compile_forward_tok_s", "gpu_compile_first_answer_s", "gpu_limit_tok_s",
-                 "demo_first_answer_tok_s", "demo_later_answers_tok_s", "gpu_quant4_tok_s", "gpu_quant8_tok_s"):
+    for name in (
+        "gpu_generate_tok_s",
+        "gpu_stream_tok_s",
+        "gpu_stream_cudnn_tok_s",
+        "gpu_compile_tok_s",
+        "gpu_compile_forward_tok_s",
+        "gpu_compile_first_answer_s",
+        "gpu_limit_tok_s",
+        "demo_first_answer_tok_s",
+        "demo_later_answers_tok_s",
+        "gpu_quant4_tok_s",
+        "gpu_quant8_tok_s",
+    ):
         assert results[name] > 0
     assert results["compile_cudagraphs"] == "none on the CPU"
     assert "gpu_compile_tok_s" in (tmp_path / "RESULTS.md").read_text()

@@ -1,5 +1,6 @@
 """The app in headless Chromium (Playwright driving Debian's /usr/bin/chromium). Screenshots go to
 tests/artifacts/ (not committed). CI sets REQUIRE_BROWSER=1, which turns a missing browser into a failure."""
+
 import http.server
 import os
 import random
@@ -9,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from app_server import serve
 
 from demo_model import data as demo_data
-from app_server import serve
-from model import MetaModel
 from launchers.flags import DEMO_MODEL
+from model import MetaModel
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -31,8 +32,10 @@ def _browser_missing() -> str | None:
 
 if (_reason := _browser_missing()) and os.environ.get("REQUIRE_BROWSER") == "1":
     raise RuntimeError(f"Browser tests are required here but cannot run: {_reason}.")
-pytestmark = [pytest.mark.skipif(_reason is not None, reason=_reason or ""),
-              pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")]
+pytestmark = [
+    pytest.mark.skipif(_reason is not None, reason=_reason or ""),
+    pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built"),
+]
 
 # Every text the last bot message shows, as the page renders it, recorded on each DOM change.
 RECORD_BOT_TEXTS = """() => {
@@ -56,8 +59,9 @@ def browser():
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                                    args=["--no-sandbox"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"), args=["--no-sandbox"]
+        )
         yield browser
         browser.close()
 

@@ -1,14 +1,15 @@
 """The context limit: the oldest turns of a long conversation are left out whole, the system prompt and the image
 stay, the user is told, and a message that cannot fit is one sentence (on the demo model with a 256-token context)."""
+
 import random
 
-from demo_model import data as demo_data
 import pytest
-
 from app_server import submit
+
 from conversation import get_conversation
-from model import MetaModel, UserError
+from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
+from model import MetaModel, UserError
 from ui.blocks import ERROR_MARK, ChatTab, is_notice
 from ui.chat import Cancels, chat_prompt, history_pairs
 
@@ -16,9 +17,22 @@ pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reaso
 
 CONTEXT = 256
 ANSWER = 64
-COUNTRIES = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
-             "Japan": "Tokyo", "China": "Beijing", "India": "New Delhi", "Canada": "Ottawa", "Brazil": "Brasilia",
-             "Egypt": "Cairo", "Kenya": "Nairobi", "Peru": "Lima", "Chile": "Santiago"}
+COUNTRIES = {
+    "France": "Paris",
+    "Germany": "Berlin",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Portugal": "Lisbon",
+    "Japan": "Tokyo",
+    "China": "Beijing",
+    "India": "New Delhi",
+    "Canada": "Ottawa",
+    "Brazil": "Brasilia",
+    "Egypt": "Cairo",
+    "Kenya": "Nairobi",
+    "Peru": "Lima",
+    "Chile": "Santiago",
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +45,9 @@ def converse(model, questions, image=None):
     history = []
     for question in questions:
         chat = chat_prompt(model, "default", None, history, question, ANSWER, image)
-        *_, last = model.stream_generate(chat.text, image=image, max_gen_len=ANSWER,
-                                         additional_stop_symbols=chat.stop_symbols, session="s")
+        *_, last = model.stream_generate(
+            chat.text, image=image, max_gen_len=ANSWER, additional_stop_symbols=chat.stop_symbols, session="s"
+        )
         yield chat, last
         history += [{"role": "user", "content": question}, {"role": "assistant", "content": last["text"].strip()}]
 
@@ -49,7 +64,7 @@ def test_oldest_turns_drop_in_blocks_and_answers_stay_right(demo):
         index = questions.index(f"What is the capital of {country}?")
         conv = get_conversation("default")
         past = [[q, f"The capital of {c} is {COUNTRIES[c]}."] for q, c in zip(questions[:index], COUNTRIES)]
-        conv.load_qas(past[chat.dropped_turns:] + [[questions[index], None]])
+        conv.load_qas(past[chat.dropped_turns :] + [[questions[index], None]])
         assert chat.text == conv.get_prompt() and chat.text.startswith(conv.system)
     # Turns are dropped a block at a time: the turns in between keep their cache and prefill only the new message.
     cuts = [i for i in range(1, len(turns)) if dropped[i] != dropped[i - 1]]
@@ -72,15 +87,20 @@ def test_the_image_stays_when_turns_drop():
 
 
 def test_a_message_longer_than_the_context_is_one_sentence(demo):
-    with pytest.raises(UserError, match=rf"This message needs \d+ tokens .* the model's context holds {CONTEXT}; "
-                                        "shorten it"):
+    with pytest.raises(
+        UserError,
+        match=rf"This message needs \d+ tokens .* the model's context holds {CONTEXT}; "
+        "shorten it",
+    ):
         chat_prompt(demo, "default", None, [], "word " * 300, ANSWER)
 
 
 def test_an_answer_longer_than_half_the_context_keeps_the_history(demo):
     """A user who asks for answers as long as the context still gets a conversation: history keeps half of it."""
-    history = [{"role": "user", "content": "What is the capital of France?"},
-               {"role": "assistant", "content": "The capital of France is Paris."}]
+    history = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+    ]
     assert chat_prompt(demo, "default", None, history, "What is the capital of Peru?", CONTEXT).dropped_turns == 0
 
 
@@ -95,11 +115,15 @@ def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too
         history, *_ = run_submit(tab, f"What is the capital of {country}?", history)
         assert history[-1]["content"] == f"The capital of {country} is {COUNTRIES[country]}."
     notices = [m for m in history if is_notice(m)]
-    assert notices and "no longer sees the" in notices[0]["content"] and f"{CONTEXT}-token context" in \
-        notices[0]["content"]
+    assert (
+        notices
+        and "no longer sees the" in notices[0]["content"]
+        and f"{CONTEXT}-token context" in notices[0]["content"]
+    )
     assert len({n["content"] for n in notices}) == len(notices)  # each cut is told once, not at every turn
-    assert [q for q, _ in history_pairs([m for m in history if not is_notice(m)])] == \
-        [f"What is the capital of {c}?" for c in COUNTRIES]  # the notes never reach the model as answers
+    assert [q for q, _ in history_pairs([m for m in history if not is_notice(m)])] == [
+        f"What is the capital of {c}?" for c in COUNTRIES
+    ]  # the notes never reach the model as answers
 
     long_message = "word " * 300
     after, box, *_ = run_submit(tab, long_message, history)

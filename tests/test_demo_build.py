@@ -1,5 +1,6 @@
 """The demo model's build script: it still runs end to end (a few training steps, then the evaluation), its
 worked sums are right, and its image losses read the right targets."""
+
 import hashlib
 import random
 import re
@@ -16,8 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def quick_build(out: Path, *flags: str, ok: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "demo_model", "--quick",
-                             "--out", str(out), *flags], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "demo_model", "--quick", "--out", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert (result.returncode == 0) == ok, result.stderr[-2000:]
     return result
 
@@ -59,8 +64,15 @@ def _step_value(expression: str) -> int:
 
 def test_sums_are_worked_out_digit_by_digit_and_every_step_is_right():
     rng = random.Random(0)
-    cases = [("plus", 27, 48), ("plus", 99, 99), ("plus", 198, 99), ("minus", 53, 25), ("minus", 100, 1),
-             ("minus", 40, 36), ("plus", 5, 37)] + [data._pair(rng) for _ in range(300)]
+    cases = [
+        ("plus", 27, 48),
+        ("plus", 99, 99),
+        ("plus", 198, 99),
+        ("minus", 53, 25),
+        ("minus", 100, 1),
+        ("minus", 40, 36),
+        ("plus", 5, 37),
+    ] + [data._pair(rng) for _ in range(300)]
     for op, a, b in cases:
         result = a + b if op == "plus" else a - b
         answer = data.worked_answer(a, op, b)
@@ -72,7 +84,7 @@ def test_sums_are_worked_out_digit_by_digit_and_every_step_is_right():
         for place, step in enumerate(steps):
             expression, value = step.split(" is ")
             assert _step_value(expression) == int(value), (answer, step)
-            rebuilt += int(value) % 10 * 10 ** place
+            rebuilt += int(value) % 10 * 10**place
         rebuilt += int(value) // 10 * 10 ** len(steps)  # the last carry
         assert rebuilt == result, answer
 
@@ -87,25 +99,31 @@ def test_sums_asked_with_symbols_keep_their_worked_answer_and_leave_other_draws_
         assert symbols.question.replace(" ", "").rstrip("?=").endswith(f"{a}{data.SYMBOLS[op]}{b}")
         assert (symbols.answer, symbols.value) == (turn.answer, turn.value)
     held_out = data.held_out_pairs(0)
-    with_symbols = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(symbol=1.0))
-                    for seed in range(30)]
+    with_symbols = [
+        data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(symbol=1.0)) for seed in range(30)
+    ]
     asked = [t.question for s in with_symbols for t in s.turns if t.kind == "arithmetic"]
     assert asked and not any("plus" in q or "minus" in q for q in asked)
-    one_digit = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(one_digit=1.0))
-                 for seed in range(30)]
+    one_digit = [
+        data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(one_digit=1.0)) for seed in range(30)
+    ]
     sums = [t for s in one_digit for t in s.turns if t.kind == "arithmetic"]
     assert sums and all(t.answer.count(" is ") == 1 and int(t.question.split()[2]) < 10 for t in sums)
     # Without symbols, a seed draws the samples it drew before they existed, which the shipped model's first 1,500
     # steps were trained on (this fingerprint was taken then): a change here redraws the whole build.
-    drawn = "".join(t.question + t.answer for seed in range(30)
-                    for t in data.training_sample(random.Random(seed), held_out, 0.3).turns)
+    drawn = "".join(
+        t.question + t.answer
+        for seed in range(30)
+        for t in data.training_sample(random.Random(seed), held_out, 0.3).turns
+    )
     assert hashlib.sha256(drawn.encode()).hexdigest()[:16] == "8dbabb2d7fe6b59b"
 
 
 def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_asked_for():
     held_out = data.held_out_pairs(0)
-    declined = [data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0))
-                for seed in range(30)]
+    declined = [
+        data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0)) for seed in range(30)
+    ]
     turns = [t for s in declined for t in s.turns]
     assert all((t.kind, t.answer) == ("unknown", data.DONT_KNOW) for t in turns)
     asked = {t.question for t in turns}
@@ -113,19 +131,27 @@ def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_
     assert asked & set(data._SMALL_TALK)
     assert any(re.search(r"\d\.\d", q) for q in asked) and any(re.search(r"(^|[ +])-\d", q) for q in asked)
     # never a sum or difference of two numbers it does answer: those are of two numbers from 0 to 99
-    two_number_sums = [q for q in asked if len(re.findall(r"\d+", q)) == 2 and not re.search(r"\d{3}|(^|[ +])-\d", q)
-                       and not re.search(r"[*/x%]| times | divided | power | mod ", q)]
+    two_number_sums = [
+        q
+        for q in asked
+        if len(re.findall(r"\d+", q)) == 2
+        and not re.search(r"\d{3}|(^|[ +])-\d", q)
+        and not re.search(r"[*/x%]| times | divided | power | mod ", q)
+    ]
     assert not two_number_sums
-    small = [data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0, decline_one_digit=1.0))
-             for seed in range(30)]
+    small = [
+        data.training_sample(random.Random(seed), held_out, 0.0, data.Shares(decline=1.0, decline_one_digit=1.0))
+        for seed in range(30)
+    ]
     numbers = [int(n) for s in small for t in s.turns for n in re.findall(r"(?<![\d.])\d+", t.question)]
     assert numbers and all(n < 10 or n >= 100 for n in numbers)  # "2 + 3 + 4", "3.5 + 2", "150 + 2"
 
 
 def test_conversations_with_the_system_prompt_cleared_render_as_the_template_does():
     held_out = data.held_out_pairs(0)
-    samples = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(no_system=1.0))
-               for seed in range(30)]
+    samples = [
+        data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(no_system=1.0)) for seed in range(30)
+    ]
     assert all(s.system == ("" if s.template == "conversation" else None) for s in samples)
     for sample in samples:
         samples.check_segments_match_templates(sample)
@@ -187,20 +213,32 @@ def test_patch_kinds_gives_each_patch_its_shares_in_the_tower_token_order():
 def test_each_shape_token_reads_as_its_shape_and_its_colour_or_absent():
     words = {w: i for i, w in enumerate(["1", "2", "3", *data.COLORS, *data.SHAPES, data.ABSENT])}
     targets = training.slot_targets([("red", "circle"), ("blue", "triangle")], words)
-    assert targets == [(words["2"], words["2"]), (words["circle"], words["red"]), (words["square"], words[data.ABSENT]),
-                       (words["triangle"], words["blue"])]
+    assert targets == [
+        (words["2"], words["2"]),
+        (words["circle"], words["red"]),
+        (words["square"], words[data.ABSENT]),
+        (words["triangle"], words["blue"]),
+    ]
 
 
 def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_computes():
+    from tiny_models import TEXT_CONFIG
     from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
     from transformers.models.clip import CLIPVisionConfig
 
-    from tiny_models import TEXT_CONFIG
-
     text = LlamaConfig(vocab_size=50, **{**TEXT_CONFIG, "num_hidden_layers": training.LOOKUP_LAYER + 1})
-    config = LlavaConfig(vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                                        num_attention_heads=2, image_size=32, patch_size=8),
-                         text_config=text, image_token_index=49)
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        text_config=text,
+        image_token_index=49,
+    )
     torch.manual_seed(0)
     model = LlavaForConditionalGeneration(config)
     model.set_attn_implementation("eager")
@@ -216,8 +254,12 @@ def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_compu
     head = slice(training.LOOKUP_HEAD * width, (training.LOOKUP_HEAD + 1) * width)
     brought = torch.nn.functional.linear(head_inputs["x"][:, :, head], attention.o_proj.weight[:, head])
     answers = [4, 17, 30, 31]
-    read = -torch.stack([torch.log_softmax(model.lm_head(brought[row, query])[answers], dim=-1)[answers.index(word)]
-                         for row, query, _, word in lookups])
+    read = -torch.stack(
+        [
+            torch.log_softmax(model.lm_head(brought[row, query])[answers], dim=-1)[answers.index(word)]
+            for row, query, _, word in lookups
+        ]
+    )
     loss = training.lookup_loss(model, captured, lookups, answers)
     assert torch.allclose(loss, looked.mean() + read.mean(), atol=1e-5)
 
@@ -228,11 +270,13 @@ def test_a_colour_answer_looks_up_the_asked_shapes_image_token_where_it_names_th
     tokenizer = train_byte_level_tokenizer()
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     image, shapes = data.shapes_image(random.Random(0), count=2)
-    turns = [data.Turn("What color is the square?", "The square is green.", "image_color", "green"),
-             data.Turn("What color is the triangle?", f"The triangle is {data.ABSENT} in the image.", "image_color",
-                       None)]
-    encoded = samples.encode(data.Sample([data.capital_turn(random.Random(1)), *turns], "conversation", image, shapes),
-                           tokenizer, image_id)
+    turns = [
+        data.Turn("What color is the square?", "The square is green.", "image_color", "green"),
+        data.Turn("What color is the triangle?", f"The triangle is {data.ABSENT} in the image.", "image_color", None),
+    ]
+    encoded = samples.encode(
+        data.Sample([data.capital_turn(random.Random(1)), *turns], "conversation", image, shapes), tokenizer, image_id
+    )
     (green_query, square, green), (absent_query, triangle, absent) = encoded.lookups
     assert (square, triangle) == (1 + 2, 1 + 3)  # after <s> and the class token
     word = {w: tokenizer.encode(" " + w, add_special_tokens=False)[0] for w in ("green", data.ABSENT)}

@@ -1,4 +1,5 @@
 """The shipped demo model: its folder, and a fixed sample of what it must know, asked through the public API."""
+
 import json
 import random
 from pathlib import Path
@@ -14,8 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "assets" / "demo-model"
 
 SEPARATOR = default_conversation().response_end_signal
-pytestmark = pytest.mark.skipif(not (DEMO / "config.json").exists(),
-                                reason="assets/demo-model is not built yet: it does not meet its accuracy bars (issue 3)")
+pytestmark = pytest.mark.skipif(
+    not (DEMO / "config.json").exists(),
+    reason="assets/demo-model is not built yet: it does not meet its accuracy bars (issue 3)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,10 @@ def test_folder_is_a_small_llava_with_long_context_and_even_heads():
     config = json.loads((DEMO / "config.json").read_text())
     assert config["model_type"] == "llava"
     assert config["text_config"]["max_position_embeddings"] >= 2048
-    assert config["text_config"]["num_attention_heads"] % 2 == 0 and config["vision_config"]["num_attention_heads"] % 2 == 0
+    assert (
+        config["text_config"]["num_attention_heads"] % 2 == 0
+        and config["vision_config"]["num_attention_heads"] % 2 == 0
+    )
     assert sum(f.stat().st_size for f in DEMO.glob("*.safetensors")) <= 25_000_000
     assert (DEMO / "README.md").read_text().count("--pretrained_path") >= 1
 
@@ -68,8 +74,10 @@ def test_arithmetic(demo):
     rng = random.Random(1234)
     # 60 in each template, not 10: a model right 96% of the time got 2 of the first 10 wrong (and 5 of the first 30)
     turns = [data.arithmetic_turn(rng) for _ in range(60)]
-    right = {template: sum(evaluation.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
-             for template in ("alpaca", "conversation")}
+    right = {
+        template: sum(evaluation.is_correct(t, ask(demo, template, [[t.question, None]])) for t in turns)
+        for template in ("alpaca", "conversation")
+    }
     assert sum(right.values()) >= 108, f"right of 60: {right}"
 
 
@@ -78,8 +86,10 @@ def test_sums_typed_with_symbols(demo):
     assert ask(demo, "conversation", [["What is 2+2?", None]]).strip() == "2 plus 2 is 4."
     rng = random.Random(1234)
     turns = [data.with_symbols(rng, data.arithmetic_turn(rng)) for _ in range(60)]
-    right = sum(evaluation.is_correct(t, ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]))
-                for i, t in enumerate(turns))
+    right = sum(
+        evaluation.is_correct(t, ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]))
+        for i, t in enumerate(turns)
+    )
     assert right >= 54, f"{right} of 60 right"  # the bar: 90%
 
 
@@ -89,8 +99,10 @@ def test_sums_it_does_not_do_and_small_talk_are_declined(demo):
         assert ask(demo, "conversation", [[question, None]]).strip() == data.DONT_KNOW, question
     rng = random.Random(1234)
     turns = [data.decline_turn(rng, recipe.DECLINE_ONE_DIGIT_SHARE) for _ in range(60)]
-    declined = sum(ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
-                   for i, t in enumerate(turns))
+    declined = sum(
+        ask(demo, ("alpaca", "conversation")[i % 2], [[t.question, None]]).strip() == data.DONT_KNOW
+        for i, t in enumerate(turns)
+    )
     # 58 here (93% in the card, on the same mix), 51 for the model before the one-digit ones were taught
     assert declined >= 54, f"{declined} of 60 declined"
 
@@ -100,7 +112,9 @@ def test_with_the_system_prompt_cleared_or_another_it_still_answers(demo):
     rng = random.Random(1234)
     turns = [data.capital_turn(rng) for _ in range(10)] + [data.arithmetic_turn(rng) for _ in range(20)]
     for system in ("", "You are a helpful assistant."):
-        right = sum(evaluation.is_correct(t, ask(demo, "conversation", [[t.question, None]], system=system)) for t in turns)
+        right = sum(
+            evaluation.is_correct(t, ask(demo, "conversation", [[t.question, None]], system=system)) for t in turns
+        )
         # 30 and 30 here; cleared, 22 for the model trained without cleared ones
         assert right >= 27, f"{right} of 30 right with the system prompt {system!r}"
 
@@ -119,9 +133,11 @@ def test_images_what_color_count(demo):
         image, shapes = data.shapes_image(rng)
         template = ("alpaca", "conversation")[i % 2]
         color, shape = rng.choice(shapes)
-        checks = [(data.Turn("What is in the image?", "", "image_what", sorted(shapes))),
-                  (data.Turn(f"What color is the {shape}?", "", "image_color", color)),
-                  (data.Turn("How many shapes are there?", "", "image_count", len(shapes)))]
+        checks = [
+            (data.Turn("What is in the image?", "", "image_what", sorted(shapes))),
+            (data.Turn(f"What color is the {shape}?", "", "image_color", color)),
+            (data.Turn("How many shapes are there?", "", "image_count", len(shapes))),
+        ]
         for turn in checks:
             right += evaluation.is_correct(turn, ask(demo, template, [[turn.question, None]], image=image))
             asked += 1
@@ -141,8 +157,10 @@ def test_deep_conversation_and_follow_up(demo):
         question = data.arithmetic_turn(rng)
         first = data.arithmetic_turn(rng)
         follow = data.followup_turn(rng, first.value)
-        right += evaluation.is_correct(question, ask(demo, "conversation", [[t.question, t.answer] for t in history]
-                                                + [[question.question, None]]))
-        right += evaluation.is_correct(follow, ask(demo, "conversation", [[first.question, first.answer],
-                                                                     [follow.question, None]]))
+        right += evaluation.is_correct(
+            question, ask(demo, "conversation", [[t.question, t.answer] for t in history] + [[question.question, None]])
+        )
+        right += evaluation.is_correct(
+            follow, ask(demo, "conversation", [[first.question, first.answer], [follow.question, None]])
+        )
     assert right >= 16, f"{right} of 20 right"  # the bars: 80%

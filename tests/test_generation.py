@@ -1,14 +1,14 @@
 """Streaming generation: exact stops, incremental detokenization, cancel, batches, sampling."""
+
 import threading
 
 import pytest
 import torch
+from app_server import ForwardCounter
 from torch._dynamo.utils import counters
 
 from model import MetaModel, UserError
 from model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
-
-from app_server import ForwardCounter
 
 MULTILINGUAL = "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓ The answer is 19."
 
@@ -75,7 +75,7 @@ def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, b
     # A stop string spanning a token boundary (where a streamed piece ended), taken from the model's own answer.
     boundaries = [len(piece["text"]) for piece, _ in reference[:-1] if 3 <= len(piece["text"]) <= len(full) - 3]
     boundary = boundaries[len(boundaries) // 2]
-    stop = full[boundary - 3: boundary + 3]
+    stop = full[boundary - 3 : boundary + 3]
     passes_to_complete_it = next(calls for piece, calls in reference if stop in piece["text"])
 
     stopped = counted_pieces(model, "The quick brown fox", additional_stop_symbols=[stop], **kwargs)
@@ -96,8 +96,14 @@ def test_accessory_default_separator_never_leaks(sp_model):
 
     conv = default_conversation()
     conv.load_qas([["Hello there!", None]])
-    pieces = stream(sp_model, conv.get_prompt(), max_gen_len=80, temperature=1.0, seed=1,
-                    additional_stop_symbols=[conv.response_end_signal])
+    pieces = stream(
+        sp_model,
+        conv.get_prompt(),
+        max_gen_len=80,
+        temperature=1.0,
+        seed=1,
+        additional_stop_symbols=[conv.response_end_signal],
+    )
     for piece in pieces:
         assert "\n###" not in piece["text"] and not piece["text"].endswith(("\n", "\n#", "\n##"))
 
@@ -137,8 +143,9 @@ def test_cancel_stops_the_model_within_two_steps(byte_model):
     counter = ForwardCounter(byte_model)
     calls_at_cancel = None
     pieces = []
-    for piece in byte_model.stream_generate("The quick brown fox", max_gen_len=200, temperature=1.0, seed=0,
-                                            cancel=cancel):
+    for piece in byte_model.stream_generate(
+        "The quick brown fox", max_gen_len=200, temperature=1.0, seed=0, cancel=cancel
+    ):
         pieces.append(piece)
         if len(pieces) == 3:
             cancel.set()
@@ -259,12 +266,26 @@ def test_the_cache_goes_by_the_name_the_models_forward_takes(byte_model, byte_ll
     caches_seen = []
 
     class OldStyle(LlamaForCausalLM):
-        def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                    use_cache=None, logits_to_keep=0, **kwargs):
+        def forward(
+            self,
+            input_ids=None,
+            attention_mask=None,
+            position_ids=None,
+            past_key_values=None,
+            use_cache=None,
+            logits_to_keep=0,
+            **kwargs,
+        ):
             caches_seen.append(past_key_values)
-            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                   use_cache=use_cache, logits_to_keep=logits_to_keep,
-                                   **{stock_keyword: past_key_values}, **kwargs)
+            return super().forward(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                logits_to_keep=logits_to_keep,
+                **{stock_keyword: past_key_values},
+                **kwargs,
+            )
 
     prompts = ["Hello there", "A longer prompt, which pads the other row"]
     with warnings.catch_warnings():
@@ -285,9 +306,12 @@ def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
     prompts = ["The quick brown fox", "What is the capital of France? The capital"]
 
     def answers(model):
-        return [model.generate(prompts, max_gen_len=12), model.generate(prompts[:1], max_gen_len=12),
-                stream(model, prompts[1], max_gen_len=12)[-1]["text"],
-                model.generate(prompts, max_gen_len=12, temperature=0.8, seed=3)]
+        return [
+            model.generate(prompts, max_gen_len=12),
+            model.generate(prompts[:1], max_gen_len=12),
+            stream(model, prompts[1], max_gen_len=12)[-1]["text"],
+            model.generate(prompts, max_gen_len=12, temperature=0.8, seed=3),
+        ]
 
     expected = answers(eager)
     torch._dynamo.reset()  # forget the graphs earlier tests compiled for models of this shape
@@ -406,13 +430,13 @@ def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
 def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
     """A session's keys and values are copied into --compile's static cache only where every layer keeps every
     position; a sliding-window model (Mistral's) answers a session's turns as a prefill from scratch, right."""
+    from tiny_models import TEXT_CONFIG
     from transformers import MistralConfig, MistralForCausalLM
 
-    from tiny_models import TEXT_CONFIG
-
     torch.manual_seed(0)
-    config = MistralConfig(vocab_size=byte_model.llma.config.vocab_size, bos_token_id=1, eos_token_id=2,
-                           sliding_window=8, **TEXT_CONFIG)
+    config = MistralConfig(
+        vocab_size=byte_model.llma.config.vocab_size, bos_token_id=1, eos_token_id=2, sliding_window=8, **TEXT_CONFIG
+    )
     mistral = MistralForCausalLM(config).eval()
     eager = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64)
     compiled = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64, compile=True)

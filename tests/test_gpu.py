@@ -2,23 +2,26 @@
 machine repeats the checks first run by hand on an H100 (2026-11-22): the launcher in bf16 and with --quant,
 torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API;
 --compile's answers on CUDA since 2026-11-24."""
+
 import json
 import threading
 
 import pytest
 import torch
+from app_server import TORCHRUN, generate
 from PIL import Image, ImageDraw
 
-from app_server import TORCHRUN, generate
 from conversation import default_conversation
+from launchers.flags import DEMO_MODEL
 from model import MetaModel
 from templates import format_prompt
-from launchers.flags import DEMO_MODEL
 
 PROMPTS = ["What is the capital of France?", "Who are you?"]
 
-pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
-              pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")]
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
+    pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built"),
+]
 
 
 @pytest.mark.parametrize("flags", [["--dtype", "bf16"], ["--quant", "4"], ["--quant", "8"]], ids=" ".join)
@@ -39,14 +42,17 @@ def answers(model: MetaModel) -> list[str]:
     """Greedy answers about an image, a plain question, and a second turn that reuses the first turn's cache."""
     image = Image.new("RGB", (224, 224), "white")
     ImageDraw.Draw(image).ellipse((40, 40, 180, 180), fill="red")
-    said = [last(model, format_prompt({"instruction": "What is in the image?"}, sys_name="alpaca"), image=image),
-            last(model, format_prompt({"instruction": "What is the capital of Italy?"}, sys_name="alpaca"))]
+    said = [
+        last(model, format_prompt({"instruction": "What is in the image?"}, sys_name="alpaca"), image=image),
+        last(model, format_prompt({"instruction": "What is the capital of Italy?"}, sys_name="alpaca")),
+    ]
     conversation = default_conversation()
     for question in ("What is 2 plus 3?", "What is the capital of Spain?"):
         conversation.append_message(conversation.roles[0], question)
         conversation.append_message(conversation.roles[1], None)
-        answer = last(model, conversation.get_prompt(), session="chat",
-                      additional_stop_symbols=conversation.stop_symbols)
+        answer = last(
+            model, conversation.get_prompt(), session="chat", additional_stop_symbols=conversation.stop_symbols
+        )
         conversation.messages[-1][1] = answer
         said.append(answer)
     return said
@@ -73,8 +79,9 @@ def test_compiled_cuda_answers_as_eager_does_and_stop_stops():
 
 def assert_cancel_stops(model: MetaModel) -> None:
     cancel = threading.Event()
-    for count, piece in enumerate(model.stream_generate("Tell me a story.", max_gen_len=200, temperature=0.8,
-                                                        seed=1, cancel=cancel)):
+    for count, piece in enumerate(
+        model.stream_generate("Tell me a story.", max_gen_len=200, temperature=0.8, seed=1, cancel=cancel)
+    ):
         if count == 2:
             cancel.set()
     assert piece["finish_reason"] == "cancelled" and piece["completion_tokens"] <= count + 3

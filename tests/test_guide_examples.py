@@ -4,6 +4,7 @@
 The scripts in guide_examples/ are the guide's code with the import lines edited and `.cuda()` dropped;
 this test only fills in the paths.
 """
+
 import json
 import os
 import subprocess
@@ -43,12 +44,15 @@ def test_text_examples_run(example, fmt, checkpoints):
 def test_legacy_example_names_the_unsupported_llama_peft(tmp_path, checkpoints, sp_model_file):
     peft_config = tmp_path / "llamaPeft_normBiasLora.json"
     peft_config.write_text(json.dumps({"lora_rank": 16, "bias_tuning": True}))
-    result = run_example("legacy", {
-        "/path/to/llama/7B/params.json": checkpoints["meta"] / "params.json",
-        "configs/model/finetune/sg/llamaPeft_normBiasLora.json": peft_config,
-        "/path/to/tokenizer.model": sp_model_file,
-        "/path/to/pretrained": checkpoints["accessory"],
-    })
+    result = run_example(
+        "legacy",
+        {
+            "/path/to/llama/7B/params.json": checkpoints["meta"] / "params.json",
+            "configs/model/finetune/sg/llamaPeft_normBiasLora.json": peft_config,
+            "/path/to/tokenizer.model": sp_model_file,
+            "/path/to/pretrained": checkpoints["accessory"],
+        },
+    )
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert "llama_type 'llama_peft' is not supported" in last_line and "LLaVA" in last_line
@@ -67,14 +71,21 @@ def test_multi_modal_example_runs(tmp_path, llava_dir):
 def test_multi_gpu_example_runs_on_two_cpu_processes(tmp_path):
     """The guide's model-parallel example (NCCL and a GPU per rank made gloo and the CPU), on the demo model: every
     rank streams the same answer, the one a single process gives."""
-    from model import MetaModel
-    from templates import format_prompt
     from launchers.flags import DEMO_MODEL
     from launchers.loading import free_port
+    from model import MetaModel
+    from templates import format_prompt
 
-    result = run_example("multi_gpu", {
-        "/path/to/pretrained": DEMO_MODEL, 'backend="nccl"': 'backend="gloo"',
-        "torch.cuda.set_device(rank)": "pass", "23560": str(free_port())}, folder=tmp_path)
+    result = run_example(
+        "multi_gpu",
+        {
+            "/path/to/pretrained": DEMO_MODEL,
+            'backend="nccl"': 'backend="gloo"',
+            "torch.cuda.set_device(rank)": "pass",
+            "23560": str(free_port()),
+        },
+        folder=tmp_path,
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "terminate called" not in result.stderr, result.stderr  # a rank that aborted as it ended
     single = MetaModel.from_pretrained(str(DEMO_MODEL), max_seq_len=2048)

@@ -1,23 +1,47 @@
 """Many users at once, and faults: 8 gradio_client clients in 3-turn conversations of their own, a Stop from one
 of them, and an exception thrown inside generation. (Closing a tab: test_browser.py; a dead --n_gpus worker:
 test_parallel.py.)"""
+
 import threading
 import time
 
 import pytest
+from app_server import serve, submit, wait_for_pieces
 from gradio_client import Client
 
-from app_server import serve, submit, wait_for_pieces
-from model import MetaModel
 from launchers.flags import DEMO_MODEL
+from model import MetaModel
 from ui.blocks import ERROR_MARK, ChatTab
 from ui.chat import Cancels, chat_prompt
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
-COUNTRIES = ["France", "Germany", "Italy", "Spain", "Portugal", "Japan", "China", "India", "Canada", "Brazil",
-             "Argentina", "Mexico", "Egypt", "Kenya", "Nigeria", "Russia", "Australia", "Greece", "Turkey", "Sweden",
-             "Norway", "Finland", "Poland", "Austria"]
+COUNTRIES = [
+    "France",
+    "Germany",
+    "Italy",
+    "Spain",
+    "Portugal",
+    "Japan",
+    "China",
+    "India",
+    "Canada",
+    "Brazil",
+    "Argentina",
+    "Mexico",
+    "Egypt",
+    "Kenya",
+    "Nigeria",
+    "Russia",
+    "Australia",
+    "Greece",
+    "Turkey",
+    "Sweden",
+    "Norway",
+    "Finland",
+    "Poland",
+    "Austria",
+]
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +101,14 @@ def test_eight_clients_three_turns_each_and_one_stop(demo):
     answers, errors, sessions = {}, [], {}
     try:
         with serve(demo, delay=0.005, concurrency=2) as (url, counter):
+
             def talk(index):
                 try:
                     client = Client(url, verbose=False)
                     sessions[index] = client.session_hash
                     history = []
                     for question in conversations[index]:
-                        answer = client.predict(message=question, history=history, temperature=0.0,
-                                                api_name="/chat")
+                        answer = client.predict(message=question, history=history, temperature=0.0, api_name="/chat")
                         answers.setdefault(index, []).append(answer)
                         history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
                 except Exception as error:  # noqa: BLE001 - reported below, with the client it happened to
@@ -151,7 +175,8 @@ def test_an_exception_inside_generation_shows_in_the_chat_and_the_next_message_w
         restore()
     assert history[-1]["content"] == ERROR_MARK + (
         "The model failed while answering (RuntimeError: injected fault in the forward pass); send the message "
-        "again, and if it keeps failing see the app's terminal for the details.")
+        "again, and if it keeps failing see the app's terminal for the details."
+    )
     assert box == "Who are you?"
     assert any(r.exc_info and "injected fault" in str(r.exc_info[1]) for r in caplog.records)  # the traceback is logged
     history, *_ = submit(tab, "What is the capital of Peru?", history)
@@ -167,5 +192,7 @@ def test_an_exception_inside_generation_through_the_api(demo):
                 client.predict(message="Who are you?", history=[], api_name="/chat")
         finally:
             restore()
-        assert client.predict(message="What is the capital of Chile?", history=[], temperature=0.0,
-                              api_name="/chat") == "The capital of Chile is Santiago."
+        assert (
+            client.predict(message="What is the capital of Chile?", history=[], temperature=0.0, api_name="/chat")
+            == "The capital of Chile is Santiago."
+        )

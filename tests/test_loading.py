@@ -1,13 +1,14 @@
 """MetaModel.from_pretrained: every checkpoint format, Accessory's legacy arguments, and bad input."""
+
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+import tiny_models
 import torch
 
-import tiny_models
 from model import MetaModel, UserError
 
 PROMPT = "What is the capital of France?"
@@ -73,8 +74,13 @@ def test_legacy_arguments_llama_type_config_and_tokenizer_path(tmp_path, checkpo
     base.write_text(json.dumps(tiny_models.meta_params(sp_llama.config) | {"norm_eps": 1.0}))
     fix = tmp_path / "fix.json"
     fix.write_text(json.dumps({"norm_eps": 1e-5}))  # merged left to right: this one wins
-    legacy = MetaModel.from_pretrained(str(bare), llama_type="llama", llama_config=[str(base), str(fix)],
-                                       tokenizer_path=str(sp_model_file), max_seq_len=2048)
+    legacy = MetaModel.from_pretrained(
+        str(bare),
+        llama_type="llama",
+        llama_config=[str(base), str(fix)],
+        tokenizer_path=str(sp_model_file),
+        max_seq_len=2048,
+    )
     assert legacy.llma.config.rms_norm_eps == 1e-5
     reference = MetaModel.from_pretrained(str(checkpoints["accessory"]))
     assert legacy.generate([PROMPT], max_gen_len=16) == reference.generate([PROMPT], max_gen_len=16)
@@ -99,6 +105,7 @@ def test_max_seq_len_is_capped_by_the_position_limit(checkpoints):
 
 # ----- bad input: one clear sentence each -----
 
+
 def _copy(src, dst, skip=()):
     dst.mkdir()
     for f in src.iterdir():
@@ -122,7 +129,9 @@ def test_missing_path(tmp_path):
 def test_folder_without_checkpoint_says_what_was_looked_for(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     message = expect_user_error("No checkpoint found", str(tmp_path))
-    assert "config.json" in message and "consolidated.00-of-01.model.pth" in message and "consolidated.00.pth" in message
+    assert (
+        "config.json" in message and "consolidated.00-of-01.model.pth" in message and "consolidated.00.pth" in message
+    )
 
 
 def test_missing_accessory_shard_says_which(tmp_path, checkpoints):
@@ -132,8 +141,9 @@ def test_missing_accessory_shard_says_which(tmp_path, checkpoints):
 
 def test_missing_last_meta_shard_is_caught_by_shapes(tmp_path, checkpoints):
     folder = _copy(checkpoints["meta"], tmp_path / "meta", skip=("consolidated.01.pth",))
-    expect_user_error(r"'tok_embeddings.weight' has shape \(\d+, 32\) but the model config expects \(\d+, 64\)",
-                      str(folder))
+    expect_user_error(
+        r"'tok_embeddings.weight' has shape \(\d+, 32\) but the model config expects \(\d+, 64\)", str(folder)
+    )
 
 
 def _meta_with_params(tmp_path, checkpoints, **changes):
@@ -145,8 +155,9 @@ def _meta_with_params(tmp_path, checkpoints, **changes):
 
 def test_params_that_do_not_match_the_weights_name_the_tensor_and_both_shapes(tmp_path, checkpoints):
     folder = _meta_with_params(tmp_path, checkpoints, n_kv_heads=4)
-    expect_user_error(r"'layers.0.attention.wk.weight' has shape \(32, 64\) but the model config expects \(64, 64\)",
-                      str(folder))
+    expect_user_error(
+        r"'layers.0.attention.wk.weight' has shape \(32, 64\) but the model config expects \(64, 64\)", str(folder)
+    )
 
 
 def test_more_layers_in_config_than_in_weights(tmp_path, checkpoints):
@@ -156,8 +167,9 @@ def test_more_layers_in_config_than_in_weights(tmp_path, checkpoints):
 
 @pytest.mark.parametrize("llama_type", ["llama_peft", "llama_qformerv2", "llama_ens5"])
 def test_unsupported_llama_type_lists_what_is_supported(checkpoints, llama_type):
-    message = expect_user_error(f"llama_type '{llama_type}' is not supported", str(checkpoints["accessory"]),
-                                llama_type=llama_type)
+    message = expect_user_error(
+        f"llama_type '{llama_type}' is not supported", str(checkpoints["accessory"]), llama_type=llama_type
+    )
     assert "llama" in message and "LLaVA" in message
 
 
@@ -203,8 +215,9 @@ def test_checkpoint_holding_pickled_objects_is_refused(tmp_path, checkpoints):
     import argparse  # any object that is not a tensor: loading it would mean running pickled code
 
     torch.save({"model": {"llma.x": argparse.Namespace(a=1)}}, folder / "consolidated.00-of-02.model.pth")
-    expect_user_error(r"consolidated.00-of-02.model.pth holds pickled Python objects .* \(weights_only=True\)",
-                      str(folder))
+    expect_user_error(
+        r"consolidated.00-of-02.model.pth holds pickled Python objects .* \(weights_only=True\)", str(folder)
+    )
 
 
 def test_hf_weights_holding_a_pickled_command_are_refused_without_running_it(tmp_path, byte_llama_dir):
@@ -257,14 +270,20 @@ def test_loading_sharded_checkpoint_peaks_near_one_copy_of_the_weights(tmp_path,
     import subprocess
     import sys
 
-    model = tiny_models.random_llama(400, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-                                     num_attention_heads=8, num_key_value_heads=8)
+    model = tiny_models.random_llama(
+        400, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8
+    )
     folder = tiny_models.save_accessory(model, tmp_path / "acc", tokenizer_model=sp_model_file, shards=2)
     params = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(params | {"multiple_of": 256}))
     del model
-    result = subprocess.run([sys.executable, "-c", PEAK_MEMORY_SCRIPT, str(folder)], capture_output=True,
-                            text=True, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_MEMORY_SCRIPT, str(folder)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     peak_over_weights = float(result.stdout.strip().splitlines()[-1])
     assert peak_over_weights < 1.6, f"loading peaked at {peak_over_weights:.2f}x the weights"

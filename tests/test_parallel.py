@@ -1,5 +1,6 @@
 """--n_gpus N with --device cpu: N processes over gloo in lockstep, as on N GPUs. Answers equal one process's;
 Stop and a dead worker never leave a request waiting."""
+
 import os
 import signal
 import subprocess
@@ -7,18 +8,21 @@ import sys
 import time
 
 import pytest
-
 from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, wait_for_pieces
+
 from launchers.flags import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
 
-@pytest.mark.parametrize("model, sampling", [
-    ("demo", ["--temperature", "0"]),
-    ("accessory", ["--temperature", "0.9", "--top_p", "0.9", "--seed", "7", "--max_new_tokens", "24"]),
-])
+@pytest.mark.parametrize(
+    "model, sampling",
+    [
+        ("demo", ["--temperature", "0"]),
+        ("accessory", ["--temperature", "0.9", "--top_p", "0.9", "--seed", "7", "--max_new_tokens", "24"]),
+    ],
+)
 def test_generate_on_two_ranks_writes_what_one_writes(tmp_path, checkpoints, model, sampling):
     prompts = ["--prompts", "What is the capital of France?", "Who are you?", "What is the capital of Peru?"]
     path = [] if model == "demo" else ["--pretrained_path", str(checkpoints[model]), "--template", "alpaca"]
@@ -34,14 +38,22 @@ def test_generate_under_torchrun_writes_what_one_process_writes(tmp_path):
     assert generate(tmp_path, "torchrun", *flags, "--device", "cpu", launcher=TORCHRUN) == one
 
 
-@pytest.mark.parametrize("flags, sentence", [
-    (["--n_gpus", "3"], "8 attention heads (8 key/value heads), which do not divide over 3 ranks"),
-    (["--n_gpus", "2", "--quant", "4"], "--quant cannot be combined with tensor parallel"),
-    (["--n_gpus", "2", "--parallel", "pipeline"], "--parallel pipeline spreads layers over GPUs"),
-])
+@pytest.mark.parametrize(
+    "flags, sentence",
+    [
+        (["--n_gpus", "3"], "8 attention heads (8 key/value heads), which do not divide over 3 ranks"),
+        (["--n_gpus", "2", "--quant", "4"], "--quant cannot be combined with tensor parallel"),
+        (["--n_gpus", "2", "--parallel", "pipeline"], "--parallel pipeline spreads layers over GPUs"),
+    ],
+)
 def test_impossible_layouts_are_one_sentence_at_start(flags, sentence):
-    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--prompts", "Hi", "--device",
-                             "cpu", *flags], capture_output=True, text=True, env=ENV, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "demos" / "generate.py"), "--prompts", "Hi", "--device", "cpu", *flags],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert sentence in result.stderr and "Traceback" not in result.stderr, result.stderr
 
@@ -61,8 +73,9 @@ def follower_of(app) -> int:
 
 
 def ask(client, country: str, history=()) -> str:
-    return client.predict(message=f"What is the capital of {country}?", history=list(history), temperature=0.0,
-                          api_name="/chat")
+    return client.predict(
+        message=f"What is the capital of {country}?", history=list(history), temperature=0.0, api_name="/chat"
+    )
 
 
 def test_app_on_two_ranks_answers_a_conversation(app_on_two_ranks):
@@ -71,8 +84,10 @@ def test_app_on_two_ranks_answers_a_conversation(app_on_two_ranks):
     for country, capital in CAPITALS.items():  # the session's KV cache is kept on both ranks between turns
         answer = ask(client, country, history)
         assert answer == f"The capital of {country} is {capital}."
-        history += [{"role": "user", "content": f"What is the capital of {country}?"},
-                    {"role": "assistant", "content": answer}]
+        history += [
+            {"role": "user", "content": f"What is the capital of {country}?"},
+            {"role": "assistant", "content": answer},
+        ]
 
 
 def test_stop_on_two_ranks_then_the_next_request_works(app_on_two_ranks):
@@ -135,14 +150,30 @@ def processes_of(app) -> list[str]:
 def gpt2_dir(tmp_path_factory, byte_tokenizer):
     import tiny_models
 
-    return tiny_models.save_hf(tiny_models.random_gpt2(len(byte_tokenizer)), tmp_path_factory.mktemp("gpt2"),
-                               hf_tokenizer=byte_tokenizer)
+    return tiny_models.save_hf(
+        tiny_models.random_gpt2(len(byte_tokenizer)), tmp_path_factory.mktemp("gpt2"), hf_tokenizer=byte_tokenizer
+    )
 
 
 def test_a_model_tensor_parallel_cannot_split_is_one_sentence_on_cpu_ranks(gpt2_dir):
-    result = subprocess.run([sys.executable, str(ROOT / "demos" / "generate.py"), "--prompts", "Hi", "--device",
-                             "cpu", "--n_gpus", "2", "--pretrained_path", str(gpt2_dir)],
-                            capture_output=True, text=True, env=ENV, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "demos" / "generate.py"),
+            "--prompts",
+            "Hi",
+            "--device",
+            "cpu",
+            "--n_gpus",
+            "2",
+            "--pretrained_path",
+            str(gpt2_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "This gpt2 model cannot be split over processes (transformers has no tensor-parallel plan" in result.stderr
 
@@ -163,10 +194,13 @@ def test_on_gpus_such_a_model_runs_in_pipeline_mode_instead(gpt2_dir, checkpoint
 
 def test_an_exception_on_rank_0_mid_answer_is_an_error_and_the_launcher_exits(tmp_path):
     started = time.time()
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "rank0_fault.py")], capture_output=True,
-                            text=True, env=ENV, timeout=120)
-    assert "The model failed on rank 0 (RuntimeError: injected fault on rank 0), so its ranks are out of step" \
-        in result.stdout, result.stdout + result.stderr
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "rank0_fault.py")], capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert (
+        "The model failed on rank 0 (RuntimeError: injected fault on rank 0), so its ranks are out of step"
+        in result.stdout
+    ), result.stdout + result.stderr
     assert result.returncode == 1 and "still running" not in result.stdout
     assert "error: The model failed on rank 0" in result.stderr
     assert time.time() - started < 60

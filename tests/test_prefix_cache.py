@@ -1,22 +1,31 @@
 """KV caches kept between turns: the same answers as without them, only the new tokens prefilled, memory bounded."""
+
 import random
 import threading
 
-from demo_model import data as demo_data
 import pytest
-
-from model import MetaModel
 from transformers import DynamicCache
 
-from model.prefix_cache import CachedPrefix, PrefixCaches, session_key
+from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
+from model import MetaModel
+from model.prefix_cache import CachedPrefix, PrefixCaches, session_key
 from ui.chat import chat_prompt
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
-QUESTIONS = ["What is 23 plus 45?", "Add 10 to that.", "What is the capital of France?", "Who are you?",
-             "What is 50 minus 7?", "What is the capital of Japan?", "Tell me a joke.", "What can you do?",
-             "What is 3 plus 4?", "What is the capital of Peru?"]
+QUESTIONS = [
+    "What is 23 plus 45?",
+    "Add 10 to that.",
+    "What is the capital of France?",
+    "Who are you?",
+    "What is 50 minus 7?",
+    "What is the capital of Japan?",
+    "Tell me a joke.",
+    "What can you do?",
+    "What is 3 plus 4?",
+    "What is the capital of Peru?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +45,14 @@ def answer(model, history, question, session=None, image=None, cancel_after=None
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=64, image=image)
     cancel = threading.Event()
     pieces = []
-    for piece in model.stream_generate(chat.text, image=image, max_gen_len=64,
-                                       additional_stop_symbols=chat.stop_symbols,
-                                       session=session, cancel=cancel):
+    for piece in model.stream_generate(
+        chat.text,
+        image=image,
+        max_gen_len=64,
+        additional_stop_symbols=chat.stop_symbols,
+        session=session,
+        cancel=cancel,
+    ):
         pieces.append(piece)
         if cancel_after is not None and len(pieces) == cancel_after:
             cancel.set()
@@ -70,10 +84,10 @@ def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(chat_model):
     for question in QUESTIONS[:3]:
         history = turn(history, question, answer(chat_model, history, question, session="branch")["text"])
     branches = [
-        (history[:-2], QUESTIONS[2]),                 # regenerate the last answer
+        (history[:-2], QUESTIONS[2]),  # regenerate the last answer
         (history[:-2], "What is the capital of Chile?"),  # undo it, ask something else
-        (history[:2], "What is 12 plus 30?"),         # edit the second message: later turns dropped
-        (history, "What is the capital of Egypt?"),   # back on the long branch
+        (history[:2], "What is 12 plus 30?"),  # edit the second message: later turns dropped
+        (history, "What is the capital of Egypt?"),  # back on the long branch
     ]
     for past, question in branches:
         reused = answer(chat_model, past, question, session="branch")
@@ -81,8 +95,10 @@ def test_regenerate_undo_edit_and_stop_answer_as_without_reuse(chat_model):
     stopped = answer(chat_model, history, "Who are you?", session="branch", cancel_after=3)
     assert stopped["finish_reason"] == "cancelled"
     after_stop = turn(history, "Who are you?", stopped["text"])
-    assert (answer(chat_model, after_stop, "What is 5 plus 6?", session="branch")["text"]
-            == answer(chat_model, after_stop, "What is 5 plus 6?")["text"])
+    assert (
+        answer(chat_model, after_stop, "What is 5 plus 6?", session="branch")["text"]
+        == answer(chat_model, after_stop, "What is 5 plus 6?")["text"]
+    )
 
 
 def test_a_new_image_is_never_answered_from_the_old_ones_cache(chat_model):

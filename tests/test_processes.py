@@ -1,5 +1,6 @@
 """The browser launchers' two processes (ui/processes.py): the web server's stand-in for the model answers as the
 model does and passes Stop on; either process ending ends the other, with a sentence."""
+
 import multiprocessing
 import os
 import signal
@@ -9,12 +10,11 @@ import threading
 import time
 
 import pytest
-
 from app_server import ForwardCounter, interrupted, launched, wait_for_pieces
-from model import UserError
-from launchers.flags import DEMO_MODEL
-from ui.processes import RemoteModel, model_facts, serve_model
 
+from launchers.flags import DEMO_MODEL
+from model import UserError
+from ui.processes import RemoteModel, model_facts, serve_model
 
 
 @pytest.fixture
@@ -42,7 +42,10 @@ def test_the_stand_in_answers_as_the_model_does(remote, byte_model):
     assert model.prompt_length("Hello there") == byte_model.prompt_length("Hello there")
     assert model.max_seq_len == byte_model.max_seq_len and model.summary() == byte_model.summary()
     asked = dict(max_gen_len=20, temperature=0.8, top_p=0.9, seed=3, additional_stop_symbols=["\n###"])
-    remote_pieces, own_pieces = list(model.stream_generate("Hello", **asked)), list(byte_model.stream_generate("Hello", **asked))
+    remote_pieces, own_pieces = (
+        list(model.stream_generate("Hello", **asked)),
+        list(byte_model.stream_generate("Hello", **asked)),
+    )
     assert [p["text"] for p in remote_pieces] == [p["text"] for p in own_pieces]
     counts = lambda piece: {k: v for k, v in piece.items() if not k.endswith(("time", "second", "token"))}
     assert counts(remote_pieces[-1]) == counts(own_pieces[-1]) and "completion_tokens" in counts(own_pieces[-1])
@@ -127,8 +130,10 @@ def test_a_killed_model_process_is_an_error_in_the_chat_and_the_server_exits():
 @needs_demo
 def test_a_killed_web_server_ends_the_launcher_with_a_sentence():
     app, client = launched()
-    assert client.predict(message="What is the capital of Peru?", history=[], temperature=0.0,
-                          api_name="/chat") == "The capital of Peru is Lima."
+    assert (
+        client.predict(message="What is the capital of Peru?", history=[], temperature=0.0, api_name="/chat")
+        == "The capital of Peru is Lima."
+    )
     os.kill(web_server_of(app), signal.SIGKILL)
     code, printed = app.wait(timeout=20), app.stdout.read()
     assert code == 1 and "error: the web server's process stopped (exit code -9)." in printed, (code, printed)
@@ -149,7 +154,9 @@ def test_compile_compiles_before_serving_with_the_threads_it_answers_with():
     """`app.py --compile` compiles the decode step before it serves, once the model's threads leave a core to the
     web server: the first answer compiles nothing (torch compiles again for another thread count: 1.2-5 s here)."""
     app, client = launched("--compile", env={"TORCH_LOGS": "recompiles"})
-    assert client.predict(message="What is the capital of France?", history=[], api_name="/chat") == \
-        "The capital of France is Paris."
+    assert (
+        client.predict(message="What is the capital of France?", history=[], api_name="/chat")
+        == "The capital of France is Paris."
+    )
     printed = interrupted(app)
     assert "Compiled the decode step in" in printed and "Recompiling" not in printed, printed

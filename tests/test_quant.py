@@ -1,9 +1,10 @@
 """--quant 4 and 8 through bitsandbytes on the CPU: they load, answer, shrink the weights, and stay quiet."""
+
 import logging
 
 import pytest
-
 import tiny_models
+
 from model import MetaModel, weight_bytes
 
 pytest.importorskip("bitsandbytes")
@@ -12,8 +13,14 @@ pytest.importorskip("bitsandbytes")
 @pytest.fixture(scope="module")
 def wide_llama_dir(tmp_path_factory, byte_tokenizer):
     """Wide enough that quantization constants are a realistic share of the weights."""
-    model = tiny_models.random_llama(len(byte_tokenizer), seed=2, hidden_size=512, intermediate_size=1536,
-                                     num_attention_heads=8, num_key_value_heads=8)
+    model = tiny_models.random_llama(
+        len(byte_tokenizer),
+        seed=2,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+    )
     return tiny_models.save_hf(model, tmp_path_factory.mktemp("wide"), hf_tokenizer=byte_tokenizer)
 
 

@@ -1,18 +1,31 @@
 """Prompt templates: Accessory's strings byte for byte, and the tokenizer's own chat template."""
+
 import pytest
 
-from conversation import ChatTemplateConversation, conv_templates, default_conversation, get_conversation, template_names
+from conversation import (
+    ChatTemplateConversation,
+    conv_templates,
+    default_conversation,
+    get_conversation,
+    template_names,
+)
 from templates import format_prompt
 from user_error import UserError
 
-ALPACA = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
-          "request.\n\n### Instruction:\n{I}\n\n### Response:")
-ALPACA_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-                "Write a response that appropriately completes the request.\n\n### Instruction:\n{I}\n\n### Input:\n"
-                "{X}\n\n### Response:")
-DEFAULT_CHAT = ("A chat between a curious human and an artificial intelligence assistant. The assistant gives "
-                "helpful, detailed, and polite answers to the human's questions.\n\n### Human: Q1\n### Assistant: "
-                "A1\n### Human: Q2\n### Assistant:")
+ALPACA = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.\n\n### Instruction:\n{I}\n\n### Response:"
+)
+ALPACA_INPUT = (
+    "Below is an instruction that describes a task, paired with an input that provides further context. "
+    "Write a response that appropriately completes the request.\n\n### Instruction:\n{I}\n\n### Input:\n"
+    "{X}\n\n### Response:"
+)
+DEFAULT_CHAT = (
+    "A chat between a curious human and an artificial intelligence assistant. The assistant gives "
+    "helpful, detailed, and polite answers to the human's questions.\n\n### Human: Q1\n### Assistant: "
+    "A1\n### Human: Q2\n### Assistant:"
+)
 
 
 def test_alpaca_without_input():
@@ -32,7 +45,8 @@ def test_alpaca_with_input():
 
 def test_other_single_turn_templates():
     assert format_prompt({"instruction": "Paris"}, "shortqa") == ALPACA.format(I="Paris").replace(
-        "completes the request.", "completes the request using a single word or phrase.")
+        "completes the request.", "completes the request using a single word or phrase."
+    )
     assert format_prompt({"instruction": "Paris"}, "qg") == "Generate a question whose answer is:\nParis\n\nQuestion:\n"
     assert format_prompt({"instruction": "Paris"}, "caption") == ""
     assert format_prompt({"instruction": "Paris {x}"}, "None") == "Paris {x}"
@@ -60,8 +74,10 @@ def test_conv_templates_are_fresh_factories():
 def test_vicuna_two_separator_style_matches_accessory():
     conv = conv_templates["vicuna_v1_1"]()
     conv.load_qas([["Q1", "A1"], ["Q2", None]])
-    system = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
-              "helpful, detailed, and polite answers to the user's questions.")
+    system = (
+        "A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+        "helpful, detailed, and polite answers to the user's questions."
+    )
     # Accessory puts the separator after the system prompt and a space before each role: the double space is theirs.
     assert conv.get_prompt() == system + "  USER: Q1  ASSISTANT: A1</s> USER: Q2  ASSISTANT:"
     assert conv.response_end_signal == "</s>"
@@ -77,9 +93,11 @@ def test_only_the_last_answer_may_be_missing():
 def test_chat_template_conversation_derives_its_stop_from_the_template(byte_tokenizer):
     conv = ChatTemplateConversation(byte_tokenizer, system="Be brief.")
     conv.load_qas([["Q1", "A1"], ["Q2", None]])
-    assert conv.get_prompt() == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n"
-                                 "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
-                                 "<|im_start|>assistant\n")
+    assert conv.get_prompt() == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n"
+        "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     assert conv.response_end_signal == "<|im_end|>"
 
 
@@ -87,9 +105,11 @@ def test_chat_template_without_end_marker_stops_at_next_user_header(byte_tokeniz
     import copy
 
     tokenizer = copy.deepcopy(byte_tokenizer)
-    tokenizer.chat_template = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ '\\n### Human: ' + m['content'] }}"
-                               "{% else %}{{ '\\n### Assistant: ' + m['content'] }}{% endif %}{% endfor %}"
-                               "{% if add_generation_prompt %}{{ '\\n### Assistant:' }}{% endif %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'user' %}{{ '\\n### Human: ' + m['content'] }}"
+        "{% else %}{{ '\\n### Assistant: ' + m['content'] }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '\\n### Assistant:' }}{% endif %}"
+    )
     conv = ChatTemplateConversation(tokenizer)
     assert conv.stop_symbols[0] == "\n### Human:"
 
@@ -98,10 +118,12 @@ def test_chat_template_with_accessory_separator_keeps_its_newline(byte_tokenizer
     import copy
 
     tokenizer = copy.deepcopy(byte_tokenizer)
-    tokenizer.chat_template = ("{{ 'SYS\\n\\n###' }}{% for m in messages %}{% if m['role'] == 'user' %}"
-                               "{{ ' Human: ' + m['content'] + '\\n###' }}{% else %}"
-                               "{{ ' Assistant: ' + m['content'] + '\\n###' }}{% endif %}{% endfor %}"
-                               "{% if add_generation_prompt %}{{ ' Assistant:' }}{% endif %}")
+    tokenizer.chat_template = (
+        "{{ 'SYS\\n\\n###' }}{% for m in messages %}{% if m['role'] == 'user' %}"
+        "{{ ' Human: ' + m['content'] + '\\n###' }}{% else %}"
+        "{{ ' Assistant: ' + m['content'] + '\\n###' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ ' Assistant:' }}{% endif %}"
+    )
     assert ChatTemplateConversation(tokenizer).response_end_signal == "\n###"
 
 

@@ -1,4 +1,5 @@
 """The chat logic under the Gradio app: prompts from messages, upload checks, per-session cancel flags."""
+
 import asyncio
 import time
 
@@ -11,16 +12,20 @@ from ui.chat import Cancels, history_pairs, in_own_thread, open_upload
 
 
 def test_history_pairs_read_gradio_messages_in_every_shape():
-    history = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
-               {"role": "user", "content": {"text": "Q2"}}]
+    history = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+        {"role": "user", "content": {"text": "Q2"}},
+    ]
     assert history_pairs(history) == [["Q1", "A1"], ["Q2", ""]]
 
 
 def test_chat_prompt_is_the_template_prompt(byte_model):
     from ui.chat import chat_prompt
 
-    chat = chat_prompt(byte_model, "default", None, [{"role": "user", "content": "Q1"},
-                                                     {"role": "assistant", "content": "A1"}], "Q2")
+    chat = chat_prompt(
+        byte_model, "default", None, [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}], "Q2"
+    )
     conv = default_conversation()
     conv.load_qas([["Q1", "A1"], ["Q2", None]])
     assert chat.text == conv.get_prompt() and chat.stop_symbols == ["\n###"] and chat.dropped_turns == 0
@@ -90,6 +95,7 @@ def _stream_of(texts, then=None, pause=0.0):
 def _collect(pieces, update_interval):
     async def consume():
         return [piece async for piece in in_own_thread(pieces, update_interval=update_interval)]
+
     return asyncio.run(consume())
 
 

@@ -1,11 +1,12 @@
 """A tiny LLaVA answers about an image through both Accessory transforms, from PIL images and from tensors."""
+
 import json
 
 import pytest
+import tiny_models
 import torch
 from PIL import Image
 
-import tiny_models
 from model import MetaModel, UserError, get_transform
 from model.image import CLIP_MEAN, shape_image
 from model.vision_stem import MODEL_TYPE, ConvStemCLIPVisionModel
@@ -28,8 +29,11 @@ def test_vision_model_reports_its_image_size(llava):
 
 @pytest.mark.parametrize("transform", ["padded_resize", "resized_center_crop"])
 def test_llava_answers_about_an_image_with_each_transform(llava, transform):
-    pieces = list(llava.stream_generate("What is in the image?", image=red_square_on_wide_canvas(),
-                                        max_gen_len=10, image_transform=transform))
+    pieces = list(
+        llava.stream_generate(
+            "What is in the image?", image=red_square_on_wide_canvas(), max_gen_len=10, image_transform=transform
+        )
+    )
     assert pieces[-1]["completion_tokens"] >= 1 and pieces[-1]["end_of_content"]
 
 

@@ -1,15 +1,16 @@
 """Real checkpoints of the popular vision-language families: each a tiny random model of its real transformers class,
 saved with its real processor class and published chat template (tests/vlm_families.py), answers as the model's
 own processor and `generate` say it should."""
+
 import json
 
 import pytest
 import torch
+import vlm_families
+from app_server import launched
 from PIL import Image
 from transformers import DynamicCache
 
-import vlm_families
-from app_server import launched
 from model import MetaModel, UserError
 from model.generation import prefill
 from ui.chat import chat_prompt, default_template
@@ -51,20 +52,38 @@ def parts(text: str, images=()) -> list[dict]:
 
 def reference_messages(first_answer: str, image=RED) -> list[dict]:
     """The conversation a user of transformers would write for the app's two turns."""
-    return [{"role": "system", "content": parts(SYSTEM)}, {"role": "user", "content": parts(FIRST, [image])},
-            {"role": "assistant", "content": parts(first_answer)}, {"role": "user", "content": parts(SECOND)}]
+    return [
+        {"role": "system", "content": parts(SYSTEM)},
+        {"role": "user", "content": parts(FIRST, [image])},
+        {"role": "assistant", "content": parts(first_answer)},
+        {"role": "user", "content": parts(SECOND)},
+    ]
 
 
 def two_turns(model: MetaModel, image=RED, tokens: int = 6):
     """The app's two turns about `image` (the second from the session's cache): (second prompt, last pieces)."""
     template = default_template(model)
     first = chat_prompt(model, template, SYSTEM, [], FIRST, tokens, image)
-    one = list(model.stream_generate(first.text, image=first.images, max_gen_len=tokens,
-                                     additional_stop_symbols=first.stop_symbols, session="tab"))[-1]
+    one = list(
+        model.stream_generate(
+            first.text,
+            image=first.images,
+            max_gen_len=tokens,
+            additional_stop_symbols=first.stop_symbols,
+            session="tab",
+        )
+    )[-1]
     history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": one["text"]}]
     second = chat_prompt(model, template, SYSTEM, history, SECOND, tokens, image)
-    two = list(model.stream_generate(second.text, image=second.images, max_gen_len=tokens,
-                                     additional_stop_symbols=second.stop_symbols, session="tab"))[-1]
+    two = list(
+        model.stream_generate(
+            second.text,
+            image=second.images,
+            max_gen_len=tokens,
+            additional_stop_symbols=second.stop_symbols,
+            session="tab",
+        )
+    )[-1]
     return second, one, two
 
 
@@ -75,8 +94,9 @@ def test_the_prompt_and_its_ids_are_the_processors_own(family):
     second, one, _ = two_turns(model)
     messages = reference_messages(one["text"])
     assert second.text == model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    expected = model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                   return_dict=True, return_tensors="pt")
+    expected = model.processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
     ours = model.prepare_inputs([second.text], [second.images])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()  # image tokens, BOS once, markers
     image_id = model._image_token_id
@@ -90,11 +110,16 @@ def test_two_turns_with_an_image_are_the_tokens_generate_gives(family):
     name, _, model = family
     _, one, two = two_turns(model)
     assert two["cached_tokens"] > 0
-    expected = model.processor.apply_chat_template(reference_messages(one["text"]), add_generation_prompt=True,
-                                                   tokenize=True, return_dict=True, return_tensors="pt")
+    expected = model.processor.apply_chat_template(
+        reference_messages(one["text"]),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
     expected = {k: v for k, v in expected.items() if k != "labels"}
     generated = model.llma.generate(**expected, max_new_tokens=len(two["token_ids"]), do_sample=False)
-    assert two["token_ids"] == generated[0, expected["input_ids"].shape[1]:].tolist()[: len(two["token_ids"])]
+    assert two["token_ids"] == generated[0, expected["input_ids"].shape[1] :].tolist()[: len(two["token_ids"])]
 
 
 @pytest.mark.parametrize("family", vlm_families.FAMILIES, indirect=True)
@@ -145,8 +170,9 @@ def test_the_end_of_turn_token_ends_the_answer_and_never_shows(family, monkeypat
         return output
 
     model.llma.register_forward_hook(force_end, with_kwargs=True)
-    last = list(model.stream_generate(chat.text, image=chat.images, max_gen_len=20,
-                                      additional_stop_symbols=chat.stop_symbols))[-1]
+    last = list(
+        model.stream_generate(chat.text, image=chat.images, max_gen_len=20, additional_stop_symbols=chat.stop_symbols)
+    )[-1]
     assert last["finish_reason"] == "stop" and last["completion_tokens"] == 3
     assert end not in last["text"] and end_id not in last["token_ids"]
 
@@ -155,13 +181,23 @@ def test_phi3_stops_at_end_without_generation_config(tmp_path):
     """Phi-3's template writes EOS after the last message only when no answer is asked for: the stop is "<|end|>"."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    tok = vlm_families.family_tokenizer(["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], "<s>",
-                                        "<|endoftext|>", "<|endoftext|>")
+    tok = vlm_families.family_tokenizer(
+        ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], "<s>", "<|endoftext|>", "<|endoftext|>"
+    )
     tok.chat_template = vlm_families.template("phi3")
     torch.manual_seed(0)
-    config = Phi3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    config = Phi3Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     Phi3ForCausalLM(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").unlink()
@@ -183,17 +219,24 @@ def test_a_chat_template_that_fails_is_one_sentence_at_start_up(tmp_path):
     folder = vlm_families.build("llava", tmp_path / "llava", template_in="processor")
     (folder / "chat_template.jinja").write_text("{{ raise_exception('Only user roles, please') }}")
     model = MetaModel.from_pretrained(str(folder))
-    with pytest.raises(UserError, match=r"This model's chat template fails: .*Only user roles, please; pass "
-                                        r"--template NAME \(one of default, "):
+    with pytest.raises(
+        UserError,
+        match=r"This model's chat template fails: .*Only user roles, please; pass "
+        r"--template NAME \(one of default, ",
+    ):
         default_template(model)
 
 
-@pytest.mark.skipif(vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no "
-                                                             "sentence")
+@pytest.mark.skipif(
+    vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no sentence"
+)
 def test_an_image_processor_that_needs_torchvision_is_one_sentence(tmp_path):
     folder = vlm_families.save_llama4_files(tmp_path / "llama4")
-    with pytest.raises(UserError, match=r"llama4 model, whose processor needs torchvision, which is not installed "
-                                        r"or does not load beside torch"):
+    with pytest.raises(
+        UserError,
+        match=r"llama4 model, whose processor needs torchvision, which is not installed "
+        r"or does not load beside torch",
+    ):
         MetaModel.from_pretrained(str(folder))
 
 
@@ -221,11 +264,17 @@ def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
     RED.save(tmp_path / "red.png")
     app, client = launched("--pretrained_path", str(folder), "--max_seq_len", "1024")
     try:
-        first = client.predict(message=FIRST, history=[], image=handle_file(str(tmp_path / "red.png")),
-                               max_gen_len=6, api_name="/chat")
+        first = client.predict(
+            message=FIRST, history=[], image=handle_file(str(tmp_path / "red.png")), max_gen_len=6, api_name="/chat"
+        )
         history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first}]
-        second = client.predict(message=SECOND, history=history, image=handle_file(str(tmp_path / "red.png")),
-                                max_gen_len=6, api_name="/chat")
+        second = client.predict(
+            message=SECOND,
+            history=history,
+            image=handle_file(str(tmp_path / "red.png")),
+            max_gen_len=6,
+            api_name="/chat",
+        )
         assert isinstance(first, str) and isinstance(second, str)
     finally:
         app.terminate()
@@ -241,11 +290,15 @@ def test_several_images_each_in_the_turn_it_was_given(family):
     conv = get_conversation("chat_template", model.chat_renderer, SYSTEM, sees_images=True)
     conv.load_qas([[(FIRST, [RED]), "A red square."], [(SECOND, [BLUE]), None]])
     prompt = conv.get_prompt()
-    messages = [{"role": "system", "content": parts(SYSTEM)}, {"role": "user", "content": parts(FIRST, [RED])},
-                {"role": "assistant", "content": parts("A red square.")},
-                {"role": "user", "content": parts(SECOND, [BLUE])}]
-    expected = model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                   return_dict=True, return_tensors="pt")
+    messages = [
+        {"role": "system", "content": parts(SYSTEM)},
+        {"role": "user", "content": parts(FIRST, [RED])},
+        {"role": "assistant", "content": parts("A red square.")},
+        {"role": "user", "content": parts(SECOND, [BLUE])},
+    ]
+    expected = model.processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
     ours = model.prepare_inputs([prompt], [[RED, BLUE]])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()
     last = list(model.stream_generate(prompt, image=[RED, BLUE], max_gen_len=4))[-1]
@@ -265,9 +318,13 @@ def data_url(image: Image.Image) -> str:
 def test_history_images_as_data_urls_go_in_their_own_turns(family):
     """/chat's history may carry an image in any user turn (OpenAI-style parts); an http URL is one sentence."""
     name, _, model = family
-    history = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}},
-                                            {"type": "text", "text": FIRST}]},
-               {"role": "assistant", "content": "A red square."}]
+    history = [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}}, {"type": "text", "text": FIRST}],
+        },
+        {"role": "assistant", "content": "A red square."},
+    ]
     chat = chat_prompt(model, "chat_template", SYSTEM, history, SECOND, 0, BLUE)
     assert len(chat.images) == 2 and chat.text.count("<image>") == 2
     assert chat.images[0].getpixel((28, 20)) == BLUE.getpixel((28, 20))  # the conversation's image leads
@@ -285,8 +342,13 @@ def start_up_failure(folder) -> str:
 
     from app_server import ENV, ROOT
 
-    result = subprocess.run([sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(folder)],
-                            capture_output=True, text=True, env=ENV, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(folder)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     return result.stderr
@@ -298,7 +360,8 @@ def test_the_launcher_refuses_a_failing_chat_template_in_one_sentence(tmp_path):
     assert "error: This model's chat template fails: " in start_up_failure(folder)
 
 
-@pytest.mark.skipif(vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no "
-                                                             "sentence")
+@pytest.mark.skipif(
+    vlm_families.torchvision_loads(), reason="torchvision loads here: Llama 4's processor needs no sentence"
+)
 def test_the_launcher_refuses_an_image_processor_that_needs_torchvision_in_one_sentence(tmp_path):
     assert "whose processor needs torchvision" in start_up_failure(vlm_families.save_llama4_files(tmp_path / "l4"))

@@ -4,6 +4,7 @@ No model can be downloaded on our machines, so tests build their own: a sentence
 tokenizer trained on a few sentences, a random Llama saved as a Hugging Face folder, as LLaMA2-Accessory
 shards and as Meta shards, and a random LLaVA with a CLIP-like vision tower.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,16 @@ CORPUS = [
     "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓",
     "A red circle and a blue square. A green triangle on a dark background.",
 ] * 20
-TEXT_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
+TEXT_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+)
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -35,10 +44,20 @@ def train_sentencepiece(folder: Path, vocab_size: int = 400) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS), model_prefix=str(folder / "tokenizer"), vocab_size=vocab_size,
-        model_type="bpe", byte_fallback=True, split_digits=True, character_coverage=1.0,
-        normalization_rule_name="identity", remove_extra_whitespaces=False,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2,
+        sentence_iterator=iter(CORPUS),
+        model_prefix=str(folder / "tokenizer"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
     )
     (folder / "tokenizer.vocab").unlink()
     return folder / "tokenizer.model"
@@ -53,11 +72,21 @@ def train_byte_level_tokenizer(vocab_size: int = 400, chat_template: str | None 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                 pad_token="<pad>", additional_special_tokens=specials[4:])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        additional_special_tokens=specials[4:],
+    )
     if chat_template:
         hf.chat_template = chat_template
     return hf
@@ -67,8 +96,9 @@ def random_llama(vocab_size: int, seed: int = 0, **overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-                         **{**TEXT_CONFIG, **overrides})
+    config = LlamaConfig(
+        vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, **{**TEXT_CONFIG, **overrides}
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # larger logits than the default init, so greedy answers vary from token to token
         model.lm_head.weight.mul_(20)
@@ -80,8 +110,9 @@ def random_gpt2(vocab_size: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=4, bos_token_id=1,
-                        eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2
+    )
     return GPT2LMHeadModel(config).eval()
 
 
@@ -97,9 +128,14 @@ def save_hf(model, folder: Path, tokenizer_model: Path | None = None, hf_tokeniz
 # ----- Hugging Face Llama -> Accessory / Meta consolidated shards (the inverse of the loader's conversion) -----
 
 _META_NAMES = {
-    "self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk", "self_attn.v_proj": "attention.wv",
-    "self_attn.o_proj": "attention.wo", "mlp.gate_proj": "feed_forward.w1", "mlp.down_proj": "feed_forward.w2",
-    "mlp.up_proj": "feed_forward.w3", "input_layernorm": "attention_norm",
+    "self_attn.q_proj": "attention.wq",
+    "self_attn.k_proj": "attention.wk",
+    "self_attn.v_proj": "attention.wv",
+    "self_attn.o_proj": "attention.wo",
+    "mlp.gate_proj": "feed_forward.w1",
+    "mlp.down_proj": "feed_forward.w2",
+    "mlp.up_proj": "feed_forward.w3",
+    "input_layernorm": "attention_norm",
     "post_attention_layernorm": "ffn_norm",
 }
 _SPLIT = {"tok_embeddings": 1, "output": 0, "wq": 0, "wk": 0, "wv": 0, "wo": 1, "w1": 0, "w3": 0, "w2": 1}
@@ -143,18 +179,33 @@ def split_shards(state: dict[str, torch.Tensor], n: int) -> list[dict[str, torch
 
 
 def meta_params(config, vocab_size: int = -1) -> dict:
-    return {"dim": config.hidden_size, "n_layers": config.num_hidden_layers, "n_heads": config.num_attention_heads,
-            "n_kv_heads": config.num_key_value_heads, "vocab_size": vocab_size, "multiple_of": 32,
-            "norm_eps": config.rms_norm_eps, "rope_theta": 10000.0}
+    return {
+        "dim": config.hidden_size,
+        "n_layers": config.num_hidden_layers,
+        "n_heads": config.num_attention_heads,
+        "n_kv_heads": config.num_key_value_heads,
+        "vocab_size": vocab_size,
+        "multiple_of": 32,
+        "norm_eps": config.rms_norm_eps,
+        "rope_theta": 10000.0,
+    }
 
 
-def save_accessory(model, folder: Path, tokenizer_model: Path | None = None, hf_tokenizer=None,
-                   shards: int = 2, llama_type: str | None = "llama") -> Path:
+def save_accessory(
+    model,
+    folder: Path,
+    tokenizer_model: Path | None = None,
+    hf_tokenizer=None,
+    shards: int = 2,
+    llama_type: str | None = "llama",
+) -> Path:
     """consolidated.NN-of-MM.model.pth ({"model": {"llma.*": ...}}) + config.json + meta.json + tokenizer."""
     folder.mkdir(parents=True, exist_ok=True)
     for i, shard in enumerate(split_shards(meta_state_dict(model), shards)):
-        torch.save({"model": {f"llma.{k}": v for k, v in shard.items()}},
-                   folder / f"consolidated.{i:02d}-of-{shards:02d}.model.pth")
+        torch.save(
+            {"model": {f"llma.{k}": v for k, v in shard.items()}},
+            folder / f"consolidated.{i:02d}-of-{shards:02d}.model.pth",
+        )
     (folder / "config.json").write_text(json.dumps(meta_params(model.config, model.config.vocab_size)))
     if llama_type:
         (folder / "meta.json").write_text(json.dumps({"llama_type": llama_type}))
@@ -175,32 +226,55 @@ def save_meta(model, folder: Path, tokenizer_model: Path, shards: int = 2) -> Pa
     return folder
 
 
-def save_tiny_llava(folder: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8,
-                    conv_stem: bool = False) -> Path:
+def save_tiny_llava(
+    folder: Path, seed: int = 0, image_size: int = 32, patch_size: int = 8, conv_stem: bool = False
+) -> Path:
     """A random LLaVA (CLIP vision tower, projector, Llama) with its processor, as a Hugging Face folder.
     `conv_stem`: the demo model's tower, CLIP with convolutions in place of the patch embedding."""
-    from transformers import (CLIPImageProcessorPil, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor)
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     from model.vision_stem import ConvStemCLIPVisionConfig
 
     tokenizer = train_byte_level_tokenizer()
     vision_config = ConvStemCLIPVisionConfig if conv_stem else CLIPVisionConfig
-    vision = vision_config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                           image_size=image_size, patch_size=patch_size)
+    vision = vision_config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=patch_size,
+    )
     text = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=1, eos_token_id=2, **TEXT_CONFIG)
-    config = LlavaConfig(vision_config=vision, text_config=text,
-                         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-                         vision_feature_select_strategy="default", vision_feature_layer=-1)
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(20)
-    image_processor = CLIPImageProcessorPil(size={"shortest_edge": image_size},
-                                            crop_size={"height": image_size, "width": image_size})
-    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=patch_size,
-                               vision_feature_select_strategy="default", image_token="<image>",
-                               num_additional_image_tokens=1)
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+    )
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder

@@ -6,6 +6,7 @@ Hidden sizes are at most 64 and the language models have 2 layers; images are sm
 that a test runs in seconds. The tokenizer is a byte-level BPE trained on a few sentences with the family's
 special tokens added (the real vocabularies are far too large to ship).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,9 +15,9 @@ import json
 from pathlib import Path
 
 import torch
+from tiny_models import CORPUS, TEXT_CONFIG
 
 from model.loading import broken_torchvision, images_only
-from tiny_models import CORPUS, TEXT_CONFIG
 
 TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
 FAMILIES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "gemma3", "mllama", "paligemma")
@@ -26,8 +27,15 @@ def template(name: str) -> str:
     return (TEMPLATES / f"{name}.jinja").read_text()
 
 
-def family_tokenizer(specials: list[str], bos: str, eos: str, pad: str, adds_bos: bool = True,
-                     extra_special_tokens: dict | None = None, vocab_size: int = 400):
+def family_tokenizer(
+    specials: list[str],
+    bos: str,
+    eos: str,
+    pad: str,
+    adds_bos: bool = True,
+    extra_special_tokens: dict | None = None,
+    vocab_size: int = 400,
+):
     """A byte-level BPE `PreTrainedTokenizerFast` whose special tokens are the family's."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -37,18 +45,35 @@ def family_tokenizer(specials: list[str], bos: str, eos: str, pad: str, adds_bos
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=named + others, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=named + others, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     if adds_bos:
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, unk_token="<unk>",
-                                   pad_token=pad, additional_special_tokens=others,
-                                   extra_special_tokens=extra_special_tokens or {})
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token="<unk>",
+        pad_token=pad,
+        additional_special_tokens=others,
+        extra_special_tokens=extra_special_tokens or {},
+    )
 
 
 def _llama_text(tokenizer, **overrides) -> dict:
-    return dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id, **{**TEXT_CONFIG, **overrides})
+    return dict(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **{**TEXT_CONFIG, **overrides},
+    )
 
 
 def _sharpen(model) -> None:
@@ -72,8 +97,10 @@ def _save(model, processor, folder: Path, template_in: str | None, chat_template
         processor.chat_template = chat_template
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
-    if "video_processor" not in processor.get_attributes() and "video_processor" in inspect.signature(
-            type(processor).__init__).parameters:  # built without torchvision: the checkpoint describes it all the same
+    if (
+        "video_processor" not in processor.get_attributes()
+        and "video_processor" in inspect.signature(type(processor).__init__).parameters
+    ):  # built without torchvision: the checkpoint describes it all the same
         describe_video_processor(folder)
     if template_in == "legacy_json":
         (folder / "chat_template.jinja").unlink()
@@ -92,148 +119,314 @@ def build(name: str, folder: Path, seed: int = 0, template_in: str | None = None
 
 
 def _llava():
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor)
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     tok = family_tokenizer(["<image>"], "<s>", "</s>", "<pad>")
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=32, patch_size=8)
-    config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)),
-                         image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
-                         vision_feature_select_strategy="default")
-    processor = LlavaProcessor(CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
-                               tok, patch_size=8, vision_feature_select_strategy="default",
-                               num_additional_image_tokens=1)
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=LlamaConfig(**_llama_text(tok)),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    processor = LlavaProcessor(
+        CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+        tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+    )
     return LlavaForConditionalGeneration(config), processor, template("llava"), "tokenizer"
 
 
 def _llava_next():
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
-                              LlavaNextImageProcessor, LlavaNextProcessor)
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
+    )
 
     tok = family_tokenizer(["<image>"], "<s>", "</s>", "<pad>")
     pinpoints = [[32, 64], [64, 32], [64, 64]]
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=32, patch_size=8)
-    config = LlavaNextConfig(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)),
-                             image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
-                             vision_feature_select_strategy="default", image_grid_pinpoints=pinpoints)
-    image_processor = LlavaNextImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
-                                              image_grid_pinpoints=pinpoints)
-    processor = LlavaNextProcessor(image_processor, tok, patch_size=8, vision_feature_select_strategy="default",
-                                   num_additional_image_tokens=1)
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
+    )
+    config = LlavaNextConfig(
+        vision_config=vision,
+        text_config=LlamaConfig(**_llama_text(tok)),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        image_grid_pinpoints=pinpoints,
+    )
+    image_processor = LlavaNextImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}, image_grid_pinpoints=pinpoints
+    )
+    processor = LlavaNextProcessor(
+        image_processor, tok, patch_size=8, vision_feature_select_strategy="default", num_additional_image_tokens=1
+    )
     return LlavaNextForConditionalGeneration(config), processor, template("llava"), "processor"
 
 
 def _qwen_tokenizer():
-    return family_tokenizer(["<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
-                            "<|endoftext|>", "<|im_end|>", "<|endoftext|>", adds_bos=False)
+    return family_tokenizer(
+        ["<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+        "<|endoftext|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        adds_bos=False,
+    )
 
 
 def _qwen_vl(version: str):
     import transformers as tf
 
     tok = _qwen_tokenizer()
-    ids = {k: tok.convert_tokens_to_ids(t) for k, t in
-           (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, bos_token_id=tok.bos_token_id,
-                eos_token_id=tok.eos_token_id)
+    ids = {
+        k: tok.convert_tokens_to_ids(t)
+        for k, t in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     if version == "2":
-        vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                      spatial_merge_size=2, temporal_patch_size=2, in_chans=3)
+        vision = dict(
+            depth=2,
+            embed_dim=32,
+            hidden_size=64,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_chans=3,
+        )
         config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
         model = tf.Qwen2VLForConditionalGeneration(config)
         processor_class, image_class = tf.Qwen2VLProcessor, tf.Qwen2VLImageProcessor
     else:
-        vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
-                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=56,
-                      fullatt_block_indexes=[1])
+        vision = dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=64,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_channels=3,
+            window_size=56,
+            fullatt_block_indexes=[1],
+        )
         config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
         model = tf.Qwen2_5_VLForConditionalGeneration(config)
         processor_class, image_class = tf.Qwen2_5_VLProcessor, tf.Qwen2VLImageProcessor
     sizes = dict(min_pixels=28 * 28, max_pixels=56 * 56 * 4, patch_size=14, merge_size=2, temporal_patch_size=2)
     if torchvision_loads():
-        processor = processor_class(image_processor=image_class(**sizes), tokenizer=tok,
-                                    video_processor=tf.Qwen2VLVideoProcessor(**sizes))
+        processor = processor_class(
+            image_processor=image_class(**sizes), tokenizer=tok, video_processor=tf.Qwen2VLVideoProcessor(**sizes)
+        )
     else:  # its video processor cannot be built without torchvision: saved less it, then described (`_save`)
         processor = images_only(processor_class)(image_processor=tf.Qwen2VLImageProcessorPil(**sizes), tokenizer=tok)
     return model, processor, template("qwen2_vl"), "processor"
 
 
 def _idefics3():
-    from transformers import (Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor,
-                              Idefics3Processor, LlamaConfig)
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+        LlamaConfig,
+    )
 
     rows = [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
-    tok = family_tokenizer(["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>", *rows],
-                           "<|begin_of_text|>", "<end_of_utterance>", "<|finetune_right_pad_id|>")
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
-                  patch_size=8)
-    config = Idefics3Config(vision_config=vision, text_config=LlamaConfig(**_llama_text(tok)).to_dict(),
-                            image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=2)
+    tok = family_tokenizer(
+        ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>", *rows],
+        "<|begin_of_text|>",
+        "<end_of_utterance>",
+        "<|finetune_right_pad_id|>",
+    )
+    vision = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
+    )
+    config = Idefics3Config(
+        vision_config=vision,
+        text_config=LlamaConfig(**_llama_text(tok)).to_dict(),
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        scale_factor=2,
+    )
     image_processor = Idefics3ImageProcessor(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
     processor = Idefics3Processor(image_processor, tok, image_seq_len=4)  # (32 / 8 / 2) ** 2
     return Idefics3ForConditionalGeneration(config), processor, template("idefics3"), "processor"
 
 
 def _gemma3():
-    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor,
-                              Gemma3TextConfig, SiglipVisionConfig)
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessor,
+        Gemma3Processor,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
 
-    tok = family_tokenizer(["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
-                            "<image_soft_token>"], "<bos>", "<eos>", "<pad>",
-                           extra_special_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
-                                                 "eoi_token": "<end_of_image>"})
-    text = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
-                            sliding_window=64, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                            pad_token_id=tok.pad_token_id)
-    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                image_size=32, patch_size=8)
-    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                          image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
-                          boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
-                          eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"))
+    tok = family_tokenizer(
+        ["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+        "<bos>",
+        "<eos>",
+        "<pad>",
+        extra_special_tokens={
+            "image_token": "<image_soft_token>",
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+        },
+    )
+    text = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        sliding_window=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
+    )
+    config = Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
+        boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
+        eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"),
+    )
     image_processor = Gemma3ImageProcessor(size={"height": 32, "width": 32})
     processor = Gemma3Processor(image_processor, tok, image_seq_length=4)
     return Gemma3ForConditionalGeneration(config), processor, template("gemma3"), "processor"
 
 
 def _mllama():
-    from transformers import (MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessor, MllamaProcessor,
-                              MllamaTextConfig, MllamaVisionConfig)
+    from transformers import (
+        MllamaConfig,
+        MllamaForConditionalGeneration,
+        MllamaImageProcessor,
+        MllamaProcessor,
+        MllamaTextConfig,
+        MllamaVisionConfig,
+    )
 
-    tok = family_tokenizer(["<|image|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-                           "<|begin_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
-    vision = MllamaVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1,
-                                num_attention_heads=2, image_size=32, patch_size=8, max_num_tiles=4,
-                                intermediate_layers_indices=[0], vision_output_dim=64)
-    text = MllamaTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, cross_attention_layers=[1],
-                            max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
-                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config = MllamaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<|image|>"))
+    tok = family_tokenizer(
+        ["<|image|>", "<|python_tag|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        "<|finetune_right_pad_id|>",
+    )
+    vision = MllamaVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_global_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        max_num_tiles=4,
+        intermediate_layers_indices=[0],
+        vision_output_dim=64,
+    )
+    text = MllamaTextConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        cross_attention_layers=[1],
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    config = MllamaConfig(
+        vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<|image|>")
+    )
     image_processor = MllamaImageProcessor(size={"height": 32, "width": 32}, max_image_tiles=4)
     processor = MllamaProcessor(image_processor, tok)
     return MllamaForConditionalGeneration(config), processor, template("mllama"), "processor"
 
 
 def _paligemma():
-    from transformers import (GemmaConfig, PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor,
-                              SiglipImageProcessor, SiglipVisionConfig)
+    from transformers import (
+        GemmaConfig,
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        SiglipImageProcessor,
+        SiglipVisionConfig,
+    )
 
-    tok = family_tokenizer(["<image>"], "<bos>", "<eos>", "<pad>",
-                           extra_special_tokens={"image_token": "<image>"})
-    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                image_size=32, patch_size=8, projection_dim=64)
-    text = GemmaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config = PaliGemmaConfig(vision_config=vision, text_config=text, projection_dim=64,
-                             image_token_index=tok.convert_tokens_to_ids("<image>"))
+    tok = family_tokenizer(["<image>"], "<bos>", "<eos>", "<pad>", extra_special_tokens={"image_token": "<image>"})
+    vision = SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=64,
+    )
+    text = GemmaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    config = PaliGemmaConfig(
+        vision_config=vision,
+        text_config=text,
+        projection_dim=64,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+    )
     image_processor = SiglipImageProcessor(size={"height": 32, "width": 32})
     image_processor.image_seq_length = 16
     processor = PaliGemmaProcessor(image_processor, tok)
@@ -250,9 +443,14 @@ def describe_video_processor(folder: Path) -> None:
     """Qwen2-VL's video processor in processor_config.json, as transformers saves it with torchvision."""
     config_file = folder / "processor_config.json"
     config = json.loads(config_file.read_text())
-    config["video_processor"] = {"video_processor_type": "Qwen2VLVideoProcessor", "min_pixels": 28 * 28,
-                                 "max_pixels": 56 * 56 * 4, "patch_size": 14, "merge_size": 2,
-                                 "temporal_patch_size": 2}
+    config["video_processor"] = {
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "min_pixels": 28 * 28,
+        "max_pixels": 56 * 56 * 4,
+        "patch_size": 14,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+    }
     config_file.write_text(json.dumps(config, indent=2))
 
 
@@ -262,20 +460,54 @@ def save_llama4_files(folder: Path) -> Path:
     from transformers import Llama4Config, Llama4ForConditionalGeneration
 
     folder.mkdir(parents=True, exist_ok=True)
-    tok = family_tokenizer(["<|image|>", "<|patch|>", "<|image_start|>", "<|image_end|>", "<|eot|>"],
-                           "<|begin_of_text|>", "<|eot|>", "<|finetune_right_pad|>")
-    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
-                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
-                  patch_size=8, vision_output_dim=64, projector_input_dim=64, projector_output_dim=64)
+    tok = family_tokenizer(
+        ["<|image|>", "<|patch|>", "<|image_start|>", "<|image_end|>", "<|eot|>"],
+        "<|begin_of_text|>",
+        "<|eot|>",
+        "<|finetune_right_pad|>",
+    )
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        intermediate_size_mlp=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=2,
+    )
+    vision = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        vision_output_dim=64,
+        projector_input_dim=64,
+        projector_output_dim=64,
+    )
     Llama4ForConditionalGeneration(Llama4Config(text_config=text, vision_config=vision)).save_pretrained(folder)
     tok.save_pretrained(folder)
-    (folder / "processor_config.json").write_text(json.dumps(
-        {"processor_class": "Llama4Processor",
-         "image_processor": {"image_processor_type": "Llama4ImageProcessor", "max_patches": 16}}))
+    (folder / "processor_config.json").write_text(
+        json.dumps(
+            {
+                "processor_class": "Llama4Processor",
+                "image_processor": {"image_processor_type": "Llama4ImageProcessor", "max_patches": 16},
+            }
+        )
+    )
     return folder
 
 
-BUILDERS = {"llava": _llava, "llava_next": _llava_next, "qwen2_vl": lambda: _qwen_vl("2"),
-            "qwen2_5_vl": lambda: _qwen_vl("2.5"), "idefics3": _idefics3, "gemma3": _gemma3, "mllama": _mllama,
-            "paligemma": _paligemma}
+BUILDERS = {
+    "llava": _llava,
+    "llava_next": _llava_next,
+    "qwen2_vl": lambda: _qwen_vl("2"),
+    "qwen2_5_vl": lambda: _qwen_vl("2.5"),
+    "idefics3": _idefics3,
+    "gemma3": _gemma3,
+    "mllama": _mllama,
+    "paligemma": _paligemma,
+}

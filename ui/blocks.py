@@ -5,21 +5,35 @@ thread of its own (`ui.chat.in_own_thread`) so the model computes while Gradio s
 per-session cancel flag is read before each forward pass, and a handler that Gradio closes stops its stream after
 the current step, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
 """
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import gradio as gr
 
+from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 from model import MetaModel, UserError
 from model.prefix_cache import session_key
 from single_turn import TEMPLATE_NAMES
 
-from .chat import (EMPTY_MESSAGE, Cancels, Sampling, chat_prompt, conversation_templates,
-                   default_system, default_template, in_own_thread, message_text, open_upload, save_preview,
-                   single_turn_prompt, stats_line, stream_answer)
-from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from .chat import (
+    EMPTY_MESSAGE,
+    Cancels,
+    Sampling,
+    chat_prompt,
+    conversation_templates,
+    default_system,
+    default_template,
+    in_own_thread,
+    message_text,
+    open_upload,
+    save_preview,
+    single_turn_prompt,
+    stats_line,
+    stream_answer,
+)
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
@@ -34,14 +48,16 @@ UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /cha
 
 
 def model_panel(model: MetaModel) -> str:
-    """The model line over the tabs. The checkpoint by its folder's name: the page shows nothing of the server's disk."""
+    """The model line over the tabs; the checkpoint by its folder's name (nothing of the server's disk)."""
     facts = model.summary()
     name = ", ".join(Path(folder).name for folder in str(facts.get("path", "")).split(", "))
-    return (f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
-            f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
-            f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
-            + (" · sees images" if facts["sees_images"] else "")
-            + (" · compiled decoding" if facts["compiled"] else ""))
+    return (
+        f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
+        f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
+        f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
+        + (" · sees images" if facts["sees_images"] else "")
+        + (" · compiled decoding" if facts["compiled"] else "")
+    )
 
 
 def sampling_controls() -> list[gr.components.Component]:
@@ -52,8 +68,9 @@ def sampling_controls() -> list[gr.components.Component]:
         top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top p")
         with gr.Accordion("More", open=False):
             top_k = gr.Slider(0, 200, value=defaults.top_k, step=1, label="Top k (0 = off)")
-            repetition_penalty = gr.Slider(1.0, 2.0, value=defaults.repetition_penalty, step=0.05,
-                                           label="Repetition penalty")
+            repetition_penalty = gr.Slider(
+                1.0, 2.0, value=defaults.repetition_penalty, step=0.05, label="Repetition penalty"
+            )
     return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
 
 
@@ -63,9 +80,12 @@ def error_message(text: str) -> dict:
 
 def dropped_turns_notice(turns: int, context: int) -> dict:
     """A note in the chat (not part of the conversation the model sees) that its oldest turns were left out."""
-    return {"role": "assistant", "metadata": {"title": "Older turns left out"},
-            "content": f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this "
-                       f"conversation: the conversation is longer than its {context}-token context."}
+    return {
+        "role": "assistant",
+        "metadata": {"title": "Older turns left out"},
+        "content": f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this "
+        f"conversation: the conversation is longer than its {context}-token context.",
+    }
 
 
 def is_notice(message: dict) -> bool:
@@ -97,8 +117,16 @@ def up_to_last_question(history: list[dict]) -> list[dict]:
 class ChatTab:
     """One chat (text or about an image); `history` is Gradio's list of {"role", "content"} messages."""
 
-    def __init__(self, model: MetaModel, cancels: Cancels, template: str, image_transform: str, vision: bool,
-                 single_turn: bool = False, max_upload_mb: float = MAX_UPLOAD_MB):
+    def __init__(
+        self,
+        model: MetaModel,
+        cancels: Cancels,
+        template: str,
+        image_transform: str,
+        vision: bool,
+        single_turn: bool = False,
+        max_upload_mb: float = MAX_UPLOAD_MB,
+    ):
         self.model, self.cancels, self.vision, self.single_turn = model, cancels, vision, single_turn
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = ("vision" if vision else "chat") + ("_single" if single_turn else "")  # its KV cache's key
@@ -114,8 +142,9 @@ class ChatTab:
         try:
             image = open_upload(image_path, self.max_upload_mb) if self.vision else None
             past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
-            chat = chat_prompt(self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len),
-                               image)
+            chat = chat_prompt(
+                self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len), image
+            )
         except UserError as error:
             yield history + [error_message(str(error))], "", ""
             return
@@ -126,8 +155,16 @@ class ChatTab:
         history.append({"role": "assistant", "content": ""})
         prompt = chat.text
         yield history, "", prompt
-        pieces = stream_answer(self.model, prompt, chat.stop_symbols, Sampling(*sampling), chat.images or None,
-                               transform, cancel, session=key)
+        pieces = stream_answer(
+            self.model,
+            prompt,
+            chat.stop_symbols,
+            Sampling(*sampling),
+            chat.images or None,
+            transform,
+            cancel,
+            session=key,
+        )
         async for piece in in_own_thread(pieces, lambda: self.model.failure):
             if "error" in piece:
                 history[-1] = error_message(piece["error"])
@@ -135,39 +172,109 @@ class ChatTab:
                 history[-1] = {"role": "assistant", "content": piece["text"].strip()}
             yield history, stats_line(piece), prompt
 
-    async def submit(self, message, history, image_path, template, system, transform, max_gen_len, temperature,
-                     top_p, top_k, repetition_penalty, request: gr.Request):
+    async def submit(
+        self,
+        message,
+        history,
+        image_path,
+        template,
+        system,
+        transform,
+        max_gen_len,
+        temperature,
+        top_p,
+        top_k,
+        repetition_penalty,
+        request: gr.Request,
+    ):
         if not message.strip():
             gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip()
             return
         history = list(history or []) + [{"role": "user", "content": message}]
         box = ""  # empty the message box once; later pieces leave it alone, so the next message can be typed
-        async for history, stats, prompt in self.respond(history, image_path, template, system, transform,
-                                                         max_gen_len, temperature, top_p, top_k, repetition_penalty,
-                                                         request=request):
+        async for history, stats, prompt in self.respond(
+            history,
+            image_path,
+            template,
+            system,
+            transform,
+            max_gen_len,
+            temperature,
+            top_p,
+            top_k,
+            repetition_penalty,
+            request=request,
+        ):
             if message_text(history[-1]["content"]).startswith(ERROR_MARK):
                 box = message  # what the user typed survives an error
             yield history, box, stats, prompt
             box = gr.skip()
 
-    async def regenerate(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p,
-                         top_k, repetition_penalty, request: gr.Request):
+    async def regenerate(
+        self,
+        history,
+        image_path,
+        template,
+        system,
+        transform,
+        max_gen_len,
+        temperature,
+        top_p,
+        top_k,
+        repetition_penalty,
+        request: gr.Request,
+    ):
         history = up_to_last_question(history)
         if not history:
             yield history, "", ""
             return
-        async for update in self.respond(history, image_path, template, system, transform, max_gen_len, temperature,
-                                         top_p, top_k, repetition_penalty, request=request):
+        async for update in self.respond(
+            history,
+            image_path,
+            template,
+            system,
+            transform,
+            max_gen_len,
+            temperature,
+            top_p,
+            top_k,
+            repetition_penalty,
+            request=request,
+        ):
             yield update
 
-    async def edit(self, history, image_path, template, system, transform, max_gen_len, temperature, top_p, top_k,
-                   repetition_penalty, edited: gr.EditData, request: gr.Request):
+    async def edit(
+        self,
+        history,
+        image_path,
+        template,
+        system,
+        transform,
+        max_gen_len,
+        temperature,
+        top_p,
+        top_k,
+        repetition_penalty,
+        edited: gr.EditData,
+        request: gr.Request,
+    ):
         """A past user message was edited: drop what followed it and answer it again."""
         history = list(history or [])[: edited.index + 1]
         history[-1] = {"role": "user", "content": message_text(edited.value)}
-        async for update in self.respond(history, image_path, template, system, transform, max_gen_len, temperature,
-                                         top_p, top_k, repetition_penalty, request=request):
+        async for update in self.respond(
+            history,
+            image_path,
+            template,
+            system,
+            transform,
+            max_gen_len,
+            temperature,
+            top_p,
+            top_k,
+            repetition_penalty,
+            request=request,
+        ):
             yield update
 
     def stop(self, request: gr.Request):
@@ -193,11 +300,22 @@ class ChatTab:
 
     def build(self) -> None:
         model = self.model
-        chatbot = gr.Chatbot(label="Conversation", height=460, buttons=["copy", "copy_all"], editable="user",
-                             placeholder="Ask something, or pick an example below.")
+        chatbot = gr.Chatbot(
+            label="Conversation",
+            height=460,
+            buttons=["copy", "copy_all"],
+            editable="user",
+            placeholder="Ask something, or pick an example below.",
+        )
         with gr.Row():
-            message = gr.Textbox(show_label=False, placeholder="Type a message and press Enter", scale=8, max_lines=6,
-                                 autofocus=not self.vision, elem_classes="message")
+            message = gr.Textbox(
+                show_label=False,
+                placeholder="Type a message and press Enter",
+                scale=8,
+                max_lines=6,
+                autofocus=not self.vision,
+                elem_classes="message",
+            )
             send = gr.Button("Send", variant="primary", scale=1, min_width=80)
             stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
         with gr.Row():
@@ -209,12 +327,17 @@ class ChatTab:
         transform = gr.State(self.image_transform)
         if self.vision:
             with gr.Row():
-                upload = gr.File(label="Image (click or drop; a new image starts a new conversation)",
-                                 file_types=["image"], type="filepath", height=140)
+                upload = gr.File(
+                    label="Image (click or drop; a new image starts a new conversation)",
+                    file_types=["image"],
+                    type="filepath",
+                    height=140,
+                )
                 preview = gr.Image(label="The image", interactive=False, height=200)
             with gr.Row():
-                transform = gr.Radio(IMAGE_TRANSFORMS, value=self.image_transform,
-                                     label="Image transform (auto: the model's own)")
+                transform = gr.Radio(
+                    IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
+                )
         gr.Examples(IMAGE_EXAMPLES if self.vision else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(model)
         with gr.Accordion("Template and system prompt", open=False):
@@ -228,10 +351,16 @@ class ChatTab:
         outputs = [chatbot, stats, prompt_view]
         common = dict(concurrency_id=GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
         # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
-        sends = [trigger(self.stop, None, None, queue=False, trigger_mode="multiple", api_visibility=UI_ONLY).then(
-            self.submit, [message, chatbot, *settings], [chatbot, message, stats, prompt_view],
-            trigger_mode="multiple", **common)
-            for trigger in (message.submit, send.click)]
+        sends = [
+            trigger(self.stop, None, None, queue=False, trigger_mode="multiple", api_visibility=UI_ONLY).then(
+                self.submit,
+                [message, chatbot, *settings],
+                [chatbot, message, stats, prompt_view],
+                trigger_mode="multiple",
+                **common,
+            )
+            for trigger in (message.submit, send.click)
+        ]
         runs = [
             *sends,
             regenerate.click(self.regenerate, [chatbot, *settings], outputs, **common),
@@ -239,21 +368,38 @@ class ChatTab:
             chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
         ]
         stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
-        undo.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY)
-        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY)
-        clear.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(lambda: ([], "", ""), None, outputs, api_visibility=UI_ONLY)
+        undo.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
+            self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY
+        )
+        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
+            self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY
+        )
+        clear.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
+            lambda: ([], "", ""), None, outputs, api_visibility=UI_ONLY
+        )
         template.change(lambda name: default_system(model, name), template, system, api_visibility=UI_ONLY)
         if self.vision:
             upload.change(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
-                self.new_image, upload, [chatbot, image_state, preview, stats], api_visibility=UI_ONLY)
+                self.new_image, upload, [chatbot, image_state, preview, stats], api_visibility=UI_ONLY
+            )
 
 
 class SingleTurnTab:
     def __init__(self, model: MetaModel, cancels: Cancels):
         self.model, self.cancels = model, cancels
 
-    async def run(self, instruction, input_text, template, max_gen_len, temperature, top_p, top_k, repetition_penalty,
-                  request: gr.Request):
+    async def run(
+        self,
+        instruction,
+        input_text,
+        template,
+        max_gen_len,
+        temperature,
+        top_p,
+        top_k,
+        repetition_penalty,
+        request: gr.Request,
+    ):
         sampling = (max_gen_len, temperature, top_p, top_k, repetition_penalty)
         cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
         try:
@@ -263,14 +409,19 @@ class SingleTurnTab:
             return
         pieces = stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)
         async for piece in in_own_thread(pieces, lambda: self.model.failure):
-            yield (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(), stats_line(piece), prompt
+            yield (
+                (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(),
+                stats_line(piece),
+                prompt,
+            )
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, "single"))
 
     def build(self) -> None:
-        instruction = gr.Textbox(label="Instruction", lines=3, placeholder="What is the capital of France?",
-                                 elem_classes="message")
+        instruction = gr.Textbox(
+            label="Instruction", lines=3, placeholder="What is the capital of France?", elem_classes="message"
+        )
         input_text = gr.Textbox(label="Input (optional context)", lines=2)
         template = gr.Dropdown(list(TEMPLATE_NAMES), value="alpaca", label="Template")
         with gr.Row():
@@ -284,8 +435,10 @@ class SingleTurnTab:
             prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
         inputs = [instruction, input_text, template, *sampling]
         common = dict(concurrency_id=GENERATION, api_visibility=UI_ONLY)
-        runs = [run.click(self.run, inputs, [answer, stats, prompt_view], **common),
-                instruction.submit(self.run, inputs, [answer, stats, prompt_view], **common)]
+        runs = [
+            run.click(self.run, inputs, [answer, stats, prompt_view], **common),
+            instruction.submit(self.run, inputs, [answer, stats, prompt_view], **common),
+        ]
         stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
 
 
@@ -294,8 +447,16 @@ def api_error(sentence: str) -> gr.Error:
     return gr.Error(sentence, print_exception=False)
 
 
-async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: Sampling, cancel, image=None,
-                     image_transform: str = "auto", session: str | None = None) -> AsyncIterator[str]:
+async def api_answer(
+    model: MetaModel,
+    prompt: str,
+    stops: list[str],
+    sampling: Sampling,
+    cancel,
+    image=None,
+    image_transform: str = "auto",
+    session: str | None = None,
+) -> AsyncIterator[str]:
     """The growing answer for an API caller; a user error ends the call as that one sentence."""
     pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
     async for piece in in_own_thread(pieces, lambda: model.failure):
@@ -304,12 +465,26 @@ async def api_answer(model: MetaModel, prompt: str, stops: list[str], sampling: 
         yield piece["text"].strip()
 
 
-def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_transform: str,
-             max_upload_mb: float = MAX_UPLOAD_MB):
-    async def chat(message: str, history: list[dict], image: gr.FileData | None = None, max_gen_len: int = 256,
-                   temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0, repetition_penalty: float = 1.0,
-                   system: str | None = None, template: str | None = None,
-                   request: gr.Request = None) -> AsyncIterator[str]:
+def api_chat(
+    model: MetaModel,
+    cancels: Cancels,
+    launcher_template: str,
+    image_transform: str,
+    max_upload_mb: float = MAX_UPLOAD_MB,
+):
+    async def chat(
+        message: str,
+        history: list[dict],
+        image: gr.FileData | None = None,
+        max_gen_len: int = 256,
+        temperature: float = 0.1,
+        top_p: float = 0.75,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
+        system: str | None = None,
+        template: str | None = None,
+        request: gr.Request = None,
+    ) -> AsyncIterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
         turns of a history longer than the context are left out. `system` (or a "system" message in `history`)
         replaces the template's system prompt; `template` (default: the launcher's) is a conversation template."""
@@ -318,39 +493,65 @@ def api_chat(model: MetaModel, cancels: Cancels, launcher_template: str, image_t
         path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
             if template in TEMPLATE_NAMES:
-                raise UserError(f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
-                                f"one of: {', '.join(conversation_templates(model))}.")
+                raise UserError(
+                    f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
+                    f"one of: {', '.join(conversation_templates(model))}."
+                )
             picture = open_upload(path, max_upload_mb)
-            prompt = chat_prompt(model, template or launcher_template, system, history, message, int(max_gen_len),
-                                 picture)
+            prompt = chat_prompt(
+                model, template or launcher_template, system, history, message, int(max_gen_len), picture
+            )
         except UserError as error:
             raise api_error(str(error))
-        async for text in api_answer(model, prompt.text, prompt.stop_symbols,
-                                     Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel,
-                                     prompt.images or None, image_transform, session=key):
+        async for text in api_answer(
+            model,
+            prompt.text,
+            prompt.stop_symbols,
+            Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty),
+            cancel,
+            prompt.images or None,
+            image_transform,
+            session=key,
+        ):
             yield text
+
     return chat
 
 
 def api_single_turn(model: MetaModel, cancels: Cancels):
-    async def single_turn(instruction: str, input: str = "", template: str = "alpaca", max_gen_len: int = 256,
-                          temperature: float = 0.1, top_p: float = 0.75, top_k: int = 0,
-                          repetition_penalty: float = 1.0, request: gr.Request = None) -> AsyncIterator[str]:
+    async def single_turn(
+        instruction: str,
+        input: str = "",
+        template: str = "alpaca",
+        max_gen_len: int = 256,
+        temperature: float = 0.1,
+        top_p: float = 0.75,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
+        request: gr.Request = None,
+    ) -> AsyncIterator[str]:
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
         cancel = cancels.fresh(session_key(request.session_hash, "api-single"))
         try:
             prompt = single_turn_prompt(instruction, input, template)
         except UserError as error:
             raise api_error(str(error))
-        async for text in api_answer(model, prompt, [], Sampling(max_gen_len, temperature, top_p, top_k,
-                                                                  repetition_penalty), cancel):
+        async for text in api_answer(
+            model, prompt, [], Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel
+        ):
             yield text
+
     return single_turn
 
 
-def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "single"), template: str | None = None,
-              image_transform: str = "padded_resize", title: str = "Chat",
-              max_upload_mb: float = MAX_UPLOAD_MB) -> gr.Blocks:
+def build_app(
+    model: MetaModel,
+    tabs: tuple[str, ...] = ("chat", "vision", "single"),
+    template: str | None = None,
+    image_transform: str = "padded_resize",
+    title: str = "Chat",
+    max_upload_mb: float = MAX_UPLOAD_MB,
+) -> gr.Blocks:
     """The app over `model`; a "vision" tab is left out when the model cannot see images. `max_upload_mb` caps
     the images this app reads (also pass it to `launch(max_file_size=...)`, which caps what Gradio receives)."""
     template = default_template(model, template)
@@ -366,10 +567,20 @@ def build_app(model: MetaModel, tabs: tuple[str, ...] = ("chat", "vision", "sing
                     if tab == "single":
                         SingleTurnTab(model, cancels).build()
                     else:
-                        ChatTab(model, cancels, template, image_transform, vision=tab.startswith("vision"),
-                                single_turn=tab == "vision_single", max_upload_mb=max_upload_mb).build()
-        gr.api(api_chat(model, cancels, template, image_transform, max_upload_mb), api_name="chat",
-               concurrency_id=GENERATION)
+                        ChatTab(
+                            model,
+                            cancels,
+                            template,
+                            image_transform,
+                            vision=tab.startswith("vision"),
+                            single_turn=tab == "vision_single",
+                            max_upload_mb=max_upload_mb,
+                        ).build()
+        gr.api(
+            api_chat(model, cancels, template, image_transform, max_upload_mb),
+            api_name="chat",
+            concurrency_id=GENERATION,
+        )
         if "single" in tabs:
             gr.api(api_single_turn(model, cancels), api_name="single_turn", concurrency_id=GENERATION)
 

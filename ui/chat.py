@@ -1,4 +1,5 @@
 """What a chat does, apart from Gradio: prompts from messages, streamed answers, cancellation, uploads, errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,21 +9,20 @@ import io
 import logging
 import tempfile
 import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
 
 import torch
 from PIL import Image
 
 from conversation import get_conversation, template_names
 from conversation.multi_turn import CHAT_TEMPLATE
+from launchers.flags import MAX_UPLOAD_MB
 from model import MetaModel, UserError
 from model.errors import described
 from model.prefix_cache import in_session
 from single_turn import format_prompt
-
-from launchers.flags import MAX_UPLOAD_MB
 
 IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
 MAX_UPLOAD_PIXELS = 40_000_000
@@ -52,8 +52,10 @@ def conversation(model: MetaModel, template: str, system: str | None = None):
     except Exception as error:
         if template != CHAT_TEMPLATE:
             raise
-        raise UserError(f"This model's chat template fails: {described(error)}; pass --template NAME (one of "
-                        f"{', '.join(n for n in conversation_templates(model) if n != CHAT_TEMPLATE)}).")
+        raise UserError(
+            f"This model's chat template fails: {described(error)}; pass --template NAME (one of "
+            f"{', '.join(n for n in conversation_templates(model) if n != CHAT_TEMPLATE)})."
+        )
 
 
 def default_template(model: MetaModel, asked: str | None = None) -> str:
@@ -108,8 +110,10 @@ def history_pairs(history: list[dict], max_mb: float = MAX_UPLOAD_MB) -> list[li
             pairs.append([message_text(message[0]), message_text(message[1])])
             continue
         if not isinstance(message, dict):
-            raise UserError(f"The history holds {str(message)[:40]!r}, which is not a message; pass a list of "
-                            '{"role": "user" or "assistant", "content": text} dictionaries.')
+            raise UserError(
+                f"The history holds {str(message)[:40]!r}, which is not a message; pass a list of "
+                '{"role": "user" or "assistant", "content": text} dictionaries.'
+            )
         role, text = message.get("role"), message_text(message.get("content"))
         if role == "user":
             images = message_images(message.get("content"), max_mb)
@@ -117,8 +121,9 @@ def history_pairs(history: list[dict], max_mb: float = MAX_UPLOAD_MB) -> list[li
         elif role == "assistant" and pairs:
             pairs[-1][1] += text
         elif role not in ("assistant", "system"):
-            raise UserError(f"The history holds a message with role {role!r}; the roles are user, assistant and "
-                            "system.")
+            raise UserError(
+                f"The history holds a message with role {role!r}; the roles are user, assistant and system."
+            )
     return pairs
 
 
@@ -136,8 +141,15 @@ class ChatPrompt:
     images: list = field(default_factory=list)  # the images the prompt shows, in the order of their markers
 
 
-def chat_prompt(model: MetaModel, template: str, system: str | None, history: list[dict], message: str,
-                answer_tokens: int = 0, image=None) -> ChatPrompt:
+def chat_prompt(
+    model: MetaModel,
+    template: str,
+    system: str | None,
+    history: list[dict],
+    message: str,
+    answer_tokens: int = 0,
+    image=None,
+) -> ChatPrompt:
     """The prompt for `message` after `history`, with the template's stop symbols. `system` (else a system message
     in `history`, else the template's own) is the system prompt.
 
@@ -166,8 +178,9 @@ def chat_prompt(model: MetaModel, template: str, system: str | None, history: li
         return model.prompt_length(prompt, list(images) or None)
 
     budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
-    start = 0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget),
-                                               len(pairs))
+    start = (
+        0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget), len(pairs))
+    )
     (prompt, images), tokens = render(start), length(start)
     if tokens >= model.max_seq_len:
         raise UserError(
@@ -207,23 +220,41 @@ def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
     return format_prompt({"instruction": instruction, "input": input_text}, sys_name=template)
 
 
-def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampling: Sampling, image=None,
-                  image_transform: str | None = None, cancel: threading.Event | None = None,
-                  session: str | None = None) -> Iterator[dict]:
+def stream_answer(
+    model: MetaModel,
+    prompt: str,
+    stop_symbols: list[str],
+    sampling: Sampling,
+    image=None,
+    image_transform: str | None = None,
+    cancel: threading.Event | None = None,
+    session: str | None = None,
+) -> Iterator[dict]:
     """The model's pieces (see `MetaModel.stream_generate`; `session` keeps the conversation's KV cache between
     turns); a failure a user can act on becomes one last piece with "error": a sentence to show in the chat."""
     try:
         yield from model.stream_generate(
-            prompt, image=image, max_gen_len=int(sampling.max_gen_len), temperature=float(sampling.temperature),
-            top_p=float(sampling.top_p), top_k=int(sampling.top_k),
-            repetition_penalty=float(sampling.repetition_penalty), additional_stop_symbols=stop_symbols,
-            cancel=cancel, image_transform=image_transform, session=session)
+            prompt,
+            image=image,
+            max_gen_len=int(sampling.max_gen_len),
+            temperature=float(sampling.temperature),
+            top_p=float(sampling.top_p),
+            top_k=int(sampling.top_k),
+            repetition_penalty=float(sampling.repetition_penalty),
+            additional_stop_symbols=stop_symbols,
+            cancel=cancel,
+            image_transform=image_transform,
+            session=session,
+        )
     except UserError as error:
         yield {"text": "", "end_of_content": True, "error": str(error)}
     except torch.OutOfMemoryError:
-        yield {"text": "", "end_of_content": True,
-               "error": "The GPU ran out of memory for this answer; ask for a shorter answer, clear the "
-                        "conversation, or load the model with --quant 4."}
+        yield {
+            "text": "",
+            "end_of_content": True,
+            "error": "The GPU ran out of memory for this answer; ask for a shorter answer, clear the "
+            "conversation, or load the model with --quant 4.",
+        }
     except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
         if not getattr(error, "traceback_printed", False):  # by the model's process (ui/processes.py)
             log.exception("The answer failed")
@@ -231,16 +262,22 @@ def stream_answer(model: MetaModel, prompt: str, stop_symbols: list[str], sampli
 
 
 def failure_sentence(error: Exception) -> str:
-    return (f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
-            "failing see the app's terminal for the details.")
+    return (
+        f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
+        "failing see the app's terminal for the details."
+    )
 
 
 _END = object()
 UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page or over the API, at the least
 
 
-async def in_own_thread(pieces: Iterator[dict], failure: Callable[[], str | None] = lambda: None,
-                        check_every: float = 0.5, update_interval: float = UPDATE_INTERVAL) -> AsyncIterator[dict]:
+async def in_own_thread(
+    pieces: Iterator[dict],
+    failure: Callable[[], str | None] = lambda: None,
+    check_every: float = 0.5,
+    update_interval: float = UPDATE_INTERVAL,
+) -> AsyncIterator[dict]:
     """Hand the pieces of a model stream to an async consumer (a Gradio handler) as the model makes them.
 
     Gradio runs a plain generator by sending each `next()` to a worker thread and back, and the model waits
@@ -314,8 +351,10 @@ def stats_line(piece: dict) -> str:
     first_text = f" · first token {first:.2f} s" if first is not None else ""
     stopped = " · stopped" if piece.get("finish_reason") == "cancelled" else ""
     cut = " · cut at the length limit" if piece.get("finish_reason") == "length" else ""
-    return (f"{piece['completion_tokens']} tokens{first_text} · {piece.get('tokens_per_second', 0):.1f} tokens/s"
-            f"{stopped}{cut}")
+    return (
+        f"{piece['completion_tokens']} tokens{first_text} · {piece.get('tokens_per_second', 0):.1f} tokens/s"
+        f"{stopped}{cut}"
+    )
 
 
 class Cancels:
@@ -362,8 +401,10 @@ def image_from_data_url(url, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024
     address (an http(s) URL) for a client."""
     if not isinstance(url, str) or not url.startswith("data:"):
         shown = url[:40] if isinstance(url, str) else type(url).__name__
-        raise UserError(f"An image part holds {shown!r}; send images as data: URLs (data:image/png;base64,...): "
-                        "this app never fetches outside addresses.")
+        raise UserError(
+            f"An image part holds {shown!r}; send images as data: URLs (data:image/png;base64,...): "
+            "this app never fetches outside addresses."
+        )
     header, _, payload = url.partition(",")
     if ";base64" not in header or len(payload) * 3 / 4 > max_mb * 1e6:
         size = f"{len(payload) * 3 / 4e6:.1f} MB" if ";base64" in header else "not base64"
@@ -378,23 +419,29 @@ def image_from_data_url(url, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024
 def checked_image(source, size: int, name: str, max_mb: float, max_side: int) -> Image.Image:
     """The image in `source` (a path or a file object of `size` bytes), checked before it is decoded."""
     if size > max_mb * 1e6:
-        raise UserError(f"The image file is {size / 1e6:.1f} MB; upload one under {max_mb:g} MB "
-                        "(the app's --max_upload_mb).")
+        raise UserError(
+            f"The image file is {size / 1e6:.1f} MB; upload one under {max_mb:g} MB (the app's --max_upload_mb)."
+        )
     try:
         with Image.open(source) as header:
             width, height = header.size
             if width * height > MAX_UPLOAD_PIXELS:
-                raise UserError(f"The image is {width}x{height} pixels; upload one under "
-                                f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels.")
+                raise UserError(
+                    f"The image is {width}x{height} pixels; upload one under {MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels."
+                )
             image = header.convert("RGB")
     except UserError:
         raise
     except Image.DecompressionBombError:  # Pillow refuses to even read the header of a huge image
-        raise UserError(f"The image has over {Image.MAX_IMAGE_PIXELS * 2 / 1e6:.0f} million pixels; upload one under "
-                        f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels.")
+        raise UserError(
+            f"The image has over {Image.MAX_IMAGE_PIXELS * 2 / 1e6:.0f} million pixels; upload one under "
+            f"{MAX_UPLOAD_PIXELS / 1e6:.0f} megapixels."
+        )
     except (OSError, ValueError, SyntaxError):  # Pillow raises SyntaxError for a broken file
-        raise UserError(f"{name} is not an image this app can read (not an image, or a damaged one); upload a "
-                        "PNG, JPEG, WebP or GIF file.")
+        raise UserError(
+            f"{name} is not an image this app can read (not an image, or a damaged one); upload a "
+            "PNG, JPEG, WebP or GIF file."
+        )
     if max(image.size) > max_side:
         image.thumbnail((max_side, max_side))
     return image

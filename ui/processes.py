@@ -16,6 +16,7 @@ in the server (Stop, a new message) or a reader that leaves is passed on, so the
 Either process ending ends the other: a model that dies (a worker lost, out of memory, killed) becomes one
 sentence in the chat, and the server exits a moment later with it; a server that stops ends the launcher.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -91,13 +92,14 @@ def serve_model(model: MetaModel, connection) -> None:
             kind, number, *rest = request
             if kind == "stream":
                 cancels[number] = threading.Event()
-                threading.Thread(target=_stream, args=(model, send, number, rest[0], cancels), name="answer",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=_stream, args=(model, send, number, rest[0], cancels), name="answer", daemon=True
+                ).start()
             elif kind == "cancel":
                 if (event := cancels.get(number)) is not None:
                     event.set()
             elif kind == "prompt_length":
-                _reply(send, number, lambda: model.prompt_length(*rest[0], **rest[1]))
+                _reply(send, number, lambda: model.prompt_length(*rest[0], **rest[1]))  # noqa: B023 (called at once)
             elif kind == "drop":
                 model.prefix_caches.drop(rest[0])
     finally:
@@ -275,8 +277,10 @@ class RemoteModel:
         """The launcher's process ended: say so (unless it said why already), then end this server too."""
         told = self._failure is not None
         if not told:
-            self._failure = ("The model's process stopped, so the model cannot answer any more; restart the app "
-                             "(see its terminal for why).")
+            self._failure = (
+                "The model's process stopped, so the model cannot answer any more; restart the app "
+                "(see its terminal for why)."
+            )
         if self._end_process:
             if not told:
                 print(f"error: {self._failure}", file=sys.stderr, flush=True)
