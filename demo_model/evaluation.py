@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 
 from conversation import default_conversation
-from single_turn import format_prompt
+from single_turn_templates import format_prompt
 
 from . import data
 from .recipe import DECLINE_ONE_DIGIT_SHARE, SEPARATOR

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from conversation import default_conversation
-from single_turn import format_prompt
+from single_turn_templates import format_prompt
 
 from . import data
 from .recipe import IMAGE_SIZE, IMAGE_TOKENS, PATCH_SIZE, SEPARATOR, SYSTEM

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from single_turn import TEMPLATE_NAMES
+from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
 from .flags import FlagParser, add_model_flags, fail

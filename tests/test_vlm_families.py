@@ -186,18 +186,7 @@ def test_phi3_stops_at_end_without_generation_config(tmp_path):
     )
     tok.chat_template = vlm_families.template("phi3")
     torch.manual_seed(0)
-    config = Phi3Config(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
+    config = Phi3Config(**vlm_families.text_config(tok, max_position_embeddings=512, pad_token_id=0))
     Phi3ForCausalLM(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").unlink()

@@ -66,6 +66,25 @@ def family_tokenizer(
     )
 
 
+def text_config(tokenizer, **overrides) -> dict:
+    """A 2-layer language model 64 wide, with the tokenizer's vocabulary and special ids (`overrides` win)."""
+    return (
+        dict(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        | overrides
+    )
+
+
 def _llama_text(tokenizer, **overrides) -> dict:
     return dict(
         vocab_size=len(tokenizer),
@@ -204,18 +223,7 @@ def _qwen_vl(version: str):
             ("vision_end_token_id", "<|vision_end|>"),
         )
     }
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
+    text = text_config(tok, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
     if version == "2":
         vision = dict(
             depth=2,
@@ -309,20 +317,7 @@ def _gemma3():
             "eoi_token": "<end_of_image>",
         },
     )
-    text = Gemma3TextConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        sliding_window=64,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    text = Gemma3TextConfig(**text_config(tok, head_dim=16, sliding_window=64))
     vision = SiglipVisionConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8
     )
@@ -367,19 +362,7 @@ def _mllama():
         intermediate_layers_indices=[0],
         vision_output_dim=64,
     )
-    text = MllamaTextConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        cross_attention_layers=[1],
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    text = MllamaTextConfig(**text_config(tok, cross_attention_layers=[1]))
     config = MllamaConfig(
         vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<|image|>")
     )
@@ -408,19 +391,7 @@ def _paligemma():
         patch_size=8,
         projection_dim=64,
     )
-    text = GemmaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    text = GemmaConfig(**text_config(tok, head_dim=16))
     config = PaliGemmaConfig(
         vision_config=vision,
         text_config=text,
@@ -466,17 +437,7 @@ def save_llama4_files(folder: Path) -> Path:
         "<|eot|>",
         "<|finetune_right_pad|>",
     )
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        intermediate_size_mlp=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_local_experts=2,
-    )
+    text = text_config(tok, intermediate_size_mlp=128, head_dim=16, num_local_experts=2)
     vision = dict(
         hidden_size=32,
         intermediate_size=64,

@@ -16,7 +16,7 @@ import gradio as gr
 from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 from model import MetaModel, UserError
 from model.prefix_cache import session_key
-from single_turn import TEMPLATE_NAMES
+from single_turn_templates import TEMPLATE_NAMES
 
 from .chat import (
     EMPTY_MESSAGE,

@@ -22,7 +22,7 @@ from launchers.flags import MAX_UPLOAD_MB
 from model import MetaModel, UserError
 from model.errors import described
 from model.prefix_cache import in_session
-from single_turn import format_prompt
+from single_turn_templates import format_prompt
 
 IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
 MAX_UPLOAD_PIXELS = 40_000_000
