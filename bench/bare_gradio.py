@@ -1,5 +1,5 @@
 """A bare Gradio endpoint that replays ready-made answer pieces at a recorded pace: what Gradio and
-gradio_client cost by themselves, so `bench/ui.py` can tell the app's own overhead apart.
+gradio_client cost by themselves, so `bench/ui_overhead.py` can tell the app's own overhead apart.
 
 python -m bench.bare_gradio --schedule pieces.json --port 7861
 pieces.json: {"message": [[seconds after the call started, text], ...], ...}, recorded from the model.

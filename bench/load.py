@@ -17,7 +17,7 @@ import threading
 import time
 
 from .timing import median_ratio
-from .ui import client_timeline, server
+from .ui_overhead import client_timeline, server
 
 COUNTRIES = [
     "France",

@@ -145,9 +145,9 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
 
             results.update(quant.run(settings))
         elif name == "ui":
-            from bench import ui
+            from bench import ui_overhead
 
-            results.update(ui.run(settings))
+            results.update(ui_overhead.run(settings))
         elif name == "cache":
             from bench import cache
 

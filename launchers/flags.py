@@ -15,7 +15,7 @@ from user_error import UserError
 
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
 # auto: the model's processor fits the image (or the transform its config records); the others are model.image's
-IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")
+IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks
 
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 

@@ -149,13 +149,11 @@ def test_declined_questions_are_other_arithmetic_and_small_talk_drawn_only_when_
 
 def test_conversations_with_the_system_prompt_cleared_render_as_the_template_does():
     held_out = data.held_out_pairs(0)
-    samples = [
-        data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(no_system=1.0)) for seed in range(30)
-    ]
-    assert all(s.system == ("" if s.template == "conversation" else None) for s in samples)
-    for sample in samples:
+    drawn = [data.training_sample(random.Random(seed), held_out, 0.3, data.Shares(no_system=1.0)) for seed in range(30)]
+    assert all(s.system == ("" if s.template == "conversation" else None) for s in drawn)
+    for sample in drawn:
         samples.check_segments_match_templates(sample)
-    conversation = next(s for s in samples if s.template == "conversation")
+    conversation = next(s for s in drawn if s.template == "conversation")
     assert evaluation.prompt_for(conversation).startswith("\n\n### Human:")  # as the app renders a cleared one
 
 

@@ -102,3 +102,11 @@ def test_quantized_llava_keeps_the_vision_side_in_full_precision(llava_dir):
     quantized = [n for n, m in model.llma.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert quantized and not [n for n in quantized if "vision_tower" in n or "projector" in n or "lm_head" in n]
     assert model.generate(["What is in the image?"], images=[red_square_on_wide_canvas()], max_gen_len=4)
+
+
+def test_the_flags_offer_the_models_own_transforms_and_auto():
+    """The flags' list is written out (they load no torch); it must name model.image's transforms, and auto."""
+    from launchers.flags import IMAGE_TRANSFORMS
+    from model import TRANSFORMS
+
+    assert IMAGE_TRANSFORMS == ("auto", *TRANSFORMS)

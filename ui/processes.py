@@ -2,8 +2,8 @@
 
 Why two: on the CPU (and for small models on a GPU) a decoding step is mostly Python, so the model needs the GIL
 nearly all the time. In one process, Gradio's event loop took it from the model for every request and every update
-it sent: bench/ui.py measured 0.70-0.78 of the tokens/s a bare Gradio endpoint delivers, and 40-60 ms more to the
-first piece. Apart, neither waits for the other, and on the CPU the model leaves one core to the server
+it sent: bench/ui_overhead.py measured 0.70-0.78 of the tokens/s a bare Gradio endpoint delivers, and 40-60 ms more
+to the first piece. Apart, neither waits for the other, and on the CPU the model leaves one core to the server
 (`leave_a_core_to_the_server`), whose threads would otherwise stall the model's parallel work.
 
 Why the model stays in the launcher's process: that process is rank 0 of the --n_gpus and torchrun layouts
