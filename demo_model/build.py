@@ -27,7 +27,7 @@ import torch
 from . import data
 from .card import write_model_card
 from .evaluation import accuracy_table, evaluate
-from .recipe import DEMO_MODEL, SYMBOL_STEPS, VISION_STEPS
+from .recipe import DEMO_MODEL, SYMBOL_STEPS, TOKENS_PER_STEP, VISION_BATCH, VISION_STEPS
 from .samples import check_segments_match_templates
 from .tokenizer import train_tokenizer
 from .training import attention_in_float32, load_base, new_model, new_processor, pretrain_vision, train
@@ -116,7 +116,13 @@ def main() -> None:
         model = new_model(tokenizer, args.seed)
         AttentionInterface.register("float32_sdpa", attention_in_float32)
         model.set_attn_implementation("float32_sdpa")
-        vision = base["header"]["vision"] if base else pretrain_vision(model, tokenizer, processor, rng, vision_steps)
+        # --quick: small steps too (a step of the recipe's size takes half a minute on a CPU without AVX-512)
+        vision_batch, token_budget = (8, 768) if args.quick else (VISION_BATCH, TOKENS_PER_STEP)
+        vision = (
+            base["header"]["vision"]
+            if base
+            else pretrain_vision(model, tokenizer, processor, rng, vision_steps, batch=vision_batch)
+        )
         save_base_as = (args.base, header | {"vision": vision}) if args.base and not base else None
         stats = (
             train(
@@ -130,6 +136,7 @@ def main() -> None:
                 log_every=1 if args.quick else 50,
                 base=base,
                 save_base_as=save_base_as,
+                token_budget=token_budget,
             )
             | vision
         )

@@ -270,7 +270,9 @@ def attention_in_float32(module, query, key, value, attention_mask, **kwargs):
     return out.to(query.dtype), weights
 
 
-def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int = 100) -> dict:
+def pretrain_vision(
+    model, tokenizer, processor, rng, steps: int, log_every: int = 100, batch: int = VISION_BATCH
+) -> dict:
     """Before the language model: the vision tower, the projector and the output layer alone learn the slot loss
     on batches of images, which cost a fifth of a language model step; the tower also learns what each patch holds
     (kinds_loss), through a probe thrown away after."""
@@ -286,7 +288,7 @@ def pretrain_vision(model, tokenizer, processor, rng, steps: int, log_every: int
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(step, steps))
     started, losses = time.time(), []
     for step in range(1, steps + 1):
-        pictures = [as_seen(rng, *data.shapes_image_and_map(rng)) for _ in range(VISION_BATCH)]
+        pictures = [as_seen(rng, *data.shapes_image_and_map(rng)) for _ in range(batch)]
         pixels = processor.image_processor([p.image for p in pictures], return_tensors="pt")["pixel_values"]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             features, tower_output = vision_features(model, pixels)
@@ -337,9 +339,11 @@ def train(
     log_every: int = 50,
     base: dict | None = None,
     save_base_as: tuple[Path, dict] | None = None,
+    token_budget: int = TOKENS_PER_STEP,
 ) -> dict:
     """`steps` steps on the mix, then `symbol_steps` at the annealed rate with more of the sums as users type them.
-    From `base` (`load_base`), only the latter; `save_base_as` (path, header) keeps the state between them."""
+    From `base` (`load_base`), only the latter; `save_base_as` (path, header) keeps the state between them.
+    `token_budget`: the (padded) tokens of a step."""
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     word_ids = word_ids_of(tokenizer)
     projected = {}
@@ -368,7 +372,7 @@ def train(
             image_id,
             processor,
             pool=256,
-            token_budget=TOKENS_PER_STEP,
+            token_budget=token_budget,
             image_share=IMAGES_FIRST_SHARE if step < IMAGES_FIRST_STEPS else IMAGE_SHARE,
             shares=LATER_MIX if symbol_phase else data.Shares(),
         ):
