@@ -24,10 +24,12 @@ from pathlib import Path
 
 import torch
 
+from launchers.flags import DEMO_MODEL
+
 from . import data
 from .card import write_model_card
 from .evaluation import accuracy_table, evaluate
-from .recipe import DEMO_MODEL, SYMBOL_STEPS, TOKENS_PER_STEP, VISION_BATCH, VISION_STEPS
+from .recipe import SYMBOL_STEPS, TOKENS_PER_STEP, VISION_BATCH, VISION_STEPS
 from .samples import check_segments_match_templates
 from .tokenizer import train_tokenizer
 from .training import attention_in_float32, load_base, new_model, new_processor, pretrain_vision, train

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from conversation import default_conversation
 
 from . import data
-
-DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
-
 
 IMAGE_SIZE, PATCH_SIZE = 64, 16
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2 + 1  # the patches, and the class token, which reads as the count

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from demo_model import build, data, evaluation, recipe, samples, training
+from launchers.flags import DEMO_MODEL
 from model import MetaModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,10 +48,10 @@ def test_a_saved_base_of_another_recipe_is_refused_in_one_sentence(tmp_path):
 
 
 def test_quick_build_without_out_never_writes_over_the_shipped_model(tmp_path):
-    assert build.output_folder(None, quick=False) == recipe.DEMO_MODEL
+    assert build.output_folder(None, quick=False) == DEMO_MODEL
     assert build.output_folder(tmp_path, quick=True) == tmp_path
     quick_folder = build.output_folder(None, quick=True)
-    assert quick_folder.is_dir() and quick_folder != recipe.DEMO_MODEL and not any(quick_folder.iterdir())
+    assert quick_folder.is_dir() and quick_folder != DEMO_MODEL and not any(quick_folder.iterdir())
     quick_folder.rmdir()
 
 
