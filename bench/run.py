@@ -199,10 +199,12 @@ def machine() -> str:
 GPU_HEADING = "## GPU (bench/gpu.py)"
 
 
-def kept_notes(results_md_file: Path) -> str:
-    """The hand-written part of a RESULTS.md (from NOTES_HEADING on), kept when the figures are written again."""
+def read_results_md(results_md_file: Path) -> tuple[str, str]:
+    """A RESULTS.md as (the written figures, the hand-written notes from NOTES_HEADING on, kept when the figures are
+    written again); both empty where there is none."""
     text = results_md_file.read_text() if results_md_file.exists() else ""
-    return "\n" + NOTES_HEADING + text.split(NOTES_HEADING, 1)[1] if NOTES_HEADING in text else ""
+    figures, heading, notes = text.partition(NOTES_HEADING)
+    return figures, "\n" + heading + notes if heading else ""
 
 
 def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
@@ -245,8 +247,9 @@ def gpu_section(gpu: dict | None) -> str:
 
 def write_gpu_section(results_md_file: Path, gpu: dict) -> None:
     """Replace the GPU section of an existing RESULTS.md (the CPU part keeps its own date and machine)."""
-    text = results_md_file.read_text() if results_md_file.exists() else "# Benchmark results\n\n"
-    results_md_file.write_text(text.split(GPU_HEADING)[0] + gpu_section(gpu) + kept_notes(results_md_file))
+    figures, notes = read_results_md(results_md_file)
+    head = figures.split(GPU_HEADING)[0] or "# Benchmark results\n\n"
+    results_md_file.write_text(head + gpu_section(gpu) + notes)
 
 
 def main(argv=None) -> None:
@@ -278,7 +281,7 @@ def main(argv=None) -> None:
     gpu_file = BENCH / "gpu_results.json"
     gpu = json.loads(gpu_file.read_text()) if gpu_file.exists() else None
     (out / "RESULTS.md").write_text(
-        results_md(results, "smoke" if args.smoke else "quick", gpu) + kept_notes(out / "RESULTS.md")
+        results_md(results, "smoke" if args.smoke else "quick", gpu) + read_results_md(out / "RESULTS.md")[1]
     )
     print(table(results))
 

@@ -85,16 +85,6 @@ def text_config(tokenizer, **overrides) -> dict:
     )
 
 
-def _llama_text(tokenizer, **overrides) -> dict:
-    return dict(
-        vocab_size=len(tokenizer),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **{**TEXT_CONFIG, **overrides},
-    )
-
-
 def _sharpen(model) -> None:
     """Larger output logits than the default init, so that greedy answers vary from token to token and the image
     changes them; matrices some families initialize to zeros (Gemma 3's image projection) drawn at random."""
@@ -153,7 +143,7 @@ def _llava():
     )
     config = LlavaConfig(
         vision_config=vision,
-        text_config=LlamaConfig(**_llama_text(tok)),
+        text_config=LlamaConfig(**text_config(tok, **TEXT_CONFIG)),
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
@@ -185,7 +175,7 @@ def _llava_next():
     )
     config = LlavaNextConfig(
         vision_config=vision,
-        text_config=LlamaConfig(**_llama_text(tok)),
+        text_config=LlamaConfig(**text_config(tok, **TEXT_CONFIG)),
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
@@ -287,7 +277,7 @@ def _idefics3():
     )
     config = Idefics3Config(
         vision_config=vision,
-        text_config=LlamaConfig(**_llama_text(tok)).to_dict(),
+        text_config=LlamaConfig(**text_config(tok, **TEXT_CONFIG)).to_dict(),
         image_token_id=tok.convert_tokens_to_ids("<image>"),
         scale_factor=2,
     )
