@@ -25,7 +25,7 @@ def message(rng: random.Random) -> str:
 def turn(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[float, float, str, int]:
     """One chat turn: (seconds to the first piece, answer tokens/s after it, the answer, the prompt's tokens). The
     answer runs to its end, so a session keeps its whole turn."""
-    from ui.chat import chat_prompt
+    from prompting import chat_prompt
 
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
     started = time.perf_counter()

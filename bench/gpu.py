@@ -31,9 +31,10 @@ import transformers
 from bench.models import SHAPES, eos_ignored, random_meta_model
 from bench.run import write_gpu_section
 from bench.stream import bare_generate_ids
+from engine import Sampling
 from launchers.flags import DEMO_MODEL
 from model import MetaModel, weight_bytes
-from model.generation import SamplingParams, generate_tokens
+from model.generation import generate_tokens
 
 BENCH = Path(__file__).resolve().parent
 
@@ -99,7 +100,7 @@ def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> flo
     for _ in generate_tokens(
         model.llma,
         model.prepare_inputs([prompt]),
-        SamplingParams(),
+        Sampling(temperature=0.0),
         decide,
         compiled=model.compiled,
         max_new_tokens=new_tokens,

@@ -39,6 +39,9 @@ class Settings:
     load_clients: int
     load_turns: int
     load_repeats: int
+    api_shape: str = "small"
+    api_answer_tokens: int = 200
+    api_repeats: int = 6
 
 
 QUICK = Settings(
@@ -72,6 +75,9 @@ SMOKE = Settings(
     load_clients=2,
     load_turns=1,
     load_repeats=1,
+    api_shape="tiny",
+    api_answer_tokens=8,
+    api_repeats=1,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
@@ -124,8 +130,24 @@ FIGURES = {
         None,
     ),
     "load_wait_p90_over_alone_concurrency2": ("the same with --concurrency 2", None),
+    "api_ttft_overhead_ms": (
+        "the /v1 API's extra time to first text through the openai client, over the engine's own stream "
+        "(200-token answers of a random Llama the demo model's size)",
+        ("<=", 10),
+    ),
+    "api_token_rate_ratio": ("tokens/s the openai client sees from /v1 over the engine's own stream", (">=", 0.97)),
+    "api_over_serve_ttft": (
+        "time to first token, /v1 over `transformers serve` on the same folder, one client (lower is faster)",
+        ("<=", 1.0),
+    ),
+    "api_over_serve_token_rate": ("tokens/s, /v1 over `transformers serve`, one client", (">=", 1.0)),
+    "api_ttft_ms": ("/v1's time to first token, one client", None),
+    "serve_ttft_ms": ("`transformers serve`'s", None),
+    "api_crowd_tokens_per_s": ("8 clients at once: /v1's aggregate answer tokens/s", None),
+    "serve_crowd_tokens_per_s": ("the same for `transformers serve` (without --continuous-batching)", None),
+    "api_over_serve_crowd": ("the two over each other (the batching issue closes this gap)", None),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api")
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
@@ -156,6 +178,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import load
 
             results.update(load.run(settings))
+        elif name == "api":
+            from bench import api_vs_serve
+
+            results.update(api_vs_serve.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

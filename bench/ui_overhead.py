@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
+from engine.process import leave_a_core_to_the_server
 from launchers.loading import free_port
 from model import MetaModel
-from ui.processes import leave_a_core_to_the_server
 
 from .models import SHAPES, save_random_llama
 
@@ -79,14 +79,17 @@ def typical(runs: list[Timeline]) -> Timeline:
 
 def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     """The pieces /chat yields for `question` (greedy), timed as the model makes them."""
-    from ui.chat import Sampling, chat_prompt, default_template, stream_answer
+    from engine import Delta, Request, Sampling
+    from prompting import chat_prompt, default_template
 
     chat = chat_prompt(model, default_template(model), None, [], question, answer_tokens=length)
     started = time.perf_counter()
-    times, texts = [], []
-    for piece in stream_answer(model, chat.text, chat.stop_symbols, Sampling(max_gen_len=length, temperature=0.0)):
-        times.append(time.perf_counter() - started)
-        texts.append(piece["text"].strip())
+    times, texts, text = [], [], ""
+    for event in model.stream(Request(chat.text, Sampling(length, temperature=0.0), tuple(chat.stop_symbols))):
+        if isinstance(event, Delta):
+            text += event.text
+            times.append(time.perf_counter() - started)
+            texts.append(text.strip())
     return Timeline(times, texts)
 
 

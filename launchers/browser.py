@@ -1,6 +1,6 @@
 """The browser launchers: `python app.py` (local-chat) and Accessory's demos/*.py, each a set of tabs over one model.
 
-The model loads in the launcher's process; the web server runs in a process of its own (ui/processes.py says why).
+The model loads in the launcher's process; the web server runs in a process of its own (engine/process.py says why).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 from user_error import UserError
 
-from .flags import exposure_warnings, fail, logins, parser
+from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
 from .loading import check_serving_flags, compile_before_answering, load_model
 
 
@@ -17,8 +17,8 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`: the model
     in this process, the web server in a process of its own."""
     args = parser(description).parse_args(argv)  # before torch and transformers load: --help answers at once
-    from ui.chat import default_template
-    from ui.processes import leave_a_core_to_the_server, serve_in_own_process
+    from engine.process import leave_a_core_to_the_server, serve_in_own_process
+    from prompting import default_template
 
     try:
         check_serving_flags(args)
@@ -26,7 +26,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         template = default_template(model, args.template)
     except UserError as error:
         fail(error)
-    for warning in exposure_warnings(args):
+    for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
         print(f"warning: {warning}", file=sys.stderr)
     leave_a_core_to_the_server(model)
     compile_before_answering(model)  # with the threads it will answer with
@@ -34,14 +34,21 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
 
 
 def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -> None:
-    """The web server's process: the app over `model` (a `RemoteModel`), served until the process ends."""
+    """The web server's process: the page and the /v1 API over `model` (a `PipeEngine`), served until the process
+    ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
+    from api import OpenAIAPI
+    from engine.in_order import InArrivalOrder
     from ui import build_app
     from ui.blocks import PAGE
 
-    app = build_app(model, tabs, template, args.image_transform, title=description, max_upload_mb=args.max_upload_mb)
+    engine = InArrivalOrder(model, args.concurrency)
+    app = build_app(engine, tabs, template, args.image_transform, title=description, max_upload_mb=args.max_upload_mb)
     app.queue(default_concurrency_limit=args.concurrency)
+    keys = api_keys(args.api_key) if args.api_key else None
+    api = None if api_off_reason(args) else OpenAIAPI(engine, template, args.image_transform, args.max_upload_mb, keys)
     try:
         app.launch(
+            app_kwargs={"routes": api.routes()} if api is not None else None,
             server_name=args.host,
             server_port=args.port,
             share=args.share,

@@ -57,12 +57,20 @@ def parser(description: str) -> argparse.ArgumentParser:
         metavar="USER:PASSWORD|FILE",
         help="ask for this user name and password, or any USER:PASSWORD line of this file",
     )
+    p.add_argument(
+        "--api_key",
+        default=None,
+        metavar="KEY|FILE",
+        help="the OpenAI-compatible API (/v1) asks for this key (Authorization: Bearer KEY), or any key of this "
+        "file (one a line); without it /v1 is open to whoever reaches the server, and off when --auth is given",
+    )
     p.add_argument("--max_upload_mb", type=float, default=MAX_UPLOAD_MB, help="largest image file accepted, in MB")
     p.add_argument(
         "--concurrency",
         type=int,
         default=1,
-        help="answers generated at the same time (others wait in a queue that shows their place)",
+        help="answers generated at the same time, the page's and /v1's together (the others wait in one queue, "
+        "served in arrival order; the page shows each its place)",
     )
     p.add_argument(
         "--max_cached_sessions",
@@ -159,6 +167,30 @@ def logins(auth: str) -> list[tuple[str, str]]:
     return [(user, password)]
 
 
+def api_keys(value: str) -> list[str]:
+    """--api_key: KEY, or a file of keys, one a line (blank lines and # comments skipped)."""
+    path = Path(value)
+    if path.is_file():
+        keys = [line.strip() for line in path.read_text().splitlines()]
+        keys = [key for key in keys if key and not key.startswith("#")]
+        if not keys:
+            raise UserError(f"--api_key file {path} holds no key; write one key a line.")
+        return keys
+    if not value.strip() or any(c.isspace() for c in value.strip()):
+        raise UserError(f"--api_key takes a key without spaces, or a file of keys; {value!r} is neither.")
+    return [value.strip()]
+
+
+def api_off_reason(args: argparse.Namespace) -> str | None:
+    """Why the /v1 API is off, or None: --auth's password covers the page only, so /v1 needs its own --api_key."""
+    if args.auth and not args.api_key:
+        return (
+            "The OpenAI-compatible API (/v1) is off: --auth protects the page only; add --api_key KEY to serve "
+            "/v1 too, with that key."
+        )
+    return None
+
+
 def check_port_free(host: str, port: int) -> None:
     if not 0 < port < 65536:
         raise UserError(f"--port {port} is not a port number; pick one from 1 to 65535.")
@@ -175,7 +207,7 @@ def check_port_free(host: str, port: int) -> None:
 
 def exposure_warnings(args: argparse.Namespace) -> list[str]:
     """What to tell the person starting a server that others can reach."""
-    no_password = "" if args.auth else " Add --auth USER:PASSWORD to ask for a password."
+    no_password = "" if args.auth else " Add --auth USER:PASSWORD to ask for a password (and --api_key KEY for /v1)."
     warnings = []
     if args.host not in LOCAL_HOSTS:
         warnings.append(

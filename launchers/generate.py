@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
 from .flags import FlagParser, add_model_flags, fail
@@ -101,45 +100,17 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def resolve_template(model, asked: str | None) -> str:
-    """--template, checked; by default the model's chat template where it has one, else the raw prompt."""
-    from ui.chat import conversation_templates
-
-    conversations = conversation_templates(model)
-    if asked is None:
-        return "chat_template" if "chat_template" in conversations else "None"
-    if asked not in (*TEMPLATE_NAMES, *conversations):
-        raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join([*TEMPLATE_NAMES, *conversations])}.")
-    return asked
-
-
-def check_system(template: str, system: str | None) -> None:
-    if system is not None and template in TEMPLATE_NAMES:
-        raise UserError(
-            f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
-            "--template default (or chat_template, ...) with it, or leave --system out."
-        )
-
-
-def apply_template(model, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
-    """The text the model gets for `prompt`, and the template's stop symbols."""
-    from ui.chat import chat_prompt, single_turn_prompt  # torch and transformers load after the flags are read
-
-    if template in TEMPLATE_NAMES:
-        return single_turn_prompt(prompt, "", template), []
-    chat = chat_prompt(model, template, system, [], prompt)
-    return chat.text, chat.stop_symbols
-
-
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
-    from model.generation import SamplingParams
+    from engine import Request, Sampling
+    from prompting import apply_template, check_system, resolve_template
 
     prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
-    SamplingParams(args.temperature, args.top_p, args.top_k, args.repetition_penalty)
-    for flag in ("max_new_tokens", "batch_size"):
-        if getattr(args, flag) < 1:
-            raise UserError(f"--{flag} is {getattr(args, flag)}; give 1 or more.")
+    sampling = Sampling(
+        args.max_new_tokens, args.temperature, args.top_p, args.top_k, args.repetition_penalty, args.seed
+    )
+    if args.batch_size < 1:
+        raise UserError(f"--batch_size is {args.batch_size}; give 1 or more.")
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
     model = load_model(args)
     batches = range(0, len(prompts), args.batch_size)
@@ -151,33 +122,27 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        texts, stops = zip(*(apply_template(model, template, p, args.system) for p in batch))
-        details = model.generate(
-            list(texts),
-            max_gen_len=args.max_new_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            additional_stop_symbols=stops[0],
-            top_k=args.top_k,
-            seed=args.seed,
-            repetition_penalty=args.repetition_penalty,
-            return_details=True,
-        )
-        figures["encode"] += details[0]["encode_time"]
-        figures["generate"] += max(d["total_time"] for d in details)
-        figures["decode"] += sum(d["detokenize_time"] for d in details)
-        for prompt, d in zip(batch, details):
+        requests = [
+            Request(text, sampling, tuple(stop))
+            for text, stop in (apply_template(model, template, p, args.system) for p in batch)
+        ]
+        answers = model.complete(requests)
+        ends = [answer.end for answer in answers]
+        figures["encode"] += ends[0].encode_time
+        figures["generate"] += max(end.total_time for end in ends)
+        figures["decode"] += sum(end.detokenize_time for end in ends)
+        for prompt, answer in zip(batch, answers):
             records.append(
                 {
                     "prompt": prompt,
-                    "response": d["text"],
-                    "finish_reason": d["finish_reason"],
-                    "input_tokens": d["prompt_tokens"],
-                    "output_tokens": d["completion_tokens"],
+                    "response": answer.text,
+                    "finish_reason": answer.end.finish_reason,
+                    "input_tokens": answer.end.prompt_tokens,
+                    "output_tokens": answer.end.completion_tokens,
                 }
             )
-            figures["input_tokens"] += d["prompt_tokens"]
-            figures["output_tokens"] += d["completion_tokens"]
+            figures["input_tokens"] += answer.end.prompt_tokens
+            figures["output_tokens"] += answer.end.completion_tokens
     figures["total"] = time.perf_counter() - started
     figures["batch_size"] = args.batch_size
     return records, figures

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from user_error import UserError
 
-from .flags import DEMO_MODEL, check_port_free, logins
+from .flags import DEMO_MODEL, api_keys, check_port_free, logins
 
 if TYPE_CHECKING:
     from model import MetaModel
@@ -24,8 +24,12 @@ def check_serving_flags(args: argparse.Namespace) -> None:
     parallel_plan(args)
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
+    if getattr(args, "api_key", None) is not None:
+        api_keys(args.api_key)
     if getattr(args, "port", None) is not None:
         check_port_free(args.host, args.port)
+    if getattr(args, "concurrency", 1) < 1:
+        raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
 
@@ -122,13 +126,17 @@ def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel
     )
 
 
-def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None) -> MetaModel:
-    """This process's model: whole, or its share of each layer within `mp_group`."""
+def load_shard(
+    args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None, followers=None
+) -> MetaModel:
+    """This process's model: whole, or its share of each layer within `mp_group` (`followers`: rank 0's, see
+    model/parallel.py)."""
     from model import MetaModel
     from model.prefix_cache import PrefixCaches
 
     paths = checkpoint_paths(args)
-    model = MetaModel.from_pretrained(
+    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
+    return MetaModel.from_pretrained(
         paths if len(paths) > 1 else paths[0],
         llama_type=args.llama_type,
         llama_config=args.llama_config,
@@ -141,12 +149,11 @@ def load_shard(args: argparse.Namespace, with_visual: bool, mp_group, device: st
         compile=args.compile,
         mp_group=mp_group,
         trust_remote_code=args.trust_remote_code,
+        prefix_caches=PrefixCaches(
+            getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
+        ),
+        followers=followers,
     )
-    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
-    model.prefix_caches = PrefixCaches(
-        getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
-    )
-    return model
 
 
 def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:

@@ -4,7 +4,7 @@ from . import vision_stem  # noqa: F401  (registers the demo model's vision towe
 from .answer_stream import AnswerStream
 from .errors import UserError
 from .footprint import weight_bytes
-from .generation import ModelInputs, SamplingParams, generate_tokens
+from .generation import ModelInputs, generate_tokens
 from .image import TRANSFORMS, get_transform
 from .meta import MetaModel
 
@@ -13,7 +13,6 @@ __all__ = [
     "UserError",
     "get_transform",
     "TRANSFORMS",
-    "SamplingParams",
     "ModelInputs",
     "AnswerStream",
     "generate_tokens",

@@ -36,7 +36,10 @@ class AnswerStream:
         self._cancel = cancel
         self._stopped = False
         self.token_ids: list[int] = []
+        self.token_ends: list[int] = []  # where each token's text ends in the detokenized text
+        self.logprobs: list = []  # each sampled token's TokenLogprob, when the request asked (see `sent_tokens`)
         self.text = ""
+        self._visible_end = 0  # where `text` ends in the detokenized text
         self.finish_reason: str | None = None
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
@@ -71,12 +74,22 @@ class AnswerStream:
         self._detokenizer.add(token_id)
         self.detokenize_time += time.perf_counter() - detokenize_started
         full_text = self._detokenizer.text
+        self.token_ends.append(len(full_text))
         hit = self._stops.find(full_text)
-        self.text = full_text[: hit if hit >= 0 else self._stops.safe_length(full_text)].lstrip()
+        self._visible_end = hit if hit >= 0 else self._stops.safe_length(full_text)
+        self.text = full_text[: self._visible_end].lstrip()
         if hit >= 0:
             return self.finish("stop")
         if len(self.token_ids) >= self._max_new_tokens:
             self.finish("length")
+
+    def sent_tokens(self) -> int:
+        """How many of the answer's tokens `text` shows: while it streams, those whose text it holds whole; once done,
+        also the one it shows a part of (the text before a stop string that starts inside a token)."""
+        if self.done:
+            starts = [0, *self.token_ends[:-1]]
+            return sum(1 for start in starts if start < self._visible_end) if self.token_ends else 0
+        return sum(1 for end in self.token_ends if end <= self._visible_end)
 
     def summary(self, prompt_tokens: int) -> dict:
         """Token counts and timings for the last piece of a stream."""

@@ -26,59 +26,32 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from engine.interface import Sampling
+
 from .compiled import CompiledDecoding
-from .errors import UserError
 from .vision_inputs import FamilyInputs
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """How the next token is picked; temperature 0 means greedy."""
+def logits_processors(sampling: Sampling) -> LogitsProcessorList:
+    processors = LogitsProcessorList()
+    if sampling.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty))
+    if not sampling.greedy:
+        processors.append(TemperatureLogitsWarper(sampling.temperature))
+        if sampling.top_k > 0:
+            processors.append(TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            processors.append(TopPLogitsWarper(sampling.top_p))
+    return processors
 
-    temperature: float = 0.0
-    top_p: float = 0.95
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
 
-    def __post_init__(self):
-        """Settings no sampler can use are one sentence, whichever front end they came from."""
-        problems = [
-            (not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
-            (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
-            (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
-            (
-                not self.repetition_penalty > 0,
-                f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)",
-            ),
-        ]
-        for bad, sentence in problems:
-            if bad:
-                raise UserError(f"The {sentence}.")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-    def logits_processors(self) -> LogitsProcessorList:
-        processors = LogitsProcessorList()
-        if self.repetition_penalty != 1.0:
-            processors.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
-        if not self.greedy:
-            processors.append(TemperatureLogitsWarper(self.temperature))
-            if self.top_k > 0:
-                processors.append(TopKLogitsWarper(self.top_k))
-            if self.top_p < 1.0:
-                processors.append(TopPLogitsWarper(self.top_p))
-        return processors
-
-    def random_generator(self, device: torch.device) -> torch.Generator | None:
-        """A generator seeded per request, so every rank (and every rerun with the same seed) samples alike."""
-        if self.greedy:
-            return None
-        generator = torch.Generator(device=device)
-        generator.manual_seed(self.seed if self.seed is not None else secrets.randbits(63))
-        return generator
+def random_generator(sampling: Sampling, device: torch.device) -> torch.Generator | None:
+    """A generator seeded per request, so every rank (and every rerun with the same seed) samples alike."""
+    if sampling.greedy:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+    return generator
 
 
 @dataclass
@@ -158,7 +131,7 @@ def decode_one(
     return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions, **extra)
 
 
-def sample_next(logits, seen_ids, sampling: SamplingParams, processors, generator) -> torch.Tensor:
+def sample_next(logits, seen_ids, sampling: Sampling, processors, generator) -> torch.Tensor:
     """Pick one token per row from the last logits."""
     scores = processors(seen_ids, logits.float()) if processors else logits
     if sampling.greedy:
@@ -179,11 +152,12 @@ def growing_masks(attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
 def generate_tokens(
     model,
     inputs: ModelInputs,
-    sampling: SamplingParams,
+    sampling: Sampling,
     decide: Callable[[torch.Tensor], bool],
     cache=None,
     compiled: CompiledDecoding | None = None,
     max_new_tokens: int | None = None,
+    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
@@ -193,7 +167,8 @@ def generate_tokens(
     With `compiled` the decode steps run compiled over a pooled static cache sized for `max_new_tokens` (None: the
     longest); on CUDA each is queued before the tokens it follows are read back (the GPU never waits for `decide`;
     a stop costs that one queued step, whose token is fed too, and `decide` must not change the tokens, so no
-    lockstep).
+    lockstep). `observe(logits, tokens)`, if given, sees each step's logits and the tokens sampled from them, before
+    `decide` does (log-probabilities are computed there).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -216,6 +191,7 @@ def generate_tokens(
             cache_keyword(model),
             masks,
             compiled is not None and compiled.queues_ahead,
+            observe,
         )
 
 
@@ -239,13 +215,13 @@ def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
 
 
 def _token_loop(
-    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead
+    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead, observe
 ) -> Iterator[torch.Tensor]:
     """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
     is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
     between steps, and a stop costs the one step already queued."""
-    processors = sampling.logits_processors()
-    generator = sampling.random_generator(inputs.input_ids.device)
+    processors = logits_processors(sampling)
+    generator = random_generator(sampling, inputs.input_ids.device)
     seen_ids = inputs.input_ids
     positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)  # where each row's next token goes
     step_extra = inputs.family.decode()
@@ -260,6 +236,8 @@ def _token_loop(
 
     while True:
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
+        if observe is not None:
+            observe(logits, tokens)
         shown = tokens
         if queue_ahead:
             read_back = start_host_copy(tokens)  # queued before the next step, so it waits for this one alone

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -10,11 +11,13 @@ import torch
 from PIL import Image
 from transformers import DynamicCache
 
+from engine.interface import ACCESSORY_SAMPLING, Answer, Delta, End, Event, Request, Sampling, TokenLogprob
+
 from .answer_stream import AnswerStream, batch_decider
 from .compiled import CompiledDecoding
-from .errors import UserError
+from .errors import UserError, described
 from .footprint import weight_bytes
-from .generation import ModelInputs, SamplingParams, generate_tokens
+from .generation import ModelInputs, generate_tokens
 from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
@@ -33,6 +36,19 @@ def avoid_cudnn_attention() -> None:
 
 
 BIDIRECTIONAL_PROMPTS = ("paligemma",)
+OUT_OF_MEMORY = (
+    "The GPU ran out of memory for this answer; ask for a shorter answer, clear the conversation, or load the model "
+    "with --quant 4."
+)
+log = logging.getLogger(__name__)
+
+
+def failure_sentence(error: BaseException) -> str:
+    """What the chat says when generation failed for a reason the user cannot fix (the terminal has the details)."""
+    return (
+        f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
+        "failing see the app's terminal for the details."
+    )
 
 
 def _side(size) -> int | None:
@@ -56,7 +72,12 @@ class MetaModel(torch.nn.Module):
         info: dict | None = None,
         compile: bool = False,
         lockstep: Lockstep | None = None,
+        prefix_caches: PrefixCaches | None = None,
+        followers=None,
     ):
+        """`prefix_caches`: the conversations' KV caches kept between turns (default: 8 sessions); `lockstep` and
+        `followers`: tensor parallel's (model/parallel.py): the ranks that decide each step together, and on rank 0
+        of the launchers' layout the other ranks each generation is announced to."""
         super().__init__()
         if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
             raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
@@ -66,9 +87,9 @@ class MetaModel(torch.nn.Module):
         self.max_seq_len = max_seq_len
         self.info = dict(info or {})
         self.compiled = CompiledDecoding(llma, max_seq_len) if compile else None
-        self.prefix_caches = PrefixCaches()  # conversations' KV caches between turns (stream_generate's session)
-        self.lockstep = lockstep  # tensor parallel: the ranks that decide each step together (model/parallel.py)
-        self.followers = None  # rank 0 of the launchers' layout: announces each generation to the other ranks
+        self.prefix_caches = prefix_caches if prefix_caches is not None else PrefixCaches()
+        self.lockstep = lockstep
+        self.followers = followers
         self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
@@ -89,6 +110,8 @@ class MetaModel(torch.nn.Module):
         quant=None,
         compile: bool = False,
         trust_remote_code: bool = False,
+        prefix_caches: PrefixCaches | None = None,
+        followers=None,
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
@@ -96,6 +119,7 @@ class MetaModel(torch.nn.Module):
         `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
         answers are slow while it compiles, unless `compile_decoding()` ran first; worth it on a GPU).
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
+        `prefix_caches`, `followers`: see `MetaModel`.
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(
@@ -115,7 +139,15 @@ class MetaModel(torch.nn.Module):
             Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 else None
         )
         return MetaModel(
-            loaded.model, loaded.tokenizer, loaded.processor, loaded.max_seq_len, loaded.info, compile, lockstep
+            loaded.model,
+            loaded.tokenizer,
+            loaded.processor,
+            loaded.max_seq_len,
+            loaded.info,
+            compile,
+            lockstep,
+            prefix_caches,
+            followers,
         )
 
     # ----- what the model is -----
@@ -175,7 +207,7 @@ class MetaModel(torch.nn.Module):
             for _ in generate_tokens(
                 self.llma,
                 inputs,
-                SamplingParams(),
+                Sampling(temperature=0.0),
                 lambda _: next(count, None) is None,  # noqa: B023 (used within this iteration)
                 compiled=self.compiled,
                 max_new_tokens=tokens,
@@ -291,14 +323,82 @@ class MetaModel(torch.nn.Module):
         """Why this model cannot answer any more (a tensor-parallel worker died), or None."""
         return self.followers.failure() if self.followers is not None else None
 
-    @announced
+    # ----- the engine interface (engine/interface.py) -----
+
+    def generation_defaults(self) -> Sampling:
+        """The chat's sampling, with the temperature, top_p, top_k and repetition penalty the checkpoint's
+        generation_config.json sets (those its authors chose for it)."""
+        config = getattr(self.llma, "generation_config", None)
+        chosen = config.to_diff_dict() if config is not None else {}
+        fields = ("temperature", "top_p", "top_k", "repetition_penalty")
+        return Sampling().but(**{name: chosen[name] for name in fields if chosen.get(name) is not None})
+
+    def drop_sessions(self, browser_session: str) -> None:
+        self.prefix_caches.drop(browser_session)
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The events of `request`'s answer (see engine/interface.py): new text, then its end. Never raises: an error
+        ends the stream as one sentence (a bug's traceback goes to the log)."""
+        sent, sent_tokens = "", 0
+        try:
+            for item in self._answer(
+                request.prompt,
+                request.images,
+                request.image_transform,
+                request.sampling,
+                tuple(request.stop),
+                request.session,
+                request.logprobs,
+                cancel=request.cancel,
+            ):
+                if isinstance(item, End):
+                    yield item
+                    return
+                tokens = item.sent_tokens() if request.logprobs is not None else 0
+                if len(item.text) > len(sent) or tokens > sent_tokens:
+                    yield Delta(item.text[len(sent) :], item.logprobs[sent_tokens:tokens])
+                    sent, sent_tokens = item.text, tokens
+        except UserError as error:
+            yield End.failed(str(error), caller_error=True)
+        except torch.OutOfMemoryError:
+            yield End.failed(OUT_OF_MEMORY)
+        except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
+            if not getattr(error, "traceback_printed", False):
+                log.exception("The answer failed")
+            yield End.failed(self.failure or failure_sentence(error))
+
+    def complete(self, requests: Sequence[Request]) -> list[Answer]:
+        """Whole answers to `requests`, generated as one left-padded batch: they must share their sampling, stop
+        strings and image transform. Raises `UserError` for what the user can fix."""
+        first = requests[0]
+        if any(
+            (r.sampling, tuple(r.stop), r.image_transform) != (first.sampling, tuple(first.stop), first.image_transform)
+            for r in requests
+        ):
+            raise UserError(
+                "A batch of requests must share its sampling, stop strings and image transform; send them in "
+                "separate batches."
+            )
+        images = [r.images for r in requests]
+        details = self._batch(
+            [r.prompt for r in requests],
+            None if all(i is None for i in images) else images,
+            first.sampling,
+            tuple(first.stop),
+            first.cancel,
+            first.image_transform,
+        )
+        return [Answer(d.pop("text"), End(**d)) for d in details]
+
+    # ----- LLaMA2-Accessory's API, over the same generation -----
+
     def stream_generate(
         self,
         prompt: str,
         image=None,
-        max_gen_len: int = 512,
-        temperature: float = 0.0,
-        top_p: float = 0.95,
+        max_gen_len: int = ACCESSORY_SAMPLING.max_new_tokens,
+        temperature: float = ACCESSORY_SAMPLING.temperature,
+        top_p: float = ACCESSORY_SAMPLING.top_p,
         additional_stop_symbols: Sequence[str] = (),
         *,
         top_k: int = 0,
@@ -315,26 +415,78 @@ class MetaModel(torch.nn.Module):
         generator) stops the model before its next forward pass. `session` names a conversation (a browser tab,
         say): the keys and values of its last turn are kept, and this turn runs only the tokens of its prompt
         that differ from them (`cached_tokens` in the last piece counts the others; see model/prefix_cache.py).
+        Raises `UserError` for what the user can fix. (`stream` is the same answer as events.)
         """
-        inputs = self.prepare_inputs([prompt], None if image is None else [image], image_transform)
-        prompt_tokens = inputs.input_ids.shape[1]
-        max_new = self.answer_room(prompt_tokens, max_gen_len)
-        [stream] = self._streams(1, list(additional_stop_symbols), max_new, cancel)
-        sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
-        cache = self._cache_for(session, inputs, pixels_key)
-        sampled: list[int] = []
+        sampling = Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty, seed)
         shown = ""
-        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, max_new)
+        for item in self._answer(
+            prompt, image, image_transform, sampling, tuple(additional_stop_symbols), session, cancel=cancel
+        ):
+            if isinstance(item, End):
+                figures = {k: v for k, v in vars(item).items() if k not in ("error", "caller_error", "encode_time")}
+                yield {"text": shown, "end_of_content": True, **figures}
+            elif item.text != shown and not item.done:
+                shown = item.text
+                yield {"text": shown, "end_of_content": False}
+            elif item.done:
+                shown = item.text
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        images=None,
+        max_gen_len: int = ACCESSORY_SAMPLING.max_new_tokens,
+        temperature: float = ACCESSORY_SAMPLING.temperature,
+        top_p: float = ACCESSORY_SAMPLING.top_p,
+        additional_stop_symbols: Sequence[str] = (),
+        *,
+        top_k: int = 0,
+        seed: int | None = None,
+        repetition_penalty: float = 1.0,
+        cancel: threading.Event | None = None,
+        image_transform: str | None = None,
+        return_details: bool = False,
+    ) -> list:
+        """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
+        dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
+        sampling = Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty, seed)
+        details = self._batch(list(prompts), images, sampling, tuple(additional_stop_symbols), cancel, image_transform)
+        return details if return_details else [d["text"] for d in details]
+
+    # ----- generation -----
+
+    @announced
+    def _answer(
+        self,
+        prompt: str,
+        images=None,
+        image_transform: str | None = None,
+        sampling: Sampling = ACCESSORY_SAMPLING,
+        stop: tuple[str, ...] = (),
+        session: str | None = None,
+        logprobs: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[AnswerStream | End]:
+        """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`.
+        Announced to the other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
+        inputs = self.prepare_inputs([prompt], None if images is None else [images], image_transform)
+        prompt_tokens = inputs.input_ids.shape[1]
+        max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
+        [stream] = self._streams(1, list(stop), max_new, cancel)
+        pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
+        cache, session = self._cache_for(session, inputs, pixels_key)
+        sampled: list[int] = []
+        observe = None if logprobs is None else self._logprob_recorder(stream, logprobs)
+        steps = generate_tokens(
+            self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, max_new, observe
+        )
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
                 stream.finish("cancelled")
                 steps.close()
             for tokens in steps:
                 sampled.append(int(tokens[0]))
-                if stream.text != shown and not stream.done:
-                    shown = stream.text
-                    yield {"text": shown, "end_of_content": False}
+                yield stream
         except GeneratorExit:
             if self.lockstep is not None and not stream.done:
                 # The reader left mid-answer, but the other ranks wait for this step's decision: take one more
@@ -348,23 +500,55 @@ class MetaModel(torch.nn.Module):
         finally:
             steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
-        yield {
-            "text": stream.text,
-            "end_of_content": True,
-            **stream.summary(prompt_tokens),
-            "cached_tokens": inputs.cached,
-        }
+        if not stream.done:  # cancelled before the first step
+            stream.finish("cancelled")
+        yield stream
+        yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
+
+    def _logprob_recorder(self, stream: AnswerStream, top: int):
+        """The `observe` callback that records each sampled token's log-probability and the `top` likeliest."""
+        decode = self.tokenizer.decode
+
+        def observe(logits: torch.Tensor, tokens: torch.Tensor) -> None:
+            scores = torch.log_softmax(logits[0].float(), dim=-1)
+            token = int(tokens[0])
+            best = scores.topk(top) if top else None
+            alternatives = [] if best is None else list(zip(best.indices.tolist(), best.values.tolist()))
+            stream.logprobs.append(
+                TokenLogprob(token, decode([token]), float(scores[token]), [(decode([i]), v) for i, v in alternatives])
+            )
+
+        return observe
+
+    @announced
+    def _batch(
+        self, prompts, images, sampling: Sampling, stop: tuple[str, ...] = (), cancel=None, image_transform=None
+    ) -> list[dict]:
+        """A left-padded batch's answers, each as the dict of `End`'s fields with its "text" and the batch's
+        `encode_time`."""
+        encode_started = time.perf_counter()
+        inputs = self.prepare_inputs(list(prompts), images, image_transform)
+        encode_time = time.perf_counter() - encode_started
+        lengths = inputs.attention_mask.sum(dim=1).tolist()
+        max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
+        streams = self._streams(len(prompts), list(stop), max_new, cancel)
+        for _ in generate_tokens(
+            self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled, max_new_tokens=max_new
+        ):
+            pass
+        return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]
 
     def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
-        """The session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or a new one."""
+        """(cache, key): the session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or
+        a new one, and the key to keep it under after this turn (see `PrefixCaches.take` for keys ending in "/*")."""
         if (
             session is None
             or (self.compiled is not None and not self.compiled.keeps_sessions)
             or not self._prompt_is_causal
         ):
-            return None
-        prefix = self.prefix_caches.take(session)
+            return None, None
         ids = inputs.input_ids[0].tolist()
+        session, prefix = self.prefix_caches.take(session, ids)
         if prefix is not None:
             inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
         if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
@@ -372,13 +556,13 @@ class MetaModel(torch.nn.Module):
         if not inputs.cached:
             # every position kept, sliding-window layers' too (their masks still see only the window), so that the
             # next turn can cut the cache back to any length
-            return DynamicCache()
+            return DynamicCache(), session
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
             self._crop(prefix.cache, inputs.cached)
         if self._image_token_id not in ids[inputs.cached :]:
             inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
-        return prefix.cache
+        return prefix.cache, session
 
     @property
     def _prompt_is_causal(self) -> bool:
@@ -414,37 +598,3 @@ class MetaModel(torch.nn.Module):
             if getattr(config, name, None) is not None:
                 return int(getattr(config, name))
         return getattr(self.processor, "image_token_id", None)
-
-    @announced
-    def generate(
-        self,
-        prompts: Sequence[str],
-        images=None,
-        max_gen_len: int = 512,
-        temperature: float = 0.0,
-        top_p: float = 0.95,
-        additional_stop_symbols: Sequence[str] = (),
-        *,
-        top_k: int = 0,
-        seed: int | None = None,
-        repetition_penalty: float = 1.0,
-        cancel: threading.Event | None = None,
-        image_transform: str | None = None,
-        return_details: bool = False,
-    ) -> list:
-        """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
-        dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
-        encode_started = time.perf_counter()
-        inputs = self.prepare_inputs(list(prompts), images, image_transform)
-        encode_time = time.perf_counter() - encode_started
-        lengths = inputs.attention_mask.sum(dim=1).tolist()
-        max_new = self.answer_room(inputs.input_ids.shape[1], max_gen_len)
-        streams = self._streams(len(prompts), list(additional_stop_symbols), max_new, cancel)
-        sampling = SamplingParams(temperature, top_p, top_k, repetition_penalty, seed)
-        for _ in generate_tokens(
-            self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled, max_new_tokens=max_new
-        ):
-            pass
-        if not return_details:
-            return [s.text for s in streams]
-        return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]

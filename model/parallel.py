@@ -261,8 +261,9 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
     """Rank 0's model, over `size` ranks that each `load(mp_group)` their shard.
 
     Under torchrun the ranks exist already: rank 0 returns, the others follow and then end this process.
-    Otherwise this process becomes rank 0 and spawns ranks 1..size-1. Rank 0's model has `followers` set, so
-    each generation is announced to the others; a spawned follower that dies ends this process with a message.
+    Otherwise this process becomes rank 0 and spawns ranks 1..size-1. Rank 0's model is loaded with `followers`
+    (`load(mp_group, followers=...)`), so each generation is announced to the others; a spawned follower that dies
+    ends this process with a message.
     """
     processes = []
     if torchrun_world():
@@ -284,11 +285,10 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
     followers = Followers(None, processes)
     followers.watch()  # from now: a rank that fails, even while starting, ends this one instead of a wait forever
     control = _join(device, None if torchrun_world() else _environment(0, size, master_addr, master_port))
-    model = load(dist.group.WORLD)
     if dist.get_rank() != 0:
-        follow(model, control)
+        follow(load(dist.group.WORLD), control)
         raise SystemExit(0)
     followers.control = control
-    model.followers = followers
+    model = load(dist.group.WORLD, followers=followers)
     atexit.register(followers.stop)
     return model

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+POOL = "/*"  # a session key ending so names a pool matched by token prefix (see `PrefixCaches.take`)
+
 
 def session_key(browser_session: str, door: str) -> str:
     """The key of one door (a tab, the /chat API) of one browser session: its Stop and its KV cache."""
@@ -81,11 +83,30 @@ class PrefixCaches:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, CachedPrefix] = OrderedDict()
         self._lock = threading.Lock()
+        self._fresh = 0  # keys handed out in pools
 
-    def take(self, session: str) -> CachedPrefix | None:
-        """Remove and return the session's prefix: while a turn runs, nobody else may touch its cache."""
+    def take(self, session: str, token_ids: list[int] | None = None) -> tuple[str, CachedPrefix | None]:
+        """(key, prefix): remove and return the session's prefix (while a turn runs, nobody else may touch its cache),
+        and the key to put the turn's cache back under.
+
+        A key ending in "/*" names a pool of sessions nobody names (the /v1 API's clients send whole conversations,
+        no session): the pool's prefix that shares the longest start with `token_ids` is taken, as llama.cpp's
+        cache_prompt and vLLM's prefix caching match a prompt, and a fresh key of the pool is handed out if none does.
+        """
         with self._lock:
-            return self._entries.pop(session, None)
+            if not session.endswith(POOL):
+                return session, self._entries.pop(session, None)
+            pool = session[: -len(POOL)]
+            shared = {
+                key: common_prefix_length(prefix.token_ids, token_ids or [])
+                for key, prefix in self._entries.items()
+                if key.startswith(pool + "/")
+            }
+            best = max(shared, key=shared.get, default=None)
+            if best is not None and shared[best] > 0:
+                return best, self._entries.pop(best)
+            self._fresh += 1
+            return f"{pool}/{self._fresh}", None
 
     def put(self, session: str, prefix: CachedPrefix) -> None:
         if self.max_sessions <= 0:

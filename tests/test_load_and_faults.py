@@ -11,8 +11,9 @@ from gradio_client import Client
 
 from launchers.flags import DEMO_MODEL
 from model import MetaModel
+from prompting import chat_prompt
 from ui.blocks import ERROR_MARK, ChatTab
-from ui.chat import Cancels, chat_prompt
+from ui.chat import Cancels
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -67,30 +68,30 @@ class PromptLog:
     finish reason, None if it was closed first."""
 
     def __init__(self, model, hold: str | None = None, hold_at: int = 3):
-        self.model, self.seen, self._original = model, [], model.stream_generate
+        self.model, self.seen, self._original = model, [], model.stream
         self.hold_at, self.release = hold_at, threading.Event()
         self.held_pieces, self.held_end = 0, None
 
-        def logged(prompt, *args, session=None, **kwargs):
-            self.seen.append((session, prompt))
-            pieces = self._original(prompt, *args, session=session, **kwargs)
-            return self._held(pieces) if hold and hold in prompt else pieces
+        def logged(request):
+            self.seen.append((request.session, request.prompt))
+            events = self._original(request)
+            return self._held(events) if hold and hold in request.prompt else events
 
-        model.stream_generate = logged
+        model.stream = logged
 
-    def _held(self, pieces):
+    def _held(self, events):
         try:
-            for piece in pieces:
+            for event in events:
                 self.held_pieces += 1
                 if self.held_pieces == self.hold_at:
                     self.release.wait(60)
-                self.held_end = piece.get("finish_reason")
-                yield piece
+                self.held_end = getattr(event, "finish_reason", None)
+                yield event
         finally:
-            pieces.close()
+            events.close()
 
     def restore(self):
-        del self.model.stream_generate  # the instance attribute: the class's method shows again
+        del self.model.stream  # the instance attribute: the class's method shows again
 
 
 def test_eight_clients_three_turns_each_and_one_stop(demo):

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, wait_for_pieces
+from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, v1_answer, wait_for_pieces
 
 from launchers.flags import DEMO_MODEL
 
@@ -122,6 +122,7 @@ def ends_quietly(output: str) -> bool:
 def test_ctrl_c_ends_every_rank_quietly():
     app, client = launched("--n_gpus", "2", "--device", "cpu")
     assert ask(client, "Peru") == "The capital of Peru is Lima."
+    assert v1_answer(client, "What is the capital of Japan?") == "The capital of Japan is Tokyo."  # /v1 too
     output = interrupted(app)
     assert app.returncode == 0 and ends_quietly(output) and "Traceback" not in output, output
     left = processes_of(app)
@@ -131,6 +132,7 @@ def test_ctrl_c_ends_every_rank_quietly():
 def test_under_torchrun_rank_0_serves_the_app_and_ctrl_c_mid_answer_ends_every_rank():
     app, client = launched("--device", "cpu", launcher=TORCHRUN)
     assert ask(client, "Chile") == "The capital of Chile is Santiago."
+    assert v1_answer(client, "What is the capital of Japan?") == "The capital of Japan is Tokyo."  # rank 0's /v1
     job = client.submit(message="Who are you?", history=[], max_gen_len=2000, api_name="/chat")
     wait_for_pieces(job, 3)  # both ranks are inside the answer's steps
     output = interrupted(app)  # torchrun's agent reports the signal with a traceback of its own

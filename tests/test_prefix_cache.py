@@ -10,7 +10,7 @@ from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
 from model import MetaModel
 from model.prefix_cache import CachedPrefix, PrefixCaches, session_key
-from ui.chat import chat_prompt
+from prompting import chat_prompt
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

@@ -1,4 +1,4 @@
-"""The browser launchers' two processes (ui/processes.py): the web server's stand-in for the model answers as the
+"""The browser launchers' two processes (engine/process.py): the web server's engine over the pipe answers as the
 model does and passes Stop on; either process ending ends the other, with a sentence."""
 
 import multiprocessing
@@ -10,11 +10,11 @@ import threading
 import time
 
 import pytest
-from app_server import ForwardCounter, interrupted, launched, wait_for_pieces
+from app_server import ForwardCounter, interrupted, launched, v1_answer, wait_for_pieces
 
+from engine import Delta, End, Engine, Request, Sampling
+from engine.process import PipeEngine, model_facts, serve_model
 from launchers.flags import DEMO_MODEL
-from model import UserError
-from ui.processes import RemoteModel, model_facts, serve_model
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def remote(byte_model):
     serving = threading.Thread(target=serve_model, args=(byte_model, model_end), daemon=True)
     serving.start()
     facts = model_facts(byte_model)
-    yield RemoteModel(server_end, facts, end_process=False), counter
+    yield PipeEngine(server_end, facts, end_process=False), counter
     hang_up(server_end)  # as when the web server's process ends: the model's side returns
     serving.join(timeout=10)
     counter.restore()
@@ -37,60 +37,75 @@ def hang_up(connection) -> None:
     socket.socket(fileno=os.dup(connection.fileno())).shutdown(socket.SHUT_RDWR)
 
 
-def test_the_stand_in_answers_as_the_model_does(remote, byte_model):
-    model, _ = remote
-    assert model.prompt_length("Hello there") == byte_model.prompt_length("Hello there")
-    assert model.max_seq_len == byte_model.max_seq_len and model.summary() == byte_model.summary()
-    asked = dict(max_gen_len=20, temperature=0.8, top_p=0.9, seed=3, additional_stop_symbols=["\n###"])
-    remote_pieces, own_pieces = (
-        list(model.stream_generate("Hello", **asked)),
-        list(byte_model.stream_generate("Hello", **asked)),
-    )
-    assert [p["text"] for p in remote_pieces] == [p["text"] for p in own_pieces]
-    counts = lambda piece: {k: v for k, v in piece.items() if not k.endswith(("time", "second", "token"))}
-    assert counts(remote_pieces[-1]) == counts(own_pieces[-1]) and "completion_tokens" in counts(own_pieces[-1])
+def texts(events) -> list[str]:
+    return [event.text for event in events if isinstance(event, Delta)]
+
+
+def test_the_pipe_engine_answers_as_the_model_does(remote, byte_model):
+    engine, _ = remote
+    assert isinstance(engine, Engine) and isinstance(byte_model, Engine)
+    assert engine.prompt_length("Hello there") == byte_model.prompt_length("Hello there")
+    assert engine.max_seq_len == byte_model.max_seq_len and engine.summary() == byte_model.summary()
+    assert engine.generation_defaults() == byte_model.generation_defaults()
+    asked = Request("Hello", Sampling(20, temperature=0.8, top_p=0.9, seed=3), stop=("\n###",), logprobs=2)
+    remote_events, own_events = list(engine.stream(asked)), list(byte_model.stream(asked))
+    assert texts(remote_events) == texts(own_events) and "".join(texts(own_events))
+    assert [e.logprobs for e in remote_events[:-1]] == [e.logprobs for e in own_events[:-1]]
+    counts = lambda end: (end.finish_reason, end.prompt_tokens, end.completion_tokens, end.token_ids)
+    assert isinstance(own_events[-1], End) and counts(remote_events[-1]) == counts(own_events[-1])
+
+
+def test_only_the_new_text_crosses_the_pipe(remote, byte_model):
+    """Each event carries the text added since the one before: what crosses grows with the answer, not its square."""
+    engine, _ = remote
+    events = list(engine.stream(Request("Hello", Sampling(60, temperature=0.0))))
+    whole = byte_model.generate(["Hello"], max_gen_len=60, temperature=0.0)[0]
+    assert "".join(texts(events)) == whole and len(events) > 10
+    assert sum(len(text) for text in texts(events)) == len(whole)
 
 
 def test_a_users_mistake_is_the_same_sentence(remote):
-    model, _ = remote
-    with pytest.raises(UserError, match="The answer length"):
-        list(model.stream_generate("Hello", max_gen_len=0))
-    assert model.prompt_length("Hello again") > 0  # and the model still answers
+    engine, _ = remote
+    [end] = list(engine.stream(Request("Hello", Sampling(), images=["not an image"])))
+    assert end.finish_reason == "error" and end.caller_error and "cannot see images" in end.error
+    assert engine.prompt_length("Hello again") > 0  # and the model still answers
 
 
 def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_model, monkeypatch, capsys, caplog):
-    from ui.chat import Sampling, stream_answer
+    original = byte_model._answer
 
     def broken(*args, **kwargs):
-        yield {"text": "Hel", "end_of_content": False}
-        raise RuntimeError("injected fault")
+        for item in original("Hello", sampling=Sampling(3, temperature=0.0)):
+            if isinstance(item, End):  # instead of its end, the fault
+                raise RuntimeError("injected fault")
+            yield item
 
-    monkeypatch.setattr(byte_model, "stream_generate", broken)
-    model, _ = remote
-    pieces = list(stream_answer(model, "Hello", [], Sampling()))
-    assert pieces[0]["text"] == "Hel"
-    assert pieces[-1]["error"].startswith("The model failed while answering (RuntimeError: injected fault)")
+    monkeypatch.setattr(byte_model, "_answer", broken)
+    engine, _ = remote
+    events = list(engine.stream(Request("Hello")))
+    assert texts(events) and events[-1].finish_reason == "error" and not events[-1].caller_error
+    assert events[-1].error.startswith("The model failed while answering (RuntimeError: injected fault)")
     # The traceback is printed once, by the model's process, which has its frames; not again by the server's.
     printed = capsys.readouterr().err + caplog.text
     assert printed.count("RuntimeError: injected fault") == 1 and "in broken" in printed, printed
 
 
 def test_stop_and_a_reader_that_leaves_stop_the_model(remote):
-    model, counter = remote
+    engine, counter = remote
     counter.delay = 0.02
     cancel = threading.Event()
-    pieces = model.stream_generate("Hello", max_gen_len=400, cancel=cancel)
+    events = engine.stream(Request("Hello", Sampling(400), cancel=cancel))
     for _ in range(3):
-        next(pieces)
+        next(events)
     cancel.set()
     at_stop = counter.calls
-    assert list(pieces)[-1]["finish_reason"] == "cancelled"
+    assert list(events)[-1].finish_reason == "cancelled"
     assert counter.settled(quiet=0.3) - at_stop <= 3  # the steps under way while the flag crossed over
 
-    pieces = model.stream_generate("Hello", max_gen_len=400)
+    events = engine.stream(Request("Hello", Sampling(400)))
     for _ in range(3):
-        next(pieces)
-    pieces.close()
+        next(events)
+    events.close()
     at_close = counter.calls
     assert counter.settled(quiet=0.3) - at_close <= 3
 
@@ -158,5 +173,6 @@ def test_compile_compiles_before_serving_with_the_threads_it_answers_with():
         client.predict(message="What is the capital of France?", history=[], api_name="/chat")
         == "The capital of France is Paris."
     )
+    assert v1_answer(client, "What is the capital of Japan?") == "The capital of Japan is Tokyo."
     printed = interrupted(app)
     assert "Compiled the decode step in" in printed and "Recompiling" not in printed, printed

@@ -33,7 +33,7 @@ def test_reachable_servers_are_warned_about():
     host, share = exposure_warnings(args)
     assert host == (
         "Listening on 0.0.0.0: anyone who can reach this machine on port 8080 can use the model. "
-        "Add --auth USER:PASSWORD to ask for a password."
+        "Add --auth USER:PASSWORD to ask for a password (and --api_key KEY for /v1)."
     )
     assert share.startswith("--share opens a public link: anyone who has it can use the model.")
     with_login = parser("test").parse_args(["--host", "0.0.0.0", "--auth", "alice:secret"])

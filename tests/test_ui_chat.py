@@ -1,4 +1,5 @@
-"""The chat logic under the Gradio app: prompts from messages, upload checks, per-session cancel flags."""
+"""The chat logic under the Gradio app: prompts from messages (prompting/), upload checks, per-session cancel flags,
+and an engine's stream read on a thread of its own (engine/threaded.py)."""
 
 import asyncio
 import time
@@ -7,8 +8,10 @@ import pytest
 from PIL import Image
 
 from conversation import default_conversation
+from engine.threaded import in_own_thread
 from model import UserError
-from ui.chat import Cancels, history_pairs, in_own_thread, open_upload
+from prompting import history_pairs, merged_roles, open_upload
+from ui.chat import Cancels
 
 
 def test_history_pairs_read_gradio_messages_in_every_shape():
@@ -21,7 +24,7 @@ def test_history_pairs_read_gradio_messages_in_every_shape():
 
 
 def test_chat_prompt_is_the_template_prompt(byte_model):
-    from ui.chat import chat_prompt
+    from prompting import chat_prompt
 
     chat = chat_prompt(
         byte_model, "default", None, [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}], "Q2"
@@ -32,7 +35,7 @@ def test_chat_prompt_is_the_template_prompt(byte_model):
 
 
 def test_chat_prompt_takes_the_system_prompt_from_the_argument_else_the_history(byte_model):
-    from ui.chat import chat_prompt
+    from prompting import chat_prompt
 
     def system_of(system, history):
         return chat_prompt(byte_model, "default", system, history, "Q").text.split("\n\n###")[0]
@@ -82,34 +85,47 @@ def test_tabs_of_one_session_stop_alone_and_a_closed_page_stops_them_all():
     assert chat.is_set() and single.is_set() and not other.is_set()
 
 
+def test_consecutive_messages_of_one_role_merge_into_one_turn():
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    merged = merged_roles(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [image]},
+            {"role": "user", "content": "What is it?"},
+            {"role": "assistant", "content": "A circle."},
+        ]
+    )
+    assert [m["role"] for m in merged] == ["system", "user", "assistant"]
+    assert merged[1]["content"] == [image, {"type": "text", "text": "What is it?"}]
+    with pytest.raises(UserError, match="role 'wizard'"):
+        merged_roles([{"role": "wizard", "content": "hi"}])
+
+
 def _stream_of(texts, then=None, pause=0.0):
-    """A model stream's shape: each piece holds the whole answer so far; `then` is raised after the pieces."""
+    """A stream of items; `then` is raised after them."""
     for text in texts:
         time.sleep(pause)
-        yield {"text": text, "end_of_content": False}
+        yield text
     if then is not None:
         raise then
-    yield {"text": texts[-1], "end_of_content": True}
 
 
-def _collect(pieces, update_interval):
+def _collect(items, update_interval):
     async def consume():
-        return [piece async for piece in in_own_thread(pieces, update_interval=update_interval)]
+        return [batch async for batch in in_own_thread(items, update_interval=update_interval)]
 
     return asyncio.run(consume())
 
 
-def test_updates_merge_the_pieces_made_in_between_and_lose_none():
-    texts = ["word" * i for i in range(1, 2001)]
-    updates = _collect(_stream_of(texts), update_interval=0.05)
-    assert updates[-1] == {"text": texts[-1], "end_of_content": True}  # the whole answer, ended
-    assert len(updates) < len(texts) / 10  # 2,001 pieces made far faster than one per 50 ms
-    shown = [texts.index(u["text"]) for u in updates]
-    assert shown == sorted(shown)  # never an older text after a newer one
+def test_batches_hold_what_was_made_in_between_and_lose_none():
+    texts = [f"word{i}" for i in range(2000)]
+    batches = _collect(_stream_of(texts), update_interval=0.05)
+    assert [item for batch in batches for item in batch] == texts  # every item, in order
+    assert len(batches) < len(texts) / 10  # 2,000 items made far faster than one batch per 50 ms
 
 
-def test_each_piece_is_sent_when_the_consumer_keeps_up_and_errors_still_reach_it():
-    slow = _collect(_stream_of(["a", "ab", "abc"], pause=0.05), update_interval=0.01)
-    assert list(dict.fromkeys(u["text"] for u in slow)) == ["a", "ab", "abc"] and slow[-1]["end_of_content"]
+def test_each_item_is_sent_when_the_consumer_keeps_up_and_errors_still_reach_it():
+    slow = _collect(_stream_of(["a", "b", "c"], pause=0.05), update_interval=0.01)
+    assert slow == [["a"], ["b"], ["c"]]
     with pytest.raises(RuntimeError, match="boom"):
-        _collect(_stream_of(["a", "ab"], then=RuntimeError("boom")), update_interval=0.05)
+        _collect(_stream_of(["a", "b"], then=RuntimeError("boom")), update_interval=0.05)

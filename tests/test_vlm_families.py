@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 from model import MetaModel, UserError
 from model.generation import prefill
-from ui.chat import chat_prompt, default_template
+from prompting import chat_prompt, default_template
 
 SYSTEM = "Be brief."
 FIRST, SECOND = "What is in the image?", "And what colour is it?"

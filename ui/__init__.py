@@ -1,5 +1,5 @@
-"""The Gradio app: its tabs (blocks.py), the chat's prompts, Stop and streaming (chat.py), and the web server's own
-process with its stand-in for the model (processes.py). The launchers (launchers/) start it."""
+"""The Gradio page: its tabs and the /chat and /single_turn API (blocks.py), and what the page does with an engine's
+events (chat.py). The launchers (launchers/) start it, beside the /v1 API (api/), over one engine (engine/)."""
 
 
 def build_app(*args, **kwargs):

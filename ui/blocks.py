@@ -1,9 +1,11 @@
-"""The Gradio app: Chat, Vision chat and Single-turn tabs over one model, and the /chat and /single_turn API.
+"""The Gradio app: Chat, Vision chat and Single-turn tabs over one engine, and the /chat and /single_turn API.
 
-Every tab and the API stream through `ui.chat.stream_answer`, so through `MetaModel.stream_generate`, run in a
-thread of its own (`ui.chat.in_own_thread`) so the model computes while Gradio sends the piece before. A
+Every tab and the API build their prompts with prompting/ and read the engine's events (engine/interface.py) on a
+thread of their own (`ui.chat.answer_updates`), so the model computes while Gradio sends the update before. A
 per-session cancel flag is read before each forward pass, and a handler that Gradio closes stops its stream after
 the current step, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
+Gradio does not limit how many answers run at once: the engine it is given (engine/in_order.py) serves the page's
+and the /v1 API's requests in arrival order.
 """
 
 from __future__ import annotations
@@ -13,27 +15,23 @@ from pathlib import Path
 
 import gradio as gr
 
+from engine import Engine, Request, Sampling
 from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
-from model import MetaModel, UserError
 from model.prefix_cache import session_key
-from single_turn_templates import TEMPLATE_NAMES
-
-from .chat import (
+from prompting import (
     EMPTY_MESSAGE,
-    Cancels,
-    Sampling,
     chat_prompt,
     conversation_templates,
     default_system,
     default_template,
-    in_own_thread,
     message_text,
     open_upload,
-    save_preview,
     single_turn_prompt,
-    stats_line,
-    stream_answer,
 )
+from single_turn_templates import TEMPLATE_NAMES
+from user_error import UserError
+
+from .chat import Cancels, answer_updates, save_preview
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
@@ -43,11 +41,12 @@ CSS = ".stats { font-size: 0.8em; opacity: 0.75; }"
 # cannot make the browser call an outside address (and send it whatever the model put into the URL).
 HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
 PAGE = {"css": CSS, "head": HEAD}  # what `launch` needs besides the address
-GENERATION = "generation"  # one concurrency group for every event that runs the model
+# every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
+GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
 UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
 
 
-def model_panel(model: MetaModel) -> str:
+def model_panel(model: Engine) -> str:
     """The model line over the tabs; the checkpoint by its folder's name (nothing of the server's disk)."""
     facts = model.summary()
     name = ", ".join(Path(folder).name for folder in str(facts.get("path", "")).split(", "))
@@ -60,10 +59,15 @@ def model_panel(model: MetaModel) -> str:
     )
 
 
+def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
+    """The sampling the page's settings (`sampling_controls`, in that order) ask for."""
+    return Sampling(int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty))
+
+
 def sampling_controls() -> list[gr.components.Component]:
     defaults = Sampling()
     with gr.Accordion("Settings", open=False):
-        max_gen_len = gr.Slider(1, 2048, value=defaults.max_gen_len, step=1, label="Max answer length (tokens)")
+        max_gen_len = gr.Slider(1, 2048, value=defaults.max_new_tokens, step=1, label="Max answer length (tokens)")
         temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
         top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top p")
         with gr.Accordion("More", open=False):
@@ -119,7 +123,7 @@ class ChatTab:
 
     def __init__(
         self,
-        model: MetaModel,
+        model: Engine,
         cancels: Cancels,
         template: str,
         image_transform: str,
@@ -140,11 +144,10 @@ class ChatTab:
         key = session_key(request.session_hash, self.name)  # this tab of this browser session: its Stop, its cache
         cancel = self.cancels.fresh(key)
         try:
+            settings = page_sampling(*sampling)
             image = open_upload(image_path, self.max_upload_mb) if self.vision else None
             past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
-            chat = chat_prompt(
-                self.model, template, system, past, question, int(Sampling(*sampling).max_gen_len), image
-            )
+            chat = chat_prompt(self.model, template, system, past, question, settings.max_new_tokens, image)
         except UserError as error:
             yield history + [error_message(str(error))], "", ""
             return
@@ -153,24 +156,13 @@ class ChatTab:
             if notice["content"] != next((m["content"] for m in reversed(history) if is_notice(m)), None):
                 history.append(notice)  # once for each new cut, not at every turn
         history.append({"role": "assistant", "content": ""})
-        prompt = chat.text
-        yield history, "", prompt
-        pieces = stream_answer(
-            self.model,
-            prompt,
-            chat.stop_symbols,
-            Sampling(*sampling),
-            chat.images or None,
-            transform,
-            cancel,
-            session=key,
+        yield history, "", chat.text
+        answer = Request(
+            chat.text, settings, tuple(chat.stop_symbols), chat.images or None, transform, session=key, cancel=cancel
         )
-        async for piece in in_own_thread(pieces, lambda: self.model.failure):
-            if "error" in piece:
-                history[-1] = error_message(piece["error"])
-            else:
-                history[-1] = {"role": "assistant", "content": piece["text"].strip()}
-            yield history, stats_line(piece), prompt
+        async for text, line, error in answer_updates(self.model, answer):
+            history[-1] = error_message(error) if error else {"role": "assistant", "content": text.strip()}
+            yield history, line, chat.text
 
     async def submit(
         self,
@@ -349,7 +341,7 @@ class ChatTab:
 
         settings = [image_state, template, system, transform, *sampling]
         outputs = [chatbot, stats, prompt_view]
-        common = dict(concurrency_id=GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
+        common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
         # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
         sends = [
             trigger(self.stop, None, None, queue=False, trigger_mode="multiple", api_visibility=UI_ONLY).then(
@@ -385,7 +377,7 @@ class ChatTab:
 
 
 class SingleTurnTab:
-    def __init__(self, model: MetaModel, cancels: Cancels):
+    def __init__(self, model: Engine, cancels: Cancels):
         self.model, self.cancels = model, cancels
 
     async def run(
@@ -400,20 +392,15 @@ class SingleTurnTab:
         repetition_penalty,
         request: gr.Request,
     ):
-        sampling = (max_gen_len, temperature, top_p, top_k, repetition_penalty)
         cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
         try:
+            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
             prompt = single_turn_prompt(instruction, input_text, template)
         except UserError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        pieces = stream_answer(self.model, prompt, [], Sampling(*sampling), cancel=cancel)
-        async for piece in in_own_thread(pieces, lambda: self.model.failure):
-            yield (
-                (ERROR_MARK + piece["error"]) if "error" in piece else piece["text"].strip(),
-                stats_line(piece),
-                prompt,
-            )
+        async for text, line, error in answer_updates(self.model, Request(prompt, settings, cancel=cancel)):
+            yield (ERROR_MARK + error) if error else text.strip(), line, prompt
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, "single"))
@@ -434,7 +421,7 @@ class SingleTurnTab:
         with gr.Accordion("Prompt sent to the model", open=False):
             prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
         inputs = [instruction, input_text, template, *sampling]
-        common = dict(concurrency_id=GENERATION, api_visibility=UI_ONLY)
+        common = dict(**GENERATION, api_visibility=UI_ONLY)
         runs = [
             run.click(self.run, inputs, [answer, stats, prompt_view], **common),
             instruction.submit(self.run, inputs, [answer, stats, prompt_view], **common),
@@ -447,26 +434,16 @@ def api_error(sentence: str) -> gr.Error:
     return gr.Error(sentence, print_exception=False)
 
 
-async def api_answer(
-    model: MetaModel,
-    prompt: str,
-    stops: list[str],
-    sampling: Sampling,
-    cancel,
-    image=None,
-    image_transform: str = "auto",
-    session: str | None = None,
-) -> AsyncIterator[str]:
-    """The growing answer for an API caller; a user error ends the call as that one sentence."""
-    pieces = stream_answer(model, prompt, stops, sampling, image, image_transform, cancel, session)
-    async for piece in in_own_thread(pieces, lambda: model.failure):
-        if "error" in piece:
-            raise api_error(piece["error"])
-        yield piece["text"].strip()
+async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
+    """The growing answer for an API caller; an error ends the call as that one sentence."""
+    async for text, _, error in answer_updates(engine, request):
+        if error:
+            raise api_error(error)
+        yield text.strip()
 
 
 def api_chat(
-    model: MetaModel,
+    model: Engine,
     cancels: Cancels,
     launcher_template: str,
     image_transform: str,
@@ -498,27 +475,30 @@ def api_chat(
                     f"one of: {', '.join(conversation_templates(model))}."
                 )
             picture = open_upload(path, max_upload_mb)
+            settings = Sampling(
+                int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty)
+            )
             prompt = chat_prompt(
-                model, template or launcher_template, system, history, message, int(max_gen_len), picture
+                model, template or launcher_template, system, history, message, settings.max_new_tokens, picture
             )
         except UserError as error:
             raise api_error(str(error))
-        async for text in api_answer(
-            model,
+        answer = Request(
             prompt.text,
-            prompt.stop_symbols,
-            Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty),
-            cancel,
+            settings,
+            tuple(prompt.stop_symbols),
             prompt.images or None,
             image_transform,
             session=key,
-        ):
+            cancel=cancel,
+        )
+        async for text in api_answer(model, answer):
             yield text
 
     return chat
 
 
-def api_single_turn(model: MetaModel, cancels: Cancels):
+def api_single_turn(model: Engine, cancels: Cancels):
     async def single_turn(
         instruction: str,
         input: str = "",
@@ -533,19 +513,20 @@ def api_single_turn(model: MetaModel, cancels: Cancels):
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
         cancel = cancels.fresh(session_key(request.session_hash, "api-single"))
         try:
+            settings = Sampling(
+                int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty)
+            )
             prompt = single_turn_prompt(instruction, input, template)
         except UserError as error:
             raise api_error(str(error))
-        async for text in api_answer(
-            model, prompt, [], Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty), cancel
-        ):
+        async for text in api_answer(model, Request(prompt, settings, cancel=cancel)):
             yield text
 
     return single_turn
 
 
 def build_app(
-    model: MetaModel,
+    model: Engine,
     tabs: tuple[str, ...] = ("chat", "vision", "single"),
     template: str | None = None,
     image_transform: str = "padded_resize",
@@ -579,14 +560,14 @@ def build_app(
         gr.api(
             api_chat(model, cancels, template, image_transform, max_upload_mb),
             api_name="chat",
-            concurrency_id=GENERATION,
+            **GENERATION,
         )
         if "single" in tabs:
-            gr.api(api_single_turn(model, cancels), api_name="single_turn", concurrency_id=GENERATION)
+            gr.api(api_single_turn(model, cancels), api_name="single_turn", **GENERATION)
 
         def tab_closed(request: gr.Request):
             cancels.cancel_session(request.session_hash)
-            model.prefix_caches.drop(request.session_hash)
+            model.drop_sessions(request.session_hash)
 
         app.unload(tab_closed)
     return app

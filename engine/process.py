@@ -9,10 +9,11 @@ to the first piece. Apart, neither waits for the other, and on the CPU the model
 Why the model stays in the launcher's process: that process is rank 0 of the --n_gpus and torchrun layouts
 (model/parallel.py), so one layout serves them all; the server process only needs the tokenizer.
 
-The server's side (`RemoteModel`) stands in for the `MetaModel` the app is built over: it holds the tokenizer, the
-facts the page shows and `prompt_length` (asked of the model), and streams answers over a pipe. The model's side
-(`serve_model`) answers each request on a thread of its own, tagged with the request's number; a cancel flag set
-in the server (Stop, a new message) or a reader that leaves is passed on, so the model stops within a step.
+The server's side (`PipeEngine`) is the engine (engine/interface.py) the doors use there: it holds the tokenizer and
+the model's facts, asks the model for prompt lengths, and streams answers over the pipe, only the new text of each
+step. The model's side (`serve_model`) answers each request on a thread of its own, tagged with the request's
+number; a cancel flag set in the server (Stop, a new message, a client gone) or a reader that leaves is passed on,
+so the model stops within a step.
 Either process ending ends the other: a model that dies (a worker lost, out of memory, killed) becomes one
 sentence in the chat, and the server exits a moment later with it; a server that stops ends the launcher.
 """
@@ -36,6 +37,8 @@ from model import MetaModel, UserError
 from model.errors import described
 from model.parallel import EXIT_AFTER_FAILURE_S
 
+from .interface import Answer, End, Event, Request, Sampling, collect
+
 CANCEL_POLL_S = 0.02  # how often a request waiting for the model looks at its cancel flag and for a failure
 FAILURE_POLL_S = 0.25  # how often the model's side looks for a failure (a tensor-parallel worker that died)
 
@@ -48,8 +51,8 @@ def leave_a_core_to_the_server(model: MetaModel) -> None:
 
 
 def serve_in_own_process(model: MetaModel, run_server: Callable, *server_args) -> None:
-    """Start `run_server(model_stand_in, *server_args)` in a process of its own and answer its requests here
-    until it ends; a server that fails ends this process with code 1."""
+    """Start `run_server(engine, *server_args)` (a `PipeEngine` over `model`) in a process of its own and answer
+    its requests here until it ends; a server that fails ends this process with code 1."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
@@ -91,7 +94,7 @@ def serve_model(model: MetaModel, connection) -> None:
                 return
             kind, number, *rest = request
             if kind == "stream":
-                cancels[number] = threading.Event()
+                cancels[number] = rest[0].cancel = threading.Event()
                 threading.Thread(
                     target=_stream, args=(model, send, number, rest[0], cancels), name="answer", daemon=True
                 ).start()
@@ -99,20 +102,17 @@ def serve_model(model: MetaModel, connection) -> None:
                 if (event := cancels.get(number)) is not None:
                     event.set()
             elif kind == "prompt_length":
-                _reply(send, number, lambda: model.prompt_length(*rest[0], **rest[1]))  # noqa: B023 (called at once)
+                _reply(send, number, lambda: model.prompt_length(*rest[0]))  # noqa: B023 (called at once)
             elif kind == "drop":
-                model.prefix_caches.drop(rest[0])
+                model.drop_sessions(rest[0])
     finally:
         stopped.set()
 
 
-def _stream(model: MetaModel, send, number: int, kwargs: dict, cancels: dict) -> None:
+def _stream(model: MetaModel, send, number: int, request: Request, cancels: dict) -> None:
     try:
-        for piece in model.stream_generate(**kwargs, cancel=cancels[number]):
-            send((number, "piece", piece))
-        send((number, "end", None))
-    except Exception as error:
-        send((number, "error", _portable(error)))
+        for event in model.stream(request):
+            send((number, "event", event))
     finally:
         cancels.pop(number, None)
 
@@ -170,27 +170,32 @@ def _server_main(connection, facts: dict, run_server: Callable, server_args: tup
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which ends this process
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as it does: an exit that cleans up
     try:
-        run_server(RemoteModel(connection, facts), *server_args)
+        run_server(PipeEngine(connection, facts), *server_args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1)
 
 
 def model_facts(model) -> dict:
-    """What the web server's process gets to know of the model once, at start-up (see `RemoteModel`)."""
-    return {"tokenizer": model.tokenizer, "chat_renderer": model.chat_renderer, "summary": model.summary()}
+    """What the web server's process gets to know of the model once, at start-up (see `PipeEngine`)."""
+    return {
+        "tokenizer": model.tokenizer,
+        "chat_renderer": model.chat_renderer,
+        "summary": model.summary(),
+        "generation_defaults": model.generation_defaults(),
+    }
 
 
-class RemoteModel:
-    """The model of another process, as the app uses a `MetaModel`: tokenizer, facts, prompt_length, streaming."""
+class PipeEngine:
+    """The engine (engine/interface.py) of the model in another process, over a pipe."""
 
     def __init__(self, connection, facts: dict, end_process: bool = True):
         self.tokenizer = facts["tokenizer"]
         self.chat_renderer = facts["chat_renderer"]
         self._summary = facts["summary"]
+        self._generation_defaults = facts["generation_defaults"]
         self.max_seq_len = self._summary["context"]
         self.sees_images = self._summary["sees_images"]
-        self.prefix_caches = _RemoteCaches(self)
         self._connection = connection
         self._send = _locked_sender(connection)
         self._numbers = itertools.count()
@@ -202,21 +207,36 @@ class RemoteModel:
     def summary(self) -> dict:
         return dict(self._summary)
 
+    def generation_defaults(self) -> Sampling:
+        return self._generation_defaults
+
     @property
     def failure(self) -> str | None:
         """Why the model cannot answer any more, or None."""
         return self._failure
 
-    def prompt_length(self, prompt: str, image=None, image_transform: str = "auto") -> int:
-        number, replies = self._open("prompt_length", (prompt,), {"image": image, "image_transform": image_transform})
+    def drop_sessions(self, browser_session: str) -> None:
+        self._send(("drop", 0, browser_session))
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
+        number, replies = self._open("prompt_length", (prompt, images, image_transform))
         try:
             return self._next(replies)[1]
         finally:
             self._waiting.pop(number, None)
 
-    def stream_generate(self, prompt: str, *, cancel: threading.Event | None = None, **kwargs) -> Iterator[dict]:
-        """`MetaModel.stream_generate` run by the model's process: the same pieces, the same errors."""
-        number, replies = self._open("stream", {"prompt": prompt, **kwargs})
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """One answer after the other (the model's process batches only what arrives together)."""
+        return [collect(self.stream(request)) for request in requests]
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The model's process's `MetaModel.stream`: the same events; its failure ends the stream as one sentence."""
+        cancel = request.cancel
+        try:
+            number, replies = self._open("stream", request.portable())
+        except UserError as error:
+            yield End.failed(str(error))
+            return
 
         def pass_on_cancel() -> None:
             nonlocal cancel
@@ -227,11 +247,16 @@ class RemoteModel:
         finished = False
         try:
             while True:
-                kind, value = self._next(replies, pass_on_cancel)
-                if kind == "end":
+                try:
+                    _, event = self._next(replies, pass_on_cancel)
+                except UserError as error:
                     finished = True
+                    yield End.failed(str(error))
                     return
-                yield value
+                finished = isinstance(event, End)
+                yield event
+                if finished:
+                    return
         finally:
             self._waiting.pop(number, None)
             if not finished:
@@ -286,13 +311,3 @@ class RemoteModel:
                 print(f"error: {self._failure}", file=sys.stderr, flush=True)
                 time.sleep(EXIT_AFTER_FAILURE_S)  # long enough for the sentence to reach the browser
             os._exit(1)
-
-
-class _RemoteCaches:
-    """`model.prefix_caches` as the app uses it: dropping a closed session's KV cache."""
-
-    def __init__(self, model: RemoteModel):
-        self._model = model
-
-    def drop(self, session: str) -> None:
-        self._model._send(("drop", 0, session))

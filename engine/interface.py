@@ -1,0 +1,184 @@
+"""The engine interface every door (the page, the /v1 API, the command line) talks to, and nothing else.
+
+A door builds a `Request` (a prompt, its `Sampling`, stop strings, images, a cancel flag) and reads the events of
+`Engine.stream`: `Delta`s that carry only the new text (and, when asked, the log-probabilities of exactly the tokens
+that text came from), perhaps `Queued` while other requests go first, then one `End` with the finish reason, token
+counts and timings. `stream` never raises: a mistake the user can fix, a model that failed, a bug all end in an
+`End` whose `finish_reason` is "error" and whose `error` is one sentence to show.
+
+Engines: `MetaModel` in-process (model/meta.py), `PipeEngine` over the pipe to the model's process (engine/process.py),
+`InArrivalOrder` in front of either (engine/in_order.py). This module imports nothing of the project but `UserError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
+
+from user_error import UserError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How long an answer may grow and how its tokens are picked (temperature 0: greedy).
+
+    The defaults are the chat's (the page, the /chat API, and /v1 where the model's generation_config is silent);
+    `ACCESSORY_SAMPLING` holds LLaMA2-Accessory's, which `MetaModel.generate` and `stream_generate` keep."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.1
+    top_p: float = 0.75
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        """Settings no sampler can use are one sentence, whichever door they came through."""
+        problems = [
+            (not self.max_new_tokens >= 1, f"answer length is {self.max_new_tokens} tokens; ask for at least 1"),
+            (not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
+            (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
+            (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
+            (
+                not self.repetition_penalty > 0,
+                f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)",
+            ),
+        ]
+        for bad, sentence in problems:
+            if bad:
+                raise UserError(f"The {sentence}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def but(self, **changes) -> Sampling:
+        """This sampling with some settings changed (checked again)."""
+        return replace(self, **changes)
+
+
+ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
+
+
+@dataclass
+class Request:
+    """One answer to generate. `prompt` is the text the model sees, template applied (prompting/ builds it)."""
+
+    prompt: str
+    sampling: Sampling = field(default_factory=Sampling)
+    stop: tuple[str, ...] = ()  # strings that end the answer, never shown (nor any start of one)
+    images: list | None = None  # the images the prompt's image markers stand for, in order
+    image_transform: str | None = None  # None or "auto": the model's own fitting; else an Accessory transform
+    session: str | None = None  # a conversation whose KV cache is kept between turns (model/prefix_cache.py)
+    logprobs: int | None = None  # None: none; k: each sent token's log-probability and its k likeliest alternatives
+    cancel: threading.Event | None = field(default=None, compare=False)  # set: the model stops before its next step
+
+    def portable(self) -> Request:
+        """This request as another process can receive it: without the cancel flag (it is passed on separately)."""
+        return replace(self, cancel=None)
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)  # the likeliest tokens at that step, best first
+
+
+@dataclass
+class Delta:
+    """Text added to the answer, and the tokens it came from when the request asked for log-probabilities."""
+
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass
+class Queued:
+    """The request waits for the model: `ahead` requests go first."""
+
+    ahead: int
+
+
+@dataclass
+class End:
+    """The last event of a stream."""
+
+    finish_reason: str  # "stop", "length", "cancelled" or "error"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose keys and values came from the session's cache
+    time_to_first_token: float = 0.0
+    total_time: float = 0.0
+    tokens_per_second: float = 0.0
+    decode_tokens_per_second: float = 0.0
+    detokenize_time: float = 0.0
+    encode_time: float = 0.0
+    token_ids: list[int] = field(default_factory=list)  # the answer's tokens, its stop token not among them
+    error: str | None = None  # with "error": the sentence to show
+    caller_error: bool = False  # the error is the request's (a UserError), not the model's
+
+    @staticmethod
+    def failed(sentence: str, caller_error: bool = False) -> End:
+        return End("error", error=sentence, caller_error=caller_error)
+
+
+Event = Delta | Queued | End
+
+
+@dataclass
+class Answer:
+    """A whole answer, as `Engine.complete` returns it."""
+
+    text: str
+    end: End
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What every door uses of a model: its facts, prompt lengths, and answers as streams of events."""
+
+    tokenizer: object  # Accessory's tokenizer API: encode(s, bos, eos), decode(ids)
+    max_seq_len: int  # the context, in tokens
+
+    @property
+    def sees_images(self) -> bool: ...
+
+    @property
+    def chat_renderer(self) -> object | None:
+        """What renders the model's own chat template (a processor or tokenizer), or None."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why the model cannot answer any more (a worker died), or None."""
+
+    def summary(self) -> dict:
+        """Facts for the page and /v1/models: path, architecture, dtype, device, context, sees_images, ..."""
+
+    def generation_defaults(self) -> Sampling:
+        """The chat's sampling with what the model's own generation_config sets (what /v1 uses)."""
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int: ...
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The answer's events; never raises (see the module's docstring)."""
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers to several requests of one sampling (in-process: one left-padded batch)."""
+
+    def drop_sessions(self, browser_session: str) -> None:
+        """Forget the KV caches of a closed browser session."""
+
+
+def collect(events: Iterator[Event]) -> Answer:
+    """A stream read to its end, as one answer."""
+    text, end = [], None
+    for event in events:
+        if isinstance(event, Delta):
+            text.append(event.text)
+        elif isinstance(event, End):
+            end = event
+    return Answer("".join(text), end or End.failed("The answer ended without its last event."))
