@@ -16,14 +16,13 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine import Delta, End, Engine, Request, TokenLogprob
+from engine import Delta, End, Engine, Request, TokenLogprob, checkpoint_name
 from engine.threaded import in_own_thread
 from prompting import chat_prompt, merged_roles, message_images, message_text
 from user_error import UserError
@@ -37,7 +36,7 @@ ANSWER_TOKENS_BUDGET = 256  # room kept for the answer when a conversation must 
 
 def model_name(engine: Engine) -> str:
     """The loaded model's name: its checkpoint folder's (nothing else of the server's disk)."""
-    return ", ".join(Path(p).name for p in str(engine.summary().get("path", "model")).split(", "))
+    return checkpoint_name(engine.summary()) or "model"
 
 
 def error_response(error: APIError) -> JSONResponse:

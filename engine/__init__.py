@@ -13,6 +13,7 @@ from .interface import (
     Request,
     Sampling,
     TokenLogprob,
+    checkpoint_name,
     collect,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "Request",
     "Sampling",
     "TokenLogprob",
+    "checkpoint_name",
     "collect",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from user_error import UserError
@@ -171,6 +172,11 @@ class Engine(Protocol):
 
     def drop_sessions(self, browser_session: str) -> None:
         """Forget the KV caches of a closed browser session."""
+
+
+def checkpoint_name(summary: dict) -> str:
+    """The loaded checkpoint's folder name(s), from `Engine.summary()`'s path: nothing else of the server's disk."""
+    return ", ".join(Path(folder).name for folder in str(summary.get("path", "")).split(", "))
 
 
 def collect(events: Iterator[Event]) -> Answer:

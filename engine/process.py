@@ -124,16 +124,10 @@ def _reply(send, number: int, compute: Callable) -> None:
         send((number, "error", _portable(error)))
 
 
-def _printed_there(error: Exception) -> bool:
-    """Whether the model's process printed `error`'s traceback: a bug, not the user's mistake nor memory running out.
-    The server's copy has lost its frames, so the app does not print it again (ui/chat.py reads the mark)."""
-    return not isinstance(error, (UserError, torch.OutOfMemoryError))
-
-
 def _portable(error: Exception) -> Exception:
     """`error` as the server can receive it: itself when it pickles, else a RuntimeError saying what it was; a bug
-    leaves its traceback in this terminal."""
-    if _printed_there(error):
+    (not the user's mistake nor memory running out) leaves its traceback in this terminal, where its frames are."""
+    if not isinstance(error, (UserError, torch.OutOfMemoryError)):
         traceback.print_exception(error)
     try:
         pickle.dumps(error)
@@ -281,7 +275,6 @@ class PipeEngine:
                 while_waiting()
                 continue
             if kind == "error":
-                value.traceback_printed = _printed_there(value)
                 raise value
             return kind, value
 

@@ -363,8 +363,7 @@ class MetaModel(torch.nn.Module):
         except torch.OutOfMemoryError:
             yield End.failed(OUT_OF_MEMORY)
         except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
-            if not getattr(error, "traceback_printed", False):
-                log.exception("The answer failed")
+            log.exception("The answer failed")
             yield End.failed(self.failure or failure_sentence(error))
 
     def complete(self, requests: Sequence[Request]) -> list[Answer]:
@@ -425,11 +424,11 @@ class MetaModel(torch.nn.Module):
             if isinstance(item, End):
                 figures = {k: v for k, v in vars(item).items() if k not in ("error", "caller_error", "encode_time")}
                 yield {"text": shown, "end_of_content": True, **figures}
-            elif item.text != shown and not item.done:
+            elif item.done:
+                shown = item.text  # the whole answer goes with the last piece
+            elif item.text != shown:
                 shown = item.text
                 yield {"text": shown, "end_of_content": False}
-            elif item.done:
-                shown = item.text
 
     def generate(
         self,
@@ -500,9 +499,6 @@ class MetaModel(torch.nn.Module):
         finally:
             steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
-        if not stream.done:  # cancelled before the first step
-            stream.finish("cancelled")
-        yield stream
         yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
 
     def _logprob_recorder(self, stream: AnswerStream, top: int):

@@ -11,11 +11,10 @@ and the /v1 API's requests in arrival order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import gradio as gr
 
-from engine import Engine, Request, Sampling
+from engine import Engine, Request, Sampling, checkpoint_name
 from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 from model.prefix_cache import session_key
 from prompting import (
@@ -49,7 +48,7 @@ UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /cha
 def model_panel(model: Engine) -> str:
     """The model line over the tabs; the checkpoint by its folder's name (nothing of the server's disk)."""
     facts = model.summary()
-    name = ", ".join(Path(folder).name for folder in str(facts.get("path", "")).split(", "))
+    name = checkpoint_name(facts)
     return (
         f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
         f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
@@ -60,7 +59,7 @@ def model_panel(model: Engine) -> str:
 
 
 def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
-    """The sampling the page's settings (`sampling_controls`, in that order) ask for."""
+    """The sampling the page's settings (`sampling_controls`, in that order), or the /chat API's, ask for."""
     return Sampling(int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty))
 
 
@@ -475,9 +474,7 @@ def api_chat(
                     f"one of: {', '.join(conversation_templates(model))}."
                 )
             picture = open_upload(path, max_upload_mb)
-            settings = Sampling(
-                int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty)
-            )
+            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
             prompt = chat_prompt(
                 model, template or launcher_template, system, history, message, settings.max_new_tokens, picture
             )
@@ -513,9 +510,7 @@ def api_single_turn(model: Engine, cancels: Cancels):
         """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
         cancel = cancels.fresh(session_key(request.session_hash, "api-single"))
         try:
-            settings = Sampling(
-                int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty)
-            )
+            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
             prompt = single_turn_prompt(instruction, input, template)
         except UserError as error:
             raise api_error(str(error))
