@@ -9,8 +9,8 @@ and a tokenizer without EOS, so every answer runs to `max_tokens`. Measured in t
   client sees them; `api_ttft_overhead_ms` and `api_token_rate_ratio` compare them with the engine's own, round by
   round;
 - `transformers serve DIR` and the app, one client each in turns, then 8 clients at once: time to first token,
-  tokens/s, and the 8 clients' aggregate tokens/s; then 8 clients at once against the app and against
-  `transformers serve --continuous-batching` (no install of `transformers[serving]`: those figures are left out).
+  tokens/s, and the 8 clients' aggregate tokens/s (no install of `transformers[serving]`: those figures are left
+  out). bench/batching.py sets 8 clients against `transformers serve --continuous-batching`.
 """
 
 from __future__ import annotations
@@ -171,10 +171,6 @@ def run(settings) -> dict[str, float]:
             theirs = [*serve, str(folder), "--port", str(theirs_port), "--device", "cpu"]
             with openai_server(theirs, theirs_port) as peer:
                 results.update(side_by_side(app, peer, str(folder), tokens, repeats, settings.load_clients))
-            batching_port = free_port()
-            batching = [*serve, str(folder), "--port", str(batching_port), "--device", "cpu", "--continuous-batching"]
-            with openai_server(batching, batching_port) as peer:
-                results.update(crowds(app, peer, str(folder), tokens, repeats, settings.load_clients))
     return results
 
 
@@ -189,19 +185,6 @@ def has_serving() -> bool:
     except ImportError:
         return False
     return True
-
-
-def crowds(app, batching, folder: str, tokens: int, repeats: int, clients: int) -> dict[str, float]:
-    """`clients` at once against the app and against `transformers serve --continuous-batching`, in turns."""
-    servers = {"ours": (app, "x"), "theirs": (batching, folder)}
-    client_stream(batching, folder, tokens)  # warm up (its first request sets up the batching)
-    seen = {name: [] for name in servers}
-    for round_ in range(max(1, repeats // 2)):
-        for name in ("ours", "theirs") if round_ % 2 == 0 else ("theirs", "ours"):
-            client, model_name = servers[name]
-            seen[name].append(crowd(client, model_name, clients, tokens))
-    ours, theirs = statistics.median(seen["ours"]), statistics.median(seen["theirs"])
-    return {"serve_cb_crowd_tokens_per_s": theirs, "api_over_serve_cb_crowd": ours / theirs}
 
 
 def side_by_side(app, peer, folder: str, tokens: int, repeats: int, clients: int) -> dict[str, float]:

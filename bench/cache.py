@@ -1,14 +1,17 @@
 """Conversations that stay fast: time to first piece at a turn holding a long history, over turn 1, with the
 session's KV cache kept between turns (`ttft_history_ratio`), the same with `--compile`
 (`ttft_history_ratio_compile`: the session's keys and values are copied into the static cache), and without
-(`ttft_history_ratio_naive`). Also turn 1's decode speed with `--compile` over without (`compile_decode_ratio`:
-a compiled step attends over its whole static cache, sized to the request)."""
+(`ttft_history_ratio_naive`), and in the continuous batch beside another answer (`ttft_history_ratio_batch`: the
+history's pages of the paged cache reused). Also turn 1's decode speed with `--compile` over without
+(`compile_decode_ratio`: a compiled step attends over its whole static cache, sized to the request)."""
 
 from __future__ import annotations
 
 import random
 import statistics
+import threading
 import time
+from contextlib import contextmanager
 
 from model import MetaModel
 
@@ -39,9 +42,34 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
     return first_piece - started, decode_rate, last["text"].strip(), last["prompt_tokens"]
 
 
+@contextmanager
+def beside_another_answer(model: MetaModel):
+    """Keep one other answer in flight on `model` (batching on), so that the turns asked meanwhile run in the
+    batch."""
+    from engine import Request, Sampling, collect
+
+    done = threading.Event()
+
+    def keep_busy() -> None:
+        while not done.is_set():
+            collect(model.stream(Request("Go on:", Sampling(ANSWER_TOKENS, temperature=0.0))))
+
+    worker = threading.Thread(target=keep_busy)
+    worker.start()
+    while model._answers_in_flight < 1:
+        time.sleep(0.001)
+    try:
+        yield
+    finally:
+        done.set()
+        worker.join()
+
+
 def run(settings) -> dict[str, float]:
     model = random_meta_model(SHAPES[settings.cache_shape], max_seq_len=4096)
     compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=4096, compile=True)  # the same weights
+    batched = MetaModel(model.llma, model.tokenizer, max_seq_len=4096)
+    batched.start_batching(8)
     rng = random.Random(0)
     with eos_ignored(model):  # the two share their tokenizer and generation config
         history, question, prompt_tokens = [], message(rng), 0
@@ -62,14 +90,25 @@ def run(settings) -> dict[str, float]:
             "naive": lambda: turn(model, history, question, None)[:2],
             "turn1_compile": lambda: turn(compiled, [], first_question, None)[:2],
             "reuse_compile": lambda: with_reuse(compiled),
+            "turn1_batch": lambda: in_batch(lambda: turn(batched, [], first_question, None)[:2]),
+            "reuse_batch": lambda: in_batch(lambda: with_reuse(batched)),
         }
-        values = interleaved_values(runs, settings.cache_repeats)
+
+        def in_batch(ask):
+            with beside_another_answer(batched):
+                return ask()
+
+        try:
+            values = interleaved_values(runs, settings.cache_repeats)
+        finally:
+            batched.stop_batching()
     median = {name: statistics.median(first for first, _ in pairs) for name, pairs in values.items()}
     rate = {name: statistics.median(rate for _, rate in values[name]) for name in ("turn1", "turn1_compile")}
     return {
         "ttft_history_ratio": median["reuse"] / median["turn1"],
         "ttft_history_ratio_compile": median["reuse_compile"] / median["turn1_compile"],
         "ttft_history_ratio_naive": median["naive"] / median["turn1"],
+        "ttft_history_ratio_batch": median["reuse_batch"] / median["turn1_batch"],
         "compile_decode_ratio": rate["turn1_compile"] / rate["turn1"],
         "cache_history_tokens": float(prompt_tokens),
     }

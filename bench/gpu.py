@@ -9,20 +9,25 @@ embedding table) over the device-to-device copy bandwidth measured here; also `-
 read back (the device's own pace), whether it ran as CUDA graphs (inductor's skip reasons), and how long the first
 `--compile` answer took, compiling included. Then the 7B model saved to disk and loaded back with `--quant 4` and
 `--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights' bytes next to bf16's (skip with
---no_quant). Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only
-demo|decode|quant` runs some parts and merges them into gpu_results.json, which records when and with which versions
-each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+--no_quant). Then 8 greedy answers at once with continuous batching, each on a thread of its own as the app's
+clients are served: total tokens/s over one answer alone, over transformers' own continuous batching
+(`generate_batch`), and how many of the 8 answers have the tokens each has alone (bf16 batched kernels may differ).
+Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only demo|decode|quant|batching`
+runs some parts and merges them into gpu_results.json, which records when, where and with which versions each part
+was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import json
 import logging
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -31,7 +36,7 @@ import transformers
 from bench.models import SHAPES, eos_ignored, random_meta_model
 from bench.run import write_gpu_section
 from bench.stream import bare_generate_ids
-from engine import Sampling
+from engine import End, Request, Sampling
 from launchers.flags import DEMO_MODEL
 from model import MetaModel, weight_bytes
 from model.generation import generate_tokens
@@ -215,7 +220,82 @@ def save(results: dict, out: Path) -> None:
     print(json.dumps(results, indent=2), flush=True)
 
 
-PARTS = ("demo", "decode", "quant")
+def answer_rate(model: MetaModel, prompt: str, new_tokens: int) -> tuple[float, float, list[int]]:
+    """(seconds to the first token, tokens/s over the whole answer, its tokens) of one greedy answer."""
+    request = Request(prompt, Sampling(new_tokens, temperature=0.0))
+    started = time.perf_counter()
+    first = None
+    for event in model.stream(request):
+        first = first or time.perf_counter() - started
+        if isinstance(event, End):
+            assert event.completion_tokens == new_tokens, event
+            return first, new_tokens / (time.perf_counter() - started), event.token_ids
+    raise AssertionError("the stream ended without its End")
+
+
+def crowd_rate(model: MetaModel, prompts: list[str], new_tokens: int) -> tuple[float, list[float], list[list[int]]]:
+    """(total tokens/s, each one's time to first token, each one's tokens) of greedy answers to `prompts` asked at
+    once, each on a thread of its own (as the model's process serves the app's clients)."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(lambda prompt: answer_rate(model, prompt, new_tokens), prompts))
+    return len(prompts) * new_tokens / (time.perf_counter() - started), [a[0] for a in answers], [a[2] for a in answers]
+
+
+def transformers_batch_rate(model: MetaModel, prompts: list[str], new_tokens: int) -> float:
+    """Total tokens/s of transformers' own continuous batching (`generate_batch`, what `transformers serve
+    --continuous-batching` runs) on the same prompts, with its default configuration."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    ids = [model.tokenizer.encode(prompt, bos=True, eos=False) for prompt in prompts]
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1)
+    # its default cache takes a share of all memory: on the CPU (--smoke) a small one
+    batching = ContinuousBatchingConfig(num_blocks=64, max_batch_tokens=512) if model.device.type == "cpu" else None
+    run = functools.partial(model.llma.generate_batch, generation_config=config, continuous_batching_config=batching)
+    run(ids[:2])  # warm up
+    synchronize(model.device)
+    started = time.perf_counter()
+    outputs = run(ids)
+    synchronize(model.device)
+    assert all(len(o.generated_tokens) == new_tokens for o in outputs.values())
+    return len(prompts) * new_tokens / (time.perf_counter() - started)
+
+
+def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: int, repeats: int) -> dict:
+    """Greedy answers of `clients` threads at once with continuous batching, against one alone, against one alone
+    on the one-at-a-time path (batching off), and against transformers' own continuous batching."""
+    prompts = [f"{prompt} {n}" for n in range(clients)]
+    with eos_ignored(model):
+        answer_rate(model, prompts[0], 8)  # warm up
+        alone_path = [answer_rate(model, prompts[0], new_tokens) for _ in range(repeats)]
+        batching = model.start_batching(clients)
+        crowd_rate(model, prompts[:2], 8)  # warm up the batch's shapes
+        alone, crowds, firsts = [], [], []
+        for _ in range(repeats):
+            alone.append(answer_rate(model, prompts[0], new_tokens))
+            rate, waits, tokens = crowd_rate(model, prompts, new_tokens)
+            crowds.append(rate)
+            firsts += waits
+        reference = [answer_rate(model, p, new_tokens)[2] for p in prompts]  # each alone (one at a time)
+        model.stop_batching()
+        theirs = transformers_batch_rate(model, prompts, new_tokens)
+    alone_rate = statistics.median(a[1] for a in alone)
+    crowd = statistics.median(crowds)
+    return {
+        "gpu_batching": batching,
+        "gpu_batching_crowd_tok_s": crowd,
+        "gpu_batching_alone_tok_s": alone_rate,
+        "gpu_batching_crowd_over_alone": crowd / alone_rate,
+        "gpu_batching_alone_over_one_at_a_time": alone_rate / statistics.median(a[1] for a in alone_path),
+        "gpu_batching_wait_p90_over_alone": sorted(firsts)[int(0.9 * len(firsts))]
+        / statistics.median(a[0] for a in alone),
+        "gpu_transformers_cb_tok_s": theirs,
+        "gpu_batching_over_transformers_cb": crowd / theirs,
+        "gpu_batching_same_tokens_as_alone": sum(a == b for a, b in zip(tokens, reference)) / clients,
+    }
+
+
+PARTS = ("demo", "decode", "quant", "batching")
 
 
 def decode_figures(model: MetaModel, prompt: str, new_tokens: int, repeats: int, megabytes: int) -> tuple[dict, str]:
@@ -242,7 +322,8 @@ def main(argv=None) -> None:
         nargs="+",
         choices=PARTS,
         default=None,
-        help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8) "
+        help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8; "
+        "batching: 8 answers at once with continuous batching) "
         "and merge them into gpu_results.json",
     )
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
@@ -260,7 +341,11 @@ def main(argv=None) -> None:
     today = time.strftime("%Y-%m-%d")
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke)"
     versions = f"on {name}, torch {torch.__version__}, transformers {transformers.__version__}"
-    results.update(device=name, date=today)
+    if args.only and results.get("device") and name not in results["device"]:
+        results["device"] = f"{results['device']}; {name} ({', '.join(parts)})"  # each part's is in "measured"
+    else:
+        results["device"] = results.get("device") or name
+    results["date"] = today if not args.only else f"{results.get('date', today).split(' to ')[0]} to {today}"
     results.setdefault(
         "setup",
         f"{shape} random Llama, {str(dtype).removeprefix('torch.')}, batch 1, "
@@ -271,7 +356,7 @@ def main(argv=None) -> None:
         results.update(demo_model_rates(device, dtype))
         results["measured"]["demo"] = f"{today}, {versions}"
         save(results, out)
-    if "decode" in parts or "quant" in parts:
+    if {"decode", "quant", "batching"} & set(parts):
         max_seq_len = prompt_tokens + new_tokens + 16
         model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
         prompt = prompt_of(model, prompt_tokens)
@@ -279,6 +364,10 @@ def main(argv=None) -> None:
         figures, limit = decode_figures(model, prompt, new_tokens, repeats, 16 if args.smoke else 2048)
         results.update(figures)
         results["measured"]["decode"] = f"{today}, {versions}; {limit}"
+        save(results, out)
+    if "batching" in parts:
+        results.update(batching_figures(model, prompt, new_tokens, 2 if args.smoke else 8, repeats))
+        results["measured"]["batching"] = f"{today}, {versions}; 8 clients, each a thread of the model's process"
         save(results, out)
     if "quant" in parts:
         results.update(quantized(model, prompt, new_tokens, repeats))

@@ -1,10 +1,11 @@
 """Many users at once: clients in conversations of their own against the real launcher on the demo model.
 
 Three ways of asking the same questions (each client a 3-turn conversation of capitals), in turns, on two servers
-started side by side (`python app.py`, and `python app.py --concurrency 2`):
+started side by side (`python app.py`, and `python app.py --concurrency 1`):
 - one client asks every conversation, one after the other (the baseline: no waiting at all);
-- the clients ask all at once, each in a thread, against the default server (answers queued, one at a time);
-- the same against the --concurrency 2 server (two answers computed at once).
+- the clients ask all at once, each in a thread, against the default server (up to 8 answers at once, computed in
+  one batch per step);
+- the same against the --concurrency 1 server (answers queued, one at a time).
 Figures: each crowd's wall time over the baseline's, and how long the slowest requests waited for their first
 piece (90th percentile) over the first piece of a request that never waits.
 """
@@ -95,7 +96,7 @@ def run(settings) -> dict[str, float]:
 
     talks = conversations(settings.load_clients, settings.load_turns)
     app = [sys.executable, "app.py"]
-    with server(app) as one, server(app + ["--concurrency", "2"]) as two:
+    with server(app) as one, server(app + ["--concurrency", "1"]) as two:
         crowds = {name: [Client(c.src, verbose=False) for _ in talks] for name, c in (("one", one), ("two", two))}
         walls = {"alone": [], "one": [], "two": []}
         firsts = {"alone": [], "one": [], "two": []}
@@ -109,7 +110,7 @@ def run(settings) -> dict[str, float]:
     alone_first = statistics.median(firsts["alone"])
     return {
         "load_clients_over_one_client": median_ratio(walls["one"], walls["alone"]),
-        "load_concurrency2_over_one_client": median_ratio(walls["two"], walls["alone"]),
+        "load_one_at_a_time_over_one_client": median_ratio(walls["two"], walls["alone"]),
         "load_wait_p90_over_alone": percentile(firsts["one"], 0.9) / alone_first,
-        "load_wait_p90_over_alone_concurrency2": percentile(firsts["two"], 0.9) / alone_first,
+        "load_wait_p90_over_alone_one_at_a_time": percentile(firsts["two"], 0.9) / alone_first,
     }

@@ -42,6 +42,8 @@ class Settings:
     api_shape: str = "small"
     api_answer_tokens: int = 200
     api_repeats: int = 6
+    batching_shapes: tuple[str, ...] = ("small", "100m")
+    batching_repeats: int = 3
 
 
 QUICK = Settings(
@@ -78,6 +80,8 @@ SMOKE = Settings(
     api_shape="tiny",
     api_answer_tokens=8,
     api_repeats=1,
+    batching_shapes=("tiny",),
+    batching_repeats=1,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
@@ -113,6 +117,10 @@ FIGURES = {
         ("<=", 1.5),
     ),
     "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
+    "ttft_history_ratio_batch": (
+        "the same in the continuous batch, beside another answer (the history's pages of the paged cache reused)",
+        ("<=", 1.5),
+    ),
     "cache_history_tokens": ("tokens in the prompt of that turn", None),
     "compile_decode_ratio": (
         "turn 1's answer tokens/s with --compile over without (the CPU; a compiled step attends "
@@ -120,16 +128,16 @@ FIGURES = {
         None,
     ),
     "load_clients_over_one_client": (
-        "8 clients at once, 3-turn conversations each, demo app: wall time over one "
+        "8 clients at once, 3-turn conversations each, demo app (batching, its default): wall time over one "
         "client asking the same conversations one after another",
         None,
     ),
-    "load_concurrency2_over_one_client": ("the same with --concurrency 2", None),
+    "load_one_at_a_time_over_one_client": ("the same with --concurrency 1 (one answer at a time)", None),
     "load_wait_p90_over_alone": (
-        "time to first piece of the slowest tenth of those requests (queued) over a request's alone",
+        "time to first piece of the slowest tenth of those requests over a request's alone",
         None,
     ),
-    "load_wait_p90_over_alone_concurrency2": ("the same with --concurrency 2", None),
+    "load_wait_p90_over_alone_one_at_a_time": ("the same with --concurrency 1 (queued)", None),
     "api_ttft_overhead_ms": (
         "the /v1 API's extra time to first text through the openai client, over the engine's own stream "
         "(200-token answers of a random Llama the demo model's size)",
@@ -146,10 +154,41 @@ FIGURES = {
     "api_crowd_tokens_per_s": ("8 clients at once: /v1's aggregate answer tokens/s", None),
     "serve_crowd_tokens_per_s": ("the same for `transformers serve` (without --continuous-batching)", None),
     "api_over_serve_crowd": ("the two over each other", None),
-    "serve_cb_crowd_tokens_per_s": ("the same for `transformers serve --continuous-batching`", None),
-    "api_over_serve_cb_crowd": ("/v1's over that (the batching issue closes this gap)", None),
+    "batching_crowd_over_alone": (
+        "8 clients at once over one client alone, total answer tokens/s through the openai client, the app with "
+        "batching (its default), a random Llama the demo model's size, 200-token answers",
+        (">=", 3.0),
+    ),
+    "batching_over_serve_cb": (
+        "its 8 clients' tokens/s over `transformers serve --continuous-batching`'s",
+        (">=", 1.0),
+    ),
+    "batching_alone_over_one_at_a_time": (
+        "one client alone: the app with batching over the app with --concurrency 1",
+        (">=", 0.97),
+    ),
+    "batching_wait_p90_over_alone": (
+        "time to first token of the slowest tenth of the 8 clients' requests over a request's alone",
+        ("<=", 3.0),
+    ),
+    "batching_crowd_tokens_per_s": ("the app's 8 clients, total answer tokens/s", None),
+    "serve_cb_crowd_tokens_per_s": ("`transformers serve --continuous-batching`'s", None),
+    "serve_cb_crowd_over_alone": ("its 8 clients over its one client alone", None),
+    "batching_crowd_over_alone_100m": ("the same four on a ~100M random Llama", (">=", 3.0)),
+    "batching_over_serve_cb_100m": ("", (">=", 1.0)),
+    "batching_alone_over_one_at_a_time_100m": ("", (">=", 0.97)),
+    "batching_wait_p90_over_alone_100m": ("", ("<=", 3.0)),
+    "batching_crowd_tokens_per_s_100m": ("", None),
+    "serve_cb_crowd_tokens_per_s_100m": ("", None),
+    "serve_cb_crowd_over_alone_100m": ("", None),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching")
+SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
+
+
+def expected_figures(settings: Settings) -> set[str]:
+    """The figures a run of every benchmark with `settings` writes (--smoke batches one shape only)."""
+    return {name for name in FIGURES if len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE)}
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
@@ -184,6 +223,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import api_vs_serve
 
             results.update(api_vs_serve.run(settings))
+        elif name == "batching":
+            from bench import batching
+
+            results.update(batching.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 
@@ -264,7 +307,8 @@ def gpu_section(gpu: dict | None) -> str:
         lines += [
             "",
             "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate), "
-            "`compile_over_limit` >= 0.7; a first answer about as fast as later ones.",
+            "`compile_over_limit` >= 0.7; a first answer about as fast as later ones; "
+            "`gpu_batching_crowd_over_alone` >= 6 (8 answers at once over one alone).",
         ]
         if "compile_cudagraphs" in gpu:
             lines += ["", f"CUDA graphs under `--compile`: {gpu['compile_cudagraphs']}."]

@@ -10,7 +10,7 @@ import sys
 from user_error import UserError
 
 from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
-from .loading import check_serving_flags, compile_before_answering, load_model
+from .loading import check_serving_flags, compile_before_answering, load_model, start_batching
 
 
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
@@ -30,7 +30,11 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         print(f"warning: {warning}", file=sys.stderr)
     leave_a_core_to_the_server(model)
     compile_before_answering(model)  # with the threads it will answer with
-    serve_in_own_process(model, serve, description, tabs, template, args)
+    start_batching(model, args)
+    try:
+        serve_in_own_process(model, serve, description, tabs, template, args)
+    finally:
+        model.stop_batching()  # its thread would keep the process alive
 
 
 def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -> None:

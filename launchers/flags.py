@@ -68,9 +68,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--concurrency",
         type=int,
-        default=1,
+        default=None,
         help="answers generated at the same time, the page's and /v1's together (the others wait in one queue, "
-        "served in arrival order; the page shows each its place)",
+        "served in arrival order; the page shows each its place). Answers that run together are computed in one "
+        "batch per step where the model allows it (default: 8 with batching, else 1)",
     )
     p.add_argument(
         "--max_cached_sessions",
@@ -83,7 +84,8 @@ def parser(description: str) -> argparse.ArgumentParser:
         "--max_cache_mb",
         type=float,
         default=None,
-        help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions)",
+        help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions), and for the "
+        "batch's paged cache (default: --concurrency contexts, at most a quarter of the free memory)",
     )
     return p
 

@@ -28,7 +28,7 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         api_keys(args.api_key)
     if getattr(args, "port", None) is not None:
         check_port_free(args.host, args.port)
-    if getattr(args, "concurrency", 1) < 1:
+    if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
@@ -167,6 +167,19 @@ def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)
         flush=True,
     )
     print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
+
+
+BATCH_PLACES = 8  # answers at a time where --concurrency is not given and the model can batch them
+
+
+def start_batching(model: MetaModel, args: argparse.Namespace) -> None:
+    """Batch the answers that run at the same time where the model allows it (model/batching.py), and settle
+    --concurrency: as given, else 8 with batching and 1 without. The terminal says which."""
+    places = args.concurrency or BATCH_PLACES
+    cache_bytes = None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20)
+    print("Batching: " + model.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
+    if args.concurrency is None:
+        args.concurrency = places if model.batcher is not None else 1
 
 
 def free_port() -> int:

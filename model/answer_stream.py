@@ -32,7 +32,7 @@ class AnswerStream:
         self._detokenizer = IncrementalDetokenizer(decode)
         self._stops = StopStrings(stop_strings)
         self._eos_ids = eos_ids
-        self._max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens
         self._cancel = cancel
         self._stopped = False
         self.token_ids: list[int] = []
@@ -80,7 +80,7 @@ class AnswerStream:
         self.text = full_text[: self._visible_end].lstrip()
         if hit >= 0:
             return self.finish("stop")
-        if len(self.token_ids) >= self._max_new_tokens:
+        if len(self.token_ids) >= self.max_new_tokens:
             self.finish("length")
 
     def sent_tokens(self) -> int:

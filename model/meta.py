@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from PIL import Image
@@ -14,6 +16,7 @@ from transformers import DynamicCache
 from engine.interface import ACCESSORY_SAMPLING, Answer, Delta, End, Event, Request, Sampling, TokenLogprob
 
 from .answer_stream import AnswerStream, batch_decider
+from .batching import ContinuousBatcher, paged_cache_tokens, why_unbatchable
 from .compiled import CompiledDecoding
 from .errors import UserError, described
 from .footprint import weight_bytes
@@ -90,7 +93,11 @@ class MetaModel(torch.nn.Module):
         self.prefix_caches = prefix_caches if prefix_caches is not None else PrefixCaches()
         self.lockstep = lockstep
         self.followers = followers
+        self.batcher: ContinuousBatcher | None = None  # see `start_batching`
+        self._answers_lock = threading.Lock()
+        self._answers_in_flight = 0
         self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
+        self.info["batching"] = "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
         if self.device.type == "cuda":
@@ -180,6 +187,7 @@ class MetaModel(torch.nn.Module):
             "context": self.max_seq_len,
             "sees_images": self.sees_images,
             "compiled": self.compiled is not None,
+            "batching": self.info["batching"],
         }
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
@@ -214,6 +222,56 @@ class MetaModel(torch.nn.Module):
             ):
                 pass
         return time.perf_counter() - started
+
+    def start_batching(self, places: int, cache_bytes: int | None = None) -> str:
+        """Compute the answers that run at the same time (up to `places`) in one batch per decode step, with a paged
+        cache of `cache_bytes` (default: `places` contexts, at most a quarter of the free memory); see
+        model/batching.py. Where the model cannot be batched, answers keep the one-at-a-time path. Returns what
+        the model panel says: how it batches, or why not."""
+        reason = self._why_no_batching(places)
+        if reason is None:
+            tokens = paged_cache_tokens(self.llma, places, self.max_seq_len, cache_bytes)
+            if tokens < self.max_seq_len:
+                reason = (
+                    f"its paged cache would hold {tokens} tokens, less than one {self.max_seq_len}-token context "
+                    "(raise --max_cache_mb)"
+                )
+        if reason is None:
+            try:
+                self.batcher = ContinuousBatcher(self.llma, places, tokens)
+                self._try_batch()
+            except Exception as error:
+                reason = f"transformers' continuous batching failed on this model ({described(error)})"
+                self.stop_batching()
+        self.info["batching"] = self.batcher.describe() if self.batcher is not None else f"off: {reason}"
+        return self.info["batching"]
+
+    def stop_batching(self) -> None:
+        if self.batcher is not None:
+            self.batcher.stop()
+            self.batcher = None
+
+    def _why_no_batching(self, places: int) -> str | None:
+        if places < 2:
+            return "one answer at a time (--concurrency 1)"
+        if self.lockstep is not None:
+            return "not with tensor parallel yet"
+        if self.compiled is not None:
+            return "not with --compile"
+        if len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1:
+            return "not with the layers spread over GPUs"
+        if not hasattr(self.llma, "init_continuous_batching"):
+            return f"{type(self.llma).__name__} has no continuous batching in transformers"
+        return None
+
+    def _try_batch(self) -> None:
+        """One short greedy answer through the batch, so that a model it cannot run is found at start-up."""
+        ids = self.tokenizer.encode("Hello", bos=True, eos=False)
+        [stream] = self._streams(1, [], 2, None)
+        for _ in self.batcher.tokens(ids, Sampling(temperature=0.0), set(), stream):
+            pass
+        if not stream.done:
+            raise RuntimeError("the batch ended the answer without its tokens")
 
     # ----- prompts in, tensors out -----
 
@@ -468,16 +526,54 @@ class MetaModel(torch.nn.Module):
     ) -> Iterator[AnswerStream | End]:
         """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`.
         Announced to the other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
-        inputs = self.prepare_inputs([prompt], None if images is None else [images], image_transform)
-        prompt_tokens = inputs.input_ids.shape[1]
-        max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
-        [stream] = self._streams(1, list(stop), max_new, cancel)
+        with self._one_more_answer() as others:
+            inputs = self.prepare_inputs([prompt], None if images is None else [images], image_transform)
+            prompt_tokens = inputs.input_ids.shape[1]
+            max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
+            [stream] = self._streams(1, list(stop), max_new, cancel)
+            prompt_ids = inputs.input_ids[0].tolist()
+            batchable = self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
+            if not (others and batchable):
+                yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable)
+            if not stream.done:  # in the batch from the start, or from when others came
+                for _ in self.batcher.tokens(prompt_ids + stream.token_ids, sampling, self.eos_ids(stop), stream):
+                    yield stream
+            yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
+
+    @contextmanager
+    def _one_more_answer(self):
+        """Count an answer in flight while it runs; gives how many others were."""
+        with self._answers_lock:
+            others = self._answers_in_flight
+            self._answers_in_flight += 1
+        try:
+            yield others
+        finally:
+            with self._answers_lock:
+                self._answers_in_flight -= 1
+
+    def _batchable(self, inputs: ModelInputs, sampling: Sampling, logprobs: int | None, beside_others: bool) -> bool:
+        """Whether the batch can compute this answer (see model/batching.py); the terminal says why not when it runs
+        `beside_others` in the batch."""
+        if self.batcher is None:
+            return False
+        why = why_unbatchable(sampling, logprobs, bool(inputs.family))
+        if why is not None and beside_others:
+            print(f"note: an answer runs on its own beside the batch: {why}.", file=sys.stderr, flush=True)
+        return why is None
+
+    def _answer_alone(
+        self, inputs: ModelInputs, sampling: Sampling, stream: AnswerStream, session, logprobs, can_join: bool
+    ) -> Iterator[AnswerStream]:
+        """The one-at-a-time path: `generate_tokens` over the session's cache, until the answer is done, or, if it
+        `can_join` the batch, until another answer runs (the rest of it is computed in the batch: one answer on
+        its own beside the batch would take turns with it at every step)."""
         pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
         cache, session = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
         observe = None if logprobs is None else self._logprob_recorder(stream, logprobs)
         steps = generate_tokens(
-            self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, max_new, observe
+            self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, stream.max_new_tokens, observe
         )
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
@@ -486,6 +582,8 @@ class MetaModel(torch.nn.Module):
             for tokens in steps:
                 sampled.append(int(tokens[0]))
                 yield stream
+                if can_join and self._answers_in_flight > 1 and not stream.done:
+                    break
         except GeneratorExit:
             if self.lockstep is not None and not stream.done:
                 # The reader left mid-answer, but the other ranks wait for this step's decision: take one more
@@ -499,7 +597,6 @@ class MetaModel(torch.nn.Module):
         finally:
             steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
-        yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
 
     def _logprob_recorder(self, stream: AnswerStream, top: int):
         """The `observe` callback that records each sampled token's log-probability and the `top` likeliest."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import FIGURES
+from bench.run import SMOKE, expected_figures
 from launchers.flags import DEMO_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,14 +25,14 @@ def test_bench_run_smoke_writes_every_figure(tmp_path):
     (tmp_path / "RESULTS.md").write_text("# old figures\n\n## Notes and history\n\nWritten by hand.\n")
     run_script("bench/run.py", "--smoke", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
-    assert set(results) == set(FIGURES)
+    assert set(results) == expected_figures(SMOKE)
     assert all(isinstance(v, float) and math.isfinite(v) for v in results.values())
     report = (tmp_path / "RESULTS.md").read_text()
-    assert all(f"`{name}`" in report for name in FIGURES) and "## GPU" in report
+    assert all(f"`{name}`" in report for name in results) and "## GPU" in report
     assert "# old figures" not in report and report.endswith("## Notes and history\n\nWritten by hand.\n")
 
     run_script("bench/run.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
-    assert set(json.loads((tmp_path / "results.json").read_text())) == set(FIGURES)
+    assert set(json.loads((tmp_path / "results.json").read_text())) == expected_figures(SMOKE)
 
 
 def test_gpu_bench_smoke_on_the_cpu(tmp_path):
@@ -40,7 +40,7 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     assert "gpu_quant4_tok_s" not in json.loads((tmp_path / "gpu_results.json").read_text())
     run_script("bench/gpu.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
     results = json.loads((tmp_path / "gpu_results.json").read_text())
-    assert set(results["measured"]) == {"demo", "decode", "quant"}
+    assert set(results["measured"]) == {"demo", "decode", "quant", "batching"}
     for name in (
         "gpu_generate_tok_s",
         "gpu_stream_tok_s",
@@ -53,6 +53,8 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
         "demo_later_answers_tok_s",
         "gpu_quant4_tok_s",
         "gpu_quant8_tok_s",
+        "gpu_batching_crowd_tok_s",
+        "gpu_transformers_cb_tok_s",
     ):
         assert results[name] > 0
     assert results["compile_cudagraphs"] == "none on the CPU"

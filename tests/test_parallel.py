@@ -125,6 +125,7 @@ def test_ctrl_c_ends_every_rank_quietly():
     assert v1_answer(client, "What is the capital of Japan?") == "The capital of Japan is Tokyo."  # /v1 too
     output = interrupted(app)
     assert app.returncode == 0 and ends_quietly(output) and "Traceback" not in output, output
+    assert "Batching: off: not with tensor parallel yet." in output  # answers one at a time, as before
     left = processes_of(app)
     assert not left, left
 

@@ -55,6 +55,7 @@ def model_panel(model: Engine) -> str:
         f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
         + (" · sees images" if facts["sees_images"] else "")
         + (" · compiled decoding" if facts["compiled"] else "")
+        + f" · batching: {facts.get('batching', 'off')}"
     )
 
 

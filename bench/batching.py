@@ -1,0 +1,119 @@
+"""Many clients at once: continuous batching against the one-at-a-time path and against `transformers serve
+--continuous-batching`, all through the official `openai` client.
+
+For each shape (a random Llama folder of the demo model's size, and ~100M), three servers on the same folder, asked
+in turns, in one run: the app as launched by default (`python app.py --pretrained_path DIR`: batching, 8 answers at
+a time), the app with `--concurrency 1` (today's one-at-a-time path), and `transformers serve --continuous-batching`.
+Each is asked by one client alone, then by 8 clients at once; every answer runs to `max_tokens` (greedy, a
+tokenizer without EOS). Figures: total answer tokens/s of 8 clients over one client alone, ours over the
+transformers server's at 8 clients, ours alone over the one-at-a-time app alone, and the time to first token of
+the slowest tenth of the 8 clients' requests over a request's alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from launchers.loading import free_port
+
+from .api_vs_serve import has_serving, openai_server, save_chat_llama
+
+QUESTIONS = [f"Tell me about the number {n}." for n in range(64)]
+
+
+def answer(client, model: str, tokens: int, question: str) -> tuple[float, int, float]:
+    """(seconds to the first text, answer tokens, seconds in all) of one streamed chat answer."""
+    started = time.perf_counter()
+    first, count = None, 0
+    for chunk in client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": question}],
+        max_tokens=tokens,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if chunk.choices and chunk.choices[0].delta.content and first is None:
+            first = time.perf_counter() - started
+        if chunk.usage is not None:
+            count = chunk.usage.completion_tokens
+    if first is None or not count:
+        raise AssertionError("the server sent no text")
+    return first, count, time.perf_counter() - started
+
+
+def crowd(client, model: str, clients: int, tokens: int) -> tuple[float, list[float]]:
+    """(total answer tokens/s, each request's time to first text) of `clients` answers asked at once."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        answers = list(pool.map(lambda i: answer(client, model, tokens, QUESTIONS[i]), range(clients)))
+    wall = time.perf_counter() - started
+    return sum(count for _, count, _ in answers) / wall, [first for first, _, _ in answers]
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def measure_shape(shape: str, tokens: int, repeats: int, clients: int, suffix: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp:
+        folder = str(save_chat_llama(shape, Path(tmp) / "model"))
+        ports = {name: free_port() for name in ("ours", "alone_path", "theirs")}
+        app = [sys.executable, "app.py", "--pretrained_path", folder, "--port"]
+        serve = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve", folder]
+        commands = {
+            "ours": [*app, str(ports["ours"])],
+            "alone_path": [*app, str(ports["alone_path"]), "--concurrency", "1"],
+            "theirs": [*serve, "--port", str(ports["theirs"]), "--device", "cpu", "--continuous-batching"],
+        }
+        names = {"ours": "x", "alone_path": "x", "theirs": folder}
+        seen = {name: {"alone": [], "first": [], "crowd": [], "firsts": []} for name in commands}
+        with (
+            openai_server(commands["ours"], ports["ours"]) as ours,
+            openai_server(commands["alone_path"], ports["alone_path"]) as alone_path,
+            openai_server(commands["theirs"], ports["theirs"]) as theirs,
+        ):
+            servers = {"ours": ours, "alone_path": alone_path, "theirs": theirs}
+            for name, client in servers.items():  # warm up (the transformers server sets up its batching)
+                crowd(client, names[name], 2, 8)
+            order = list(servers)
+            for round_ in range(repeats):
+                for name in order[round_ % 3 :] + order[: round_ % 3]:
+                    client, figures = servers[name], seen[name]
+                    first, count, wall = answer(client, names[name], tokens, QUESTIONS[round_])
+                    figures["alone"].append(count / wall)
+                    figures["first"].append(first)
+                    if name != "alone_path":
+                        rate, firsts = crowd(client, names[name], clients, tokens)
+                        figures["crowd"].append(rate)
+                        figures["firsts"] += firsts
+    med = {name: {k: statistics.median(v) for k, v in f.items() if v} for name, f in seen.items()}
+    return {
+        f"batching_crowd_over_alone{suffix}": med["ours"]["crowd"] / med["ours"]["alone"],
+        f"batching_over_serve_cb{suffix}": med["ours"]["crowd"] / med["theirs"]["crowd"],
+        f"batching_alone_over_one_at_a_time{suffix}": med["ours"]["alone"] / med["alone_path"]["alone"],
+        f"batching_wait_p90_over_alone{suffix}": percentile(seen["ours"]["firsts"], 0.9) / med["ours"]["first"],
+        f"batching_crowd_tokens_per_s{suffix}": med["ours"]["crowd"],
+        f"serve_cb_crowd_tokens_per_s{suffix}": med["theirs"]["crowd"],
+        f"serve_cb_crowd_over_alone{suffix}": med["theirs"]["crowd"] / med["theirs"]["alone"],
+    }
+
+
+def run(settings) -> dict[str, float]:
+    if not has_serving():
+        print("bench batching: transformers[serving] is not installed; skipping", file=sys.stderr)
+        return {}
+    results: dict[str, float] = {}
+    from .run import SECOND_SHAPE
+
+    for shape, suffix in zip(settings.batching_shapes, ("", SECOND_SHAPE)):
+        results.update(
+            measure_shape(shape, settings.api_answer_tokens, settings.batching_repeats, settings.load_clients, suffix)
+        )
+    return results
