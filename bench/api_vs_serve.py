@@ -52,36 +52,54 @@ def save_chat_llama(shape_name: str, folder: Path) -> Path:
 @contextmanager
 def openai_server(command: list[str], port: int, env: dict | None = None, timeout: float = 240.0):
     """Start a server on `port`; yield an `openai` client for it once /v1/models answers."""
+    with openai_servers({"server": (command, port)}, env, timeout) as clients:
+        yield clients["server"]
+
+
+@contextmanager
+def openai_servers(servers: dict[str, tuple[list[str], int]], env: dict | None = None, timeout: float = 240.0):
+    """Start every server of `servers` (name: (command, port)) at once; yield {name: `openai` client} once each
+    one's /v1/models answers."""
     from openai import OpenAI
 
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-    )
-    client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0, timeout=600)
+    processes = {
+        name: subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        )
+        for name, (command, _) in servers.items()
+    }
+    clients = {
+        name: OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0, timeout=600)
+        for name, (_, port) in servers.items()
+    }
     deadline = time.time() + timeout
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{' '.join(command)} exited: {process.stderr.read()[-2000:]}")
-            try:
-                client.models.list()
-                break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.5)
-        yield client
+        for name, client in clients.items():
+            while True:
+                if processes[name].poll() is not None:
+                    command = " ".join(servers[name][0])
+                    raise RuntimeError(f"{command} exited: {processes[name].stderr.read()[-2000:]}")
+                try:
+                    client.models.list()
+                    break
+                except Exception:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.5)
+        yield clients
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        for process in processes.values():
+            process.terminate()
+        for process in processes.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def client_stream(client, model: str, tokens: int, question: str = QUESTION) -> tuple[float, float, int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from launchers.loading import free_port
 
-from .api_vs_serve import has_serving, openai_server, save_chat_llama
+from .api_vs_serve import has_serving, openai_servers, save_chat_llama
 
 QUESTIONS = [f"Tell me about the number {n}." for n in range(64)]
 
@@ -67,25 +67,23 @@ def measure_shape(shape: str, tokens: int, repeats: int, clients: int, suffix: s
         ports = {name: free_port() for name in ("ours", "alone_path", "theirs")}
         app = [sys.executable, "app.py", "--pretrained_path", folder, "--port"]
         serve = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve", folder]
-        commands = {
-            "ours": [*app, str(ports["ours"])],
-            "alone_path": [*app, str(ports["alone_path"]), "--concurrency", "1"],
-            "theirs": [*serve, "--port", str(ports["theirs"]), "--device", "cpu", "--continuous-batching"],
+        servers = {
+            "ours": ([*app, str(ports["ours"])], ports["ours"]),
+            "alone_path": ([*app, str(ports["alone_path"]), "--concurrency", "1"], ports["alone_path"]),
+            "theirs": (
+                [*serve, "--port", str(ports["theirs"]), "--device", "cpu", "--continuous-batching"],
+                ports["theirs"],
+            ),
         }
         names = {"ours": "x", "alone_path": "x", "theirs": folder}
-        seen = {name: {"alone": [], "first": [], "crowd": [], "firsts": []} for name in commands}
-        with (
-            openai_server(commands["ours"], ports["ours"]) as ours,
-            openai_server(commands["alone_path"], ports["alone_path"]) as alone_path,
-            openai_server(commands["theirs"], ports["theirs"]) as theirs,
-        ):
-            servers = {"ours": ours, "alone_path": alone_path, "theirs": theirs}
-            for name, client in servers.items():  # warm up (the transformers server sets up its batching)
+        seen = {name: {"alone": [], "first": [], "crowd": [], "firsts": []} for name in servers}
+        with openai_servers(servers) as connected:  # started together
+            for name, client in connected.items():  # warm up (the transformers server sets up its batching)
                 crowd(client, names[name], 2, 8)
             order = list(servers)
             for round_ in range(repeats):
                 for name in order[round_ % 3 :] + order[: round_ % 3]:
-                    client, figures = servers[name], seen[name]
+                    client, figures = connected[name], seen[name]
                     first, count, wall = answer(client, names[name], tokens, QUESTIONS[round_])
                     figures["alone"].append(count / wall)
                     figures["first"].append(first)
@@ -102,6 +100,7 @@ def measure_shape(shape: str, tokens: int, repeats: int, clients: int, suffix: s
         f"batching_crowd_tokens_per_s{suffix}": med["ours"]["crowd"],
         f"serve_cb_crowd_tokens_per_s{suffix}": med["theirs"]["crowd"],
         f"serve_cb_crowd_over_alone{suffix}": med["theirs"]["crowd"] / med["theirs"]["alone"],
+        f"serve_cb_wait_p90_over_alone{suffix}": percentile(seen["theirs"]["firsts"], 0.9) / med["theirs"]["first"],
     }
 
 

@@ -174,6 +174,7 @@ FIGURES = {
     "batching_crowd_tokens_per_s": ("the app's 8 clients, total answer tokens/s", None),
     "serve_cb_crowd_tokens_per_s": ("`transformers serve --continuous-batching`'s", None),
     "serve_cb_crowd_over_alone": ("its 8 clients over its one client alone", None),
+    "serve_cb_wait_p90_over_alone": ("its slowest tenth's time to first token over its one client's", None),
     "batching_crowd_over_alone_100m": ("the same four on a ~100M random Llama", (">=", 3.0)),
     "batching_over_serve_cb_100m": ("", (">=", 1.0)),
     "batching_alone_over_one_at_a_time_100m": ("", (">=", 0.97)),
@@ -181,6 +182,7 @@ FIGURES = {
     "batching_crowd_tokens_per_s_100m": ("", None),
     "serve_cb_crowd_tokens_per_s_100m": ("", None),
     "serve_cb_crowd_over_alone_100m": ("", None),
+    "serve_cb_wait_p90_over_alone_100m": ("", None),
 }
 BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching")
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so

@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -533,9 +533,10 @@ class MetaModel(torch.nn.Module):
             [stream] = self._streams(1, list(stop), max_new, cancel)
             prompt_ids = inputs.input_ids[0].tolist()
             batchable = self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
-            if not (others and batchable):
-                yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable)
-            if not stream.done:  # in the batch from the start, or from when others came
+            in_batch = bool(others) and batchable
+            if not in_batch:
+                in_batch = yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable)
+            if in_batch:  # from the start, or from when others came
                 for _ in self.batcher.tokens(prompt_ids + stream.token_ids, sampling, self.eos_ids(stop), stream):
                     yield stream
             yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
@@ -564,13 +565,14 @@ class MetaModel(torch.nn.Module):
 
     def _answer_alone(
         self, inputs: ModelInputs, sampling: Sampling, stream: AnswerStream, session, logprobs, can_join: bool
-    ) -> Iterator[AnswerStream]:
+    ) -> Generator[AnswerStream, None, bool]:
         """The one-at-a-time path: `generate_tokens` over the session's cache, until the answer is done, or, if it
         `can_join` the batch, until another answer runs (the rest of it is computed in the batch: one answer on
-        its own beside the batch would take turns with it at every step)."""
+        its own beside the batch would take turns with it at every step). Returns whether it left for the batch."""
         pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
         cache, session = self._cache_for(session, inputs, pixels_key)
         sampled: list[int] = []
+        joins_batch = False
         observe = None if logprobs is None else self._logprob_recorder(stream, logprobs)
         steps = generate_tokens(
             self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, stream.max_new_tokens, observe
@@ -583,6 +585,7 @@ class MetaModel(torch.nn.Module):
                 sampled.append(int(tokens[0]))
                 yield stream
                 if can_join and self._answers_in_flight > 1 and not stream.done:
+                    joins_batch = True
                     break
         except GeneratorExit:
             if self.lockstep is not None and not stream.done:
@@ -597,6 +600,7 @@ class MetaModel(torch.nn.Module):
         finally:
             steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
+        return joins_batch
 
     def _logprob_recorder(self, stream: AnswerStream, top: int):
         """The `observe` callback that records each sampled token's log-probability and the `top` likeliest."""

@@ -44,7 +44,7 @@ def demo():
     model.stop_batching()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def random_llama(byte_llama_dir):
     model = MetaModel.from_pretrained(str(byte_llama_dir))
     model.eos_ids = lambda stop_symbols=(): set()  # answers run to their length: long enough to stop midway

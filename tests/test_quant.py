@@ -50,3 +50,30 @@ def test_quantized_model_loads_answers_and_shrinks(wide_llama_dir, bf16_block_by
 def test_quantized_accessory_checkpoint(checkpoints):
     model = MetaModel.from_pretrained(str(checkpoints["accessory"]), quant=4)
     assert model.generate(["Hello"], max_gen_len=4)[0] is not None
+
+
+def test_a_quantized_model_batches_answers_that_run_at_once(wide_llama_dir):
+    import threading
+
+    from engine import Request, Sampling, collect
+
+    model = MetaModel.from_pretrained(str(wide_llama_dir), quant=4)
+    assert model.start_batching(2).startswith("continuous batching")
+    try:
+        requests = [Request(f"Question {i}:", Sampling(40, temperature=0.0)) for i in range(3)]
+        alone = [collect(model.stream(r)) for r in requests]
+        together = [None] * 3
+
+        def answer(i):
+            together[i] = collect(model.stream(requests[i]))
+
+        threads = [threading.Thread(target=answer, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        batched = model.batcher.answers
+    finally:
+        model.stop_batching()
+    assert [a.text for a in together] == [a.text for a in alone]
+    assert batched >= 1 and all(a.end.finish_reason in ("stop", "length") for a in together)
