@@ -117,6 +117,7 @@ class ContinuousBatcher:
         self._forwards_alone_again = forwards_take_turns(llma)
         try:
             self._manager = llma.init_continuous_batching(generation_config=sampler, continuous_batching_config=config)
+            self._results = self._manager.output_router.output_queue  # every request's outputs, in one queue
         except BaseException:
             self._forwards_alone_again()
             raise
@@ -203,9 +204,8 @@ class ContinuousBatcher:
     def _route(self) -> None:
         """Hand each output of the manager to the answer that waits for it (outputs of cancelled answers are
         dropped)."""
-        results = self._manager.output_router.output_queue
         while True:
-            output = results.get()
+            output = self._results.get()
             with self._lock:
                 waiting = self._outputs.get(output.request_id)
             if waiting is not None:
