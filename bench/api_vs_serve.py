@@ -102,8 +102,9 @@ def openai_servers(servers: dict[str, tuple[list[str], int]], env: dict | None =
                 process.kill()
 
 
-def client_stream(client, model: str, tokens: int, question: str = QUESTION) -> tuple[float, float, int]:
-    """(seconds to the first text, tokens/s after it, tokens) of one streamed chat answer, as the client sees it."""
+def timed_answer(client, model: str, tokens: int, question: str = QUESTION) -> tuple[float, float, int, float]:
+    """(seconds to the first text, to the last text, answer tokens, seconds in all) of one streamed greedy chat
+    answer, as the client sees it."""
     started = time.perf_counter()
     first = last = None
     count = 0
@@ -122,10 +123,15 @@ def client_stream(client, model: str, tokens: int, question: str = QUESTION) -> 
             last = time.perf_counter()
             first = first or last
             count += 1
-    count = usage or count
     if first is None:
         raise AssertionError("the server sent no text")
-    return first - started, (count - 1) / (last - first) if last > first else float("nan"), count
+    return first - started, last - started, usage or count, time.perf_counter() - started
+
+
+def client_stream(client, model: str, tokens: int, question: str = QUESTION) -> tuple[float, float, int]:
+    """(seconds to the first text, tokens/s after it, tokens) of one streamed chat answer, as the client sees it."""
+    first, last, count, _ = timed_answer(client, model, tokens, question)
+    return first, (count - 1) / (last - first) if last > first else float("nan"), count
 
 
 def engine_stream(model, tokens: int) -> tuple[float, float]:

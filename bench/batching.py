@@ -21,30 +21,15 @@ from pathlib import Path
 
 from launchers.loading import free_port
 
-from .api_vs_serve import has_serving, openai_servers, save_chat_llama
+from .api_vs_serve import has_serving, openai_servers, save_chat_llama, timed_answer
 
 QUESTIONS = [f"Tell me about the number {n}." for n in range(64)]
 
 
 def answer(client, model: str, tokens: int, question: str) -> tuple[float, int, float]:
     """(seconds to the first text, answer tokens, seconds in all) of one streamed chat answer."""
-    started = time.perf_counter()
-    first, count = None, 0
-    for chunk in client.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": question}],
-        max_tokens=tokens,
-        temperature=0.0,
-        stream=True,
-        stream_options={"include_usage": True},
-    ):
-        if chunk.choices and chunk.choices[0].delta.content and first is None:
-            first = time.perf_counter() - started
-        if chunk.usage is not None:
-            count = chunk.usage.completion_tokens
-    if first is None or not count:
-        raise AssertionError("the server sent no text")
-    return first, count, time.perf_counter() - started
+    first, _, count, total = timed_answer(client, model, tokens, question)
+    return first, count, total
 
 
 def crowd(client, model: str, clients: int, tokens: int) -> tuple[float, list[float]]:
