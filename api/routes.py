@@ -65,6 +65,7 @@ class OpenAIAPI:
         return [
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
             Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
@@ -77,6 +78,26 @@ class OpenAIAPI:
 
     async def completions(self, http: HTTPRequest) -> Response:
         return await self._answer(http, chat=False)
+
+    async def tokenize(self, http: HTTPRequest) -> Response:
+        """vLLM's and SGLang's POST /tokenize: the tokens of a `prompt`, or of `messages` with the template (all their
+        turns, whatever their length), and the context: {"count", "max_model_len"}."""
+        try:
+            self._authorize(http)
+            body = parse_json(await self._body(http))
+            count = await run_in_threadpool(self._count, body)
+        except APIError as error:
+            return error_response(error)
+        except UserError as error:
+            return error_response(bad(str(error)))
+        return JSONResponse({"count": count, "max_model_len": self.engine.max_seq_len})
+
+    def _count(self, body: dict) -> int:
+        if "messages" not in body:
+            return self.engine.prompt_length(completion_prompt(body))
+        system, history, message, attached = self._conversation(chat_messages(body))
+        built = chat_prompt(self.engine, self.template, system, history, message, attached=attached, shorten=False)
+        return self.engine.prompt_length(built.text, built.images or None, self.image_transform)
 
     async def models(self, http: HTTPRequest) -> Response:
         try:

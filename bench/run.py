@@ -183,8 +183,16 @@ FIGURES = {
     "serve_cb_crowd_tokens_per_s_100m": ("", None),
     "serve_cb_crowd_over_alone_100m": ("", None),
     "serve_cb_wait_p90_over_alone_100m": ("", None),
+    "remote_ttft_overhead_ms": (
+        "the app in front of an engine (--api_base): its /v1's extra time to first text over the engine's own stream, "
+        "through the openai client; the engine our own app on a random Llama the demo model's size, 200-token answers",
+        ("<=", 15),
+    ),
+    "remote_token_rate_ratio": ("tokens/s through the front over the engine's own", (">=", 0.97)),
+    "remote_ttft_overhead_ms_serve": ("the same in front of `transformers serve`", ("<=", 15)),
+    "remote_token_rate_ratio_serve": ("", (">=", 0.97)),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote")
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
 
@@ -229,6 +237,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import batching
 
             results.update(batching.run(settings))
+        elif name == "remote":
+            from bench import remote
+
+            results.update(remote.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
@@ -262,6 +263,42 @@ class ChatTemplateConversation(_Messages):
         return self.stop_symbols[0]
 
 
+class EngineMessagesConversation(_Messages):
+    """A conversation whose chat template a serving engine applies (engine/remote.py): the prompt is the chat
+    messages themselves, as JSON, in OpenAI's shape. An image is a part `{"type": "image_url", "image_url":
+    {"url": "<image N>"}}`, N counting the conversation's images from 1 in order; the engine's side puts the image's
+    data in its place. The engine ends an answer at its own end-of-turn, so there are no stop symbols here."""
+
+    roles = ("user", "assistant")
+    stop_symbols: list[str] = []
+    response_end_signal = ""
+
+    def __init__(self, system: str = ""):
+        self.system = system
+        self.messages: list = []
+
+    def chat(self) -> list[dict]:
+        """The messages, the last open answer left out."""
+        chat = [{"role": "system", "content": self.system}] if self.system else []
+        images = 0
+        for role, message in self.messages:
+            if message is None:
+                continue
+            text, attached = message if isinstance(message, tuple) else (message, ())
+            if not attached:
+                chat.append({"role": role, "content": text})
+                continue
+            parts = []
+            for _ in attached:
+                images += 1
+                parts.append({"type": "image_url", "image_url": {"url": f"<image {images}>"}})
+            chat.append({"role": role, "content": [*parts, {"type": "text", "text": text}]})
+        return chat
+
+    def get_prompt(self) -> str:
+        return json.dumps(self.chat(), ensure_ascii=False, indent=1)
+
+
 def template_names(tokenizer=None) -> list[str]:
     """The template choices for a tokenizer: Accessory's names, plus `chat_template` when it has one."""
     names = list(conv_templates)
@@ -272,7 +309,10 @@ def template_names(tokenizer=None) -> list[str]:
 
 def get_conversation(name: str, tokenizer=None, system: str | None = None, sees_images: bool = False):
     """A fresh conversation for a template name (an Accessory name or `chat_template`). `tokenizer` renders the
-    chat template: a tokenizer, or a vision model's processor (`sees_images`)."""
+    chat template: a tokenizer, or a vision model's processor (`sees_images`); or, with `applied_by_engine` set, it
+    stands for a serving engine that applies its own (the prompt is then the messages)."""
+    if name == CHAT_TEMPLATE and getattr(tokenizer, "applied_by_engine", False):
+        return EngineMessagesConversation(system or "")
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return ChatTemplateConversation(tokenizer, system or "", sees_images)
     if name not in conv_templates:

@@ -1,6 +1,7 @@
 """The browser launchers: `python app.py` (local-chat) and Accessory's demos/*.py, each a set of tabs over one model.
 
 The model loads in the launcher's process; the web server runs in a process of its own (engine/process.py says why).
+With --api_base no model loads: the web server runs in the launcher's process, over the engine (engine/remote.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 from user_error import UserError
 
 from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
-from .loading import check_serving_flags, compile_before_answering, load_model, start_batching
+from .loading import ENGINE_PLACES, check_serving_flags, compile_before_answering, load_model, start_batching
 
 
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
@@ -28,6 +29,10 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         fail(error)
     for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
         print(f"warning: {warning}", file=sys.stderr)
+    if args.api_base is not None:  # no model here: the web server is the only process
+        args.concurrency = args.concurrency or ENGINE_PLACES
+        serve(model, description, tabs, template, args)
+        return
     leave_a_core_to_the_server(model)
     compile_before_answering(model)  # with the threads it will answer with
     start_batching(model, args)
@@ -38,8 +43,8 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
 
 
 def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -> None:
-    """The web server's process: the page and the /v1 API over `model` (a `PipeEngine`), served until the process
-    ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
+    """The web server's process: the page and the /v1 API over `model` (a `PipeEngine`, or a `RemoteEngine`), served
+    until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
     from api import OpenAIAPI
     from engine.in_order import InArrivalOrder
     from ui import build_app

@@ -17,6 +17,7 @@ MAX_UPLOAD_MB = 20  # the default of --max_upload_mb
 # auto: the model's processor fits the image (or the transform its config records); the others are model.image's
 IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks
 
+DEFAULT_CONTEXT = 4096  # --max_seq_len's default for a local model
 DEMO_MODEL = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
 
 
@@ -71,7 +72,7 @@ def parser(description: str) -> argparse.ArgumentParser:
         default=None,
         help="answers generated at the same time, the page's and /v1's together (the others wait in one queue, "
         "served in arrival order; the page shows each its place). Answers that run together are computed in one "
-        "batch per step where the model allows it (default: 8 with batching, else 1)",
+        "batch per step where the model allows it (default: 8 with batching, else 1; with --api_base, 64)",
     )
     p.add_argument(
         "--max_cached_sessions",
@@ -102,7 +103,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llama_type", default=None, help="Accessory model type (llama, llama_peft, ...)")
     p.add_argument("--llama_config", nargs="+", default=None, help="Accessory params/config json file(s)")
     p.add_argument("--tokenizer_path", default=None, help="tokenizer.model or a folder with tokenizer files")
-    p.add_argument("--max_seq_len", type=int, default=4096, help="context length in tokens (prompt + answer)")
+    p.add_argument(
+        "--max_seq_len",
+        type=int,
+        default=None,
+        help=f"context length in tokens, prompt + answer (default: {DEFAULT_CONTEXT}; with --api_base, the engine's "
+        "own where its /v1/models says it)",
+    )
     p.add_argument(
         "--dtype",
         choices=["fp16", "bf16", "fp32"],
@@ -142,6 +149,25 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master_addr", default="127.0.0.1", help="address for the worker processes to meet")
     p.add_argument(
         "--master_port", type=int, default=None, help="port for the worker processes to meet (default: a free one)"
+    )
+    p.add_argument(
+        "--api_base",
+        default=None,
+        metavar="URL",
+        help="load no model: use the one an OpenAI-compatible engine serves at URL, its /v1 address (vLLM, SGLang, "
+        "TGI, transformers serve, another local-chat), for example http://127.0.0.1:8000/v1",
+    )
+    p.add_argument(
+        "--api_base_key",
+        default=None,
+        metavar="KEY|FILE",
+        help="the key --api_base's engine asks for (sent as Authorization: Bearer KEY), or a file holding it",
+    )
+    p.add_argument("--model", default=None, help="with --api_base: which of the engine's models (default: its first)")
+    p.add_argument(
+        "--vision",
+        action="store_true",
+        help="with --api_base: the engine's model sees images (the engine's model list does not say so)",
     )
     p.add_argument(
         "--trust_remote_code",
@@ -198,6 +224,8 @@ def check_port_free(host: str, port: int) -> None:
         raise UserError(f"--port {port} is not a port number; pick one from 1 to 65535.")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as s:
+        # as the web server binds: connections of a server that just ended (TIME_WAIT) do not hold the port
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as error:

@@ -3,7 +3,8 @@ without the browser.
 
 Prompts come from --prompts, or --data (a .txt file, one prompt per line, or a .jsonl file with a "prompt" key);
 answers are printed (and written to --output as jsonl), then the batch figures: tokens, encode / generate /
-decode latency, ms per output token and output tokens/s. --config run.yaml may hold any of the flags.
+decode latency, ms per output token and output tokens/s. With --api_base URL the prompts go to that engine instead,
+--batch_size of them at once. --config run.yaml may hold any of the flags.
 """
 
 from __future__ import annotations
@@ -114,8 +115,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
     model = load_model(args)
     batches = range(0, len(prompts), args.batch_size)
-    # so --compile's figures leave the compilation out
-    compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
+    if args.api_base is None:  # so --compile's figures leave the compilation out
+        compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
     template = resolve_template(model, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}

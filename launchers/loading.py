@@ -13,15 +13,32 @@ from typing import TYPE_CHECKING
 
 from user_error import UserError
 
-from .flags import DEMO_MODEL, api_keys, check_port_free, logins
+from .flags import DEFAULT_CONTEXT, DEMO_MODEL, api_keys, check_port_free, logins
 
 if TYPE_CHECKING:
     from model import MetaModel
 
 
+# flags that choose or load a local model, at anything but their defaults (nothing is loaded with --api_base)
+MODEL_FLAGS = (
+    "pretrained_path",
+    "llama_type",
+    "llama_config",
+    "tokenizer_path",
+    "dtype",
+    "quant",
+    "device",
+    "compile",
+    "gpu_ids",
+    "trust_remote_code",
+)
+
+
 def check_serving_flags(args: argparse.Namespace) -> None:
     """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads."""
-    parallel_plan(args)
+    check_engine_flags(args)
+    if args.api_base is None:
+        parallel_plan(args)
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
     if getattr(args, "api_key", None) is not None:
@@ -32,6 +49,50 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
+
+
+def check_engine_flags(args: argparse.Namespace) -> None:
+    """--api_base goes with --api_base_key, --model and --vision, and with no flag of a local model."""
+    if args.api_base is None:
+        alone = [f"--{name}" for name in ("api_base_key", "model", "vision") if getattr(args, name)]
+        if alone:
+            raise UserError(
+                f"{' and '.join(alone)} {'go' if len(alone) > 1 else 'goes'} with --api_base URL (an engine's "
+                "model); a local model is chosen with --pretrained_path."
+            )
+        return
+    if not args.api_base.startswith(("http://", "https://")):
+        raise UserError(f"--api_base {args.api_base!r} is not a URL; give the engine's, like http://127.0.0.1:8000/v1.")
+    local = [f"--{name}" for name in MODEL_FLAGS if getattr(args, name, None) not in (None, False)]
+    local += ["--n_gpus"] if args.n_gpus != 1 else []
+    local += ["--parallel"] if args.parallel != "tensor" else []
+    if local:
+        raise UserError(
+            f"--api_base uses the engine's model, so {', '.join(local)} cannot apply: load the model in the engine "
+            "(its own flags), or leave --api_base out to load it here."
+        )
+    if args.api_base_key is not None:
+        api_keys(args.api_base_key)
+
+
+def connect_engine(args: argparse.Namespace, with_visual: bool = False):
+    """The `RemoteEngine` of --api_base (engine/remote.py), its model chosen and checked."""
+    from engine.remote import RemoteEngine
+
+    if with_visual and not args.vision:
+        raise UserError(
+            "This demo asks about images: add --vision if the engine's model sees them (its model list does not say)."
+        )
+    key = api_keys(args.api_base_key)[0] if args.api_base_key else None
+    engine = RemoteEngine(args.api_base, key, args.model, sees_images=args.vision, context=args.max_seq_len)
+    print(
+        f"Engine: {engine.url}, model {engine.model}, context "
+        f"{engine.max_seq_len if engine.context_known else 'not said (the engine refuses what does not fit)'}"
+        f"{', prompts counted with its /tokenize' if engine.counts_with_tokenize else ''}.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return engine
 
 
 def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
@@ -98,9 +159,12 @@ def checkpoint_paths(args: argparse.Namespace) -> list[str]:
 def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
     """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
     spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
-    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way."""
+    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way.
+    With --api_base, no model loads: the engine's is used (`connect_engine`)."""
     from model.parallel import start_ranks, torchrun_world
 
+    if args.api_base is not None:
+        return connect_engine(args, with_visual)
     size, mode, device = parallel_plan(args)
     if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
@@ -142,7 +206,7 @@ def load_shard(
         llama_config=args.llama_config,
         tokenizer_path=args.tokenizer_path,
         with_visual=with_visual,
-        max_seq_len=args.max_seq_len,
+        max_seq_len=args.max_seq_len or DEFAULT_CONTEXT,
         dtype=args.dtype,
         device=device or args.device,
         quant=args.quant,
@@ -170,6 +234,7 @@ def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)
 
 
 BATCH_PLACES = 8  # answers at a time where --concurrency is not given and the model can batch them
+ENGINE_PLACES = 64  # answers at a time with --api_base where --concurrency is not given: the engine batches them
 
 
 def start_batching(model: MetaModel, args: argparse.Namespace) -> None:

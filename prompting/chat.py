@@ -136,6 +136,7 @@ def chat_prompt(
     answer_tokens: int = 0,
     image=None,
     attached: list | tuple = (),
+    shorten: bool = True,
 ) -> ChatPrompt:
     """The prompt for `message` (with the images `attached` to it) after `history`, with the template's stop symbols.
     `system` (else a system message in `history`, else the template's own) is the system prompt; `image` is the
@@ -144,7 +145,8 @@ def chat_prompt(
     When the prompt and `answer_tokens` (counted up to half the context) do not fit in the model's context, the
     oldest turns are left out, whole: the rest is rendered again by the template, so the system prompt (and the
     image, which goes with the first question kept) stay and no template marker is ever cut. A message that cannot
-    fit even alone raises `UserError`, and so does an empty one.
+    fit even alone raises `UserError`, and so does an empty one. `shorten=False` keeps every turn, whatever its length
+    (to count it).
     """
     if not (message or "").strip():
         raise UserError(EMPTY_MESSAGE)
@@ -167,10 +169,12 @@ def chat_prompt(
 
     budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
     start = (
-        0 if length(0) <= budget else next((s for s in history_cuts(model, pairs) if length(s) <= budget), len(pairs))
+        0
+        if not shorten or length(0) <= budget
+        else next((s for s in history_cuts(model, pairs) if length(s) <= budget), len(pairs))
     )
     (prompt, images), tokens = render(start), length(start)
-    if tokens >= model.max_seq_len:
+    if shorten and tokens >= model.max_seq_len:
         raise UserError(
             f"This message needs {tokens} tokens (with the template{', system prompt' if conv.system else ''}"
             f"{' and image' if image is not None or attached else ''}) but the model's context holds "

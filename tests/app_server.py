@@ -43,13 +43,13 @@ def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,))
     return output.read_text()
 
 
-def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None):
-    """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on a
-    free port, once it answers, with `env` added to its environment. It runs in a session of its own, as from a
-    terminal: `interrupted` is its Ctrl-C."""
+def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None, port: int | None = None):
+    """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on
+    `port` (default: a free one), once it answers, with `env` added to its environment. It runs in a session of its
+    own, as from a terminal: `interrupted` is its Ctrl-C."""
     from gradio_client import Client
 
-    port = free_port()
+    port = port or free_port()
     app = subprocess.Popen(
         [*launcher, str(ROOT / "app.py"), "--port", str(port), *flags],
         start_new_session=True,
@@ -170,10 +170,22 @@ def serve(
     """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
     the launchers serve them, until the block ends."""
     counter = ForwardCounter(model, delay)
-    engine = InArrivalOrder(model, concurrency)
-    app = build_app(engine, tabs, max_upload_mb=max_upload_mb)
+    try:
+        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb) as url:
+            yield url, counter
+    finally:
+        counter.restore()
+
+
+@contextmanager
+def serve_engine(
+    engine, tabs=("chat", "vision", "single"), concurrency: int = 1, api_keys=None, max_upload_mb: float = MAX_UPLOAD_MB
+):
+    """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`)."""
+    queue = InArrivalOrder(engine, concurrency)
+    app = build_app(queue, tabs, max_upload_mb=max_upload_mb)
     app.queue(default_concurrency_limit=concurrency)
-    api = OpenAIAPI(engine, default_template(engine), "auto", max_upload_mb, api_keys)
+    api = OpenAIAPI(queue, default_template(queue), "auto", max_upload_mb, api_keys)
     port = free_port()
     app.launch(
         server_name="127.0.0.1",
@@ -184,7 +196,6 @@ def serve(
         **PAGE,
     )
     try:
-        yield f"http://127.0.0.1:{port}", counter
+        yield f"http://127.0.0.1:{port}"
     finally:
         app.close()
-        counter.restore()

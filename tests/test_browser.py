@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from app_server import serve
+from app_server import interrupted, launched, serve
 
 from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
@@ -303,3 +303,26 @@ def test_gradios_own_openai_front_end_chats_through_v1(browser, demo):
             assert answer == "The capital of France is Paris." and counter.calls > before
         finally:
             front.close()
+
+
+def test_the_app_in_front_of_an_engine_chats_and_stops(browser, demo):
+    """`python app.py --api_base URL`: the page over another server's model (our own /v1 here, its forward passes
+    counted); two turns answered right, and Stop stops the engine's model within two steps."""
+    with serve(demo, delay=0.05) as (url, counter):
+        front, client = launched("--api_base", url + "/v1", "--vision")
+        try:
+            page = open_page(browser, client.src)
+            assert "served by " + url + "/v1" in page.content()
+            send(page, "What is the capital of France?")
+            assert wait_for_answer(page, lambda t: t.endswith("Paris.")) == "The capital of France is Paris."
+            send(page, "What is 23 plus 45?")
+            assert wait_for_answer(page, lambda t: t.endswith("68.")).startswith("23 plus 45")
+            page.screenshot(path=str(ARTIFACTS / "engine_front.png"), full_page=True)
+            send(page, "Who are you?")
+            wait_for_answer(page, lambda t: t.startswith("I am") and len(t) > 20)
+            page.get_by_role("button", name="Stop").first.click()
+            at_stop = counter.calls
+            assert counter.settled(quiet=0.6) - at_stop <= 2
+            assert not last_bot_text(page).endswith("/path/to/checkpoint.")
+        finally:
+            interrupted(front)

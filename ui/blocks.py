@@ -49,6 +49,10 @@ def model_panel(model: Engine) -> str:
     """The model line over the tabs; the checkpoint by its folder's name (nothing of the server's disk)."""
     facts = model.summary()
     name = checkpoint_name(facts)
+    if "engine_url" in facts:  # engine/remote.py: a model another server serves
+        context = f"context {facts['context']} tokens" if facts["context_known"] else "context: the engine's"
+        seeing = " · sees images" if facts["sees_images"] else ""
+        return f"**Model** `{facts['path']}` · served by {facts['engine_url']} · {context}{seeing}"
     return (
         f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
         f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
