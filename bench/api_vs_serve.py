@@ -69,7 +69,13 @@ def openai_servers(servers: dict[str, tuple[list[str], int]], env: dict | None =
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+            # each app its own saved conversations (two apps on one database: the second is refused)
+            env={
+                **os.environ,
+                "HF_HUB_OFFLINE": "1",
+                "XDG_DATA_HOME": tempfile.mkdtemp(prefix="bench-"),
+                **(env or {}),
+            },
         )
         for name, (command, _) in servers.items()
     }

@@ -23,6 +23,7 @@ precise (the demo model's answers last a third of a second).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -140,7 +141,12 @@ def server(command: list[str], timeout: float = 180.0):
     """Start `command` (which serves on the port it is given) and yield a gradio_client for it."""
     port = free_port()
     process = subprocess.Popen(
-        command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command + ["--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XDG_DATA_HOME": tempfile.mkdtemp(prefix="bench-")},  # its own saved conversations
     )
     try:
         yield connect(process, f"http://127.0.0.1:{port}/", time.time() + timeout)

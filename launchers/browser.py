@@ -23,6 +23,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
 
     try:
         check_serving_flags(args)
+        open_history(args).close()  # a database that cannot be used is told now, not after the model loads
         model = load_model(args, with_visual=with_visual)
         template = default_template(model, args.template)
     except UserError as error:
@@ -51,13 +52,17 @@ def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -
     from ui.blocks import PAGE
 
     engine = InArrivalOrder(model, args.concurrency)
-    app = build_app(engine, tabs, template, args.image_transform, title=description, max_upload_mb=args.max_upload_mb)
+    store = open_history(args)
+    app = build_app(engine, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
     api = None if api_off_reason(args) else OpenAIAPI(engine, template, args.image_transform, args.max_upload_mb, keys)
+    routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
+    if store.on:
+        print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)
     try:
         app.launch(
-            app_kwargs={"routes": api.routes()} if api is not None else None,
+            app_kwargs={"routes": routes},
             server_name=args.host,
             server_port=args.port,
             share=args.share,
@@ -67,11 +72,21 @@ def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -
         )
     finally:  # ended by the launcher (SystemExit): stop the server's threads, so that the process can exit
         app.close()
+        store.close()
+
+
+def open_history(args):
+    """The saved conversations (ui/history.py's `SavedChats`) the flags ask for: --history_db (default: in the
+    user's data folder), or none with --no_history."""
+    from history import Store, default_db_path
+    from ui.history import SavedChats
+
+    return SavedChats(None if args.no_history else Store(args.history_db or default_db_path()), args.max_upload_mb)
 
 
 def app(argv=None) -> None:
-    """`local-chat`, `python app.py`: every tab (Chat, Vision chat where the model sees images, Single-turn)."""
-    launch("Chat with a local model", ("chat", "vision", "single"), argv=argv)
+    """`local-chat`, `python app.py`: the Chat tab (images where the model sees them) and the Single-turn tab."""
+    launch("Chat with a local model", ("chat", "single"), argv=argv)
 
 
 def multi_turn(argv=None) -> None:
@@ -79,7 +94,7 @@ def multi_turn(argv=None) -> None:
 
 
 def multi_turn_mm(argv=None) -> None:
-    launch("Multi-turn chat about an image", ("vision",), with_visual=True, argv=argv)
+    launch("Multi-turn chat about images", ("chat",), with_visual=True, argv=argv)
 
 
 def single_turn(argv=None) -> None:
@@ -87,4 +102,4 @@ def single_turn(argv=None) -> None:
 
 
 def single_turn_mm(argv=None) -> None:
-    launch("Single-turn questions about an image", ("vision_single",), with_visual=True, argv=argv)
+    launch("Single-turn questions about an image", ("chat_single",), with_visual=True, argv=argv)

@@ -67,6 +67,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--max_upload_mb", type=float, default=MAX_UPLOAD_MB, help="largest image file accepted, in MB")
     p.add_argument(
+        "--history_db",
+        default=None,
+        metavar="PATH",
+        help="the SQLite file that keeps every user's conversations, their images beside it (default: "
+        "$XDG_DATA_HOME/local-chat/conversations.db, else ~/.local/share/local-chat/conversations.db)",
+    )
+    p.add_argument(
+        "--no_history",
+        action="store_true",
+        help="keep no conversation: each lives as long as its page",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         default=None,

@@ -80,7 +80,9 @@ def message_images(content, max_mb: float = MAX_UPLOAD_MB) -> list[Image.Image]:
         return []
     images = []
     for part in content:
-        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+        if isinstance(part, dict) and isinstance(part.get("image"), Image.Image):  # decoded already (ui/history.py)
+            images.append(part["image"])
+        elif isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
             url = part.get("image_url", part.get("url"))
             url = url.get("url") if isinstance(url, dict) else url
             images.append(image_from_data_url(url, max_mb))

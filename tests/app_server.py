@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -57,7 +58,7 @@ def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None, p
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**ENV, **(env or {})},
+        env={**ENV, "XDG_DATA_HOME": tempfile.mkdtemp(prefix="app-data-"), **(env or {})},  # its own history
     )
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
@@ -135,22 +136,29 @@ class ForwardCounter:
         return self.calls
 
 
+def answer_of(history: list[dict]) -> str:
+    """The last answer of a chat's history (its figures, shown under it, left out)."""
+    return next(m["content"] for m in reversed(history) if not (m.get("metadata") or {}).get("title"))
+
+
 def submit(tab, message: str, history=(), image=None, **settings):
-    """A chat tab's Send handler as Gradio runs it (greedy, default template); returns its last (history, message
-    box, stats, prompt)."""
+    """A chat tab's Send handler as Gradio runs it (greedy, default template, `image` attached); returns its last
+    (history, message box, prompt, conversation, conversation list)."""
     sampling = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0) | settings
+    box = {"text": message, "files": [image] if image else []}
 
     async def last_update():
         update = None
         async for update in tab.submit(
-            message,
+            box,
             list(history),
-            image,
+            None,
+            None,
             "default",
             None,
             "padded_resize",
             *sampling.values(),
-            request=SimpleNamespace(session_hash="tab"),
+            request=SimpleNamespace(session_hash="tab", username=None),
         ):
             pass
         return update
@@ -161,7 +169,7 @@ def submit(tab, message: str, history=(), image=None, **settings):
 @contextmanager
 def serve(
     model,
-    tabs=("chat", "vision", "single"),
+    tabs=("chat", "single"),
     delay: float = 0.0,
     concurrency: int = 1,
     api_keys=None,
@@ -179,7 +187,7 @@ def serve(
 
 @contextmanager
 def serve_engine(
-    engine, tabs=("chat", "vision", "single"), concurrency: int = 1, api_keys=None, max_upload_mb: float = MAX_UPLOAD_MB
+    engine, tabs=("chat", "single"), concurrency: int = 1, api_keys=None, max_upload_mb: float = MAX_UPLOAD_MB
 ):
     """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`)."""
     queue = InArrivalOrder(engine, concurrency)

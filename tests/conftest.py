@@ -1,11 +1,14 @@
 """Session-wide fixtures: small random models in every checkpoint format (see tiny_models.py)."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# no test keeps conversations in the real user's data folder (an app's default --history_db is there)
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="test-data-")
 
 import tiny_models  # noqa: E402
 import transformers  # noqa: E402

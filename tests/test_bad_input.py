@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from app_server import serve, submit
+from app_server import answer_of, serve, submit
 from gradio_client import Client, handle_file
 from PIL import Image
 
@@ -27,6 +27,7 @@ from launchers.flags import DEMO_MODEL
 from model import MetaModel
 from ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
 from ui.chat import Cancels
+from ui.history import SavedChats
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -337,16 +338,15 @@ def test_an_image_for_a_text_only_model(byte_model, uploads):
 def shows_error_and_keeps_message(update, message: str, sentence: str) -> None:
     history, box = update[0], update[1]
     assert history[-1]["content"].startswith(ERROR_MARK) and sentence in history[-1]["content"], history[-1]
-    assert box == message  # what the user typed is still in the message box
+    assert box["text"] == message  # what the user typed (and attached) is still in the message box
 
 
 def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
-    chat = ChatTab(demo, Cancels(), "default", "padded_resize", vision=False)
-    vision = ChatTab(demo, Cancels(), "default", "padded_resize", vision=True)
+    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
     long_message = "word " * 20_000
     shows_error_and_keeps_message(submit(chat, long_message), long_message, "but the model's context holds 2048")
     shows_error_and_keeps_message(
-        submit(vision, "What is in the image?", image=str(uploads["truncated PNG"])),
+        submit(chat, "What is in the image?", image=str(uploads["truncated PNG"])),
         "What is in the image?",
         "is not an image this app can read",
     )
@@ -357,25 +357,30 @@ def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
     )
     # The failed turns never reach the model: the next answer is the one-turn answer.
     history = submit(chat, "What is the capital of Peru?", history=submit(chat, long_message)[0])[0]
-    assert history[-1]["content"] == "The capital of Peru is Lima."
+    assert answer_of(history) == "The capital of Peru is Lima."
     assert "1 oldest turn" not in str(history)
 
 
 def test_an_empty_message_is_a_warning_and_sends_nothing(demo):
-    chat = ChatTab(demo, Cancels(), "default", "padded_resize", vision=False)
+    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
     with pytest.warns(UserWarning, match="The message is empty; type a question first."):
         history, box, *_ = submit(chat, "  ")
-    assert history == [] and box == "  "
+    assert history == [] and box == {"text": "  ", "files": []}
 
 
-def test_a_bad_image_upload_says_so_in_the_chat(demo, uploads):
-    vision = ChatTab(demo, Cancels(), "default", "padded_resize", vision=True)
-    history, image, preview, _ = vision.new_image(str(uploads["20000x20000 PNG"]))
-    assert image is None and preview is None
-    assert "The image has over 179 million pixels" in history[0]["content"]
-    small = ChatTab(demo, Cancels(), "default", "padded_resize", vision=True, max_upload_mb=0.0001)
-    history, *_ = small.new_image(str(uploads["1x1"].parent / "good.png"))
-    assert "upload one under 0.0001 MB (the app's --max_upload_mb)" in history[0]["content"]
+def test_a_bad_image_upload_says_so_in_the_chat(demo, byte_model, uploads):
+    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    update = submit(chat, "What is in the image?", image=str(uploads["20000x20000 PNG"]))
+    shows_error_and_keeps_message(update, "What is in the image?", "The image has over 179 million pixels")
+    assert update[1]["files"] == [str(uploads["20000x20000 PNG"])]  # the attachment too
+    small = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None), max_upload_mb=0.0001)
+    update = submit(small, "What is in the image?", image=str(uploads["1x1"].parent / "good.png"))
+    shows_error_and_keeps_message(
+        update, "What is in the image?", "upload one under 0.0001 MB (the app's --max_upload_mb)"
+    )
+    text_only = ChatTab(byte_model, Cancels(), "chat_template", "padded_resize", SavedChats(None))
+    update = submit(text_only, "What is in the image?", image=str(uploads["1x1"].parent / "good.png"))
+    shows_error_and_keeps_message(update, "What is in the image?", "This model does not see images")
 
 
 def test_single_turn_tab_errors_show_in_the_answer_box(demo):

@@ -4,15 +4,16 @@ stay, the user is told, and a message that cannot fit is one sentence (on the de
 import random
 
 import pytest
-from app_server import submit
+from app_server import answer_of, submit
 
 from conversation import get_conversation
 from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
 from model import MetaModel, UserError
 from prompting import chat_prompt, history_pairs
-from ui.blocks import ERROR_MARK, ChatTab, is_notice
+from ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab, is_notice
 from ui.chat import Cancels
+from ui.history import SavedChats
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -110,12 +111,12 @@ def run_submit(tab, message, history):
 
 
 def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too_long(demo):
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", vision=False)
+    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
     history = []
     for country in COUNTRIES:
         history, *_ = run_submit(tab, f"What is the capital of {country}?", history)
-        assert history[-1]["content"] == f"The capital of {country} is {COUNTRIES[country]}."
-    notices = [m for m in history if is_notice(m)]
+        assert answer_of(history) == f"The capital of {country} is {COUNTRIES[country]}."
+    notices = [m for m in history if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE]
     assert (
         notices
         and "no longer sees the" in notices[0]["content"]
@@ -128,7 +129,7 @@ def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too
 
     long_message = "word " * 300
     after, box, *_ = run_submit(tab, long_message, history)
-    assert box == long_message  # what the user typed stays in the message box
+    assert box["text"] == long_message  # what the user typed stays in the message box
     assert after[-1]["content"].startswith(ERROR_MARK + "This message needs")
     after, *_ = run_submit(tab, "What is the capital of Chile?", after)
-    assert after[-1]["content"] == "The capital of Chile is Santiago."
+    assert answer_of(after) == "The capital of Chile is Santiago."

@@ -11,10 +11,12 @@ and the /v1 API's requests in arrival order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from html import escape
 
 import gradio as gr
 
 from engine import Engine, Request, Sampling, checkpoint_name
+from history import Store
 from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 from model.prefix_cache import session_key
 from prompting import (
@@ -23,6 +25,7 @@ from prompting import (
     conversation_templates,
     default_system,
     default_template,
+    message_images,
     message_text,
     open_upload,
     single_turn_prompt,
@@ -30,15 +33,42 @@ from prompting import (
 from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
-from .chat import Cancels, answer_updates, save_preview
+from .chat import Cancels, answer_updates
+from .history import IMAGE_REF, IMAGE_ROUTE, SavedChats, new_conversation_id
 
 ERROR_MARK = "⚠️ "
-EXAMPLES = ["What is 23 plus 45?", "What is the capital of Japan?", "Who are you?", "What can you do?"]
-IMAGE_EXAMPLES = ["What is in the image?", "What color is the circle?", "How many shapes are there?"]
-CSS = ".stats { font-size: 0.8em; opacity: 0.75; }"
+EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
+IMAGE_EXAMPLES = [
+    {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
+]
+CSS = """
+.stats, .model-line { font-size: 0.8em; opacity: 0.75; }
+.model-line summary { cursor: pointer; }
+.conversation img { max-width: min(240px, 60vw); max-height: 240px; border-radius: 6px; }
+@media (max-width: 500px) { .conversation { height: 52vh !important; } }
+"""
 # Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
 # cannot make the browser call an outside address (and send it whatever the model put into the URL).
-HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
+HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">
+<script>
+(() => {
+  // Escape stops the answer that streams (the message box's Stop, shown only then)
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const stop = Array.from(document.querySelectorAll("button.stop-button")).find((b) => b.offsetParent !== null);
+    if (stop) stop.click();
+  });
+  // on a narrow screen the conversations start closed: the chat and its message box come first
+  let tries = 0;
+  const timer = setInterval(() => {
+    const sidebar = document.querySelector(".sidebar.conversations");
+    if (sidebar && window.innerWidth < 700 && sidebar.classList.contains("open")) {
+      sidebar.querySelector(".toggle-button").click();
+    }
+    if (sidebar || ++tries > 50) clearInterval(timer);
+  }, 100);
+})();
+</script>"""
 PAGE = {"css": CSS, "head": HEAD}  # what `launch` needs besides the address
 # every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
 GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
@@ -46,21 +76,24 @@ UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /cha
 
 
 def model_panel(model: Engine) -> str:
-    """The model line over the tabs; the checkpoint by its folder's name (nothing of the server's disk)."""
+    """The model line over the tabs (HTML): a short summary, its details a tap away; the checkpoint by its folder's
+    name (nothing of the server's disk)."""
     facts = model.summary()
-    name = checkpoint_name(facts)
+    seeing = " · sees images" if facts["sees_images"] else ""
     if "engine_url" in facts:  # engine/remote.py: a model another server serves
-        context = f"context {facts['context']} tokens" if facts["context_known"] else "context: the engine's"
-        seeing = " · sees images" if facts["sees_images"] else ""
-        return f"**Model** `{facts['path']}` · served by {facts['engine_url']} · {context}{seeing}"
-    return (
-        f"**Model** `{name}` · {facts['architecture']} · {facts.get('format', '')} · "
-        f"dtype {facts.get('dtype', '')} · device {facts.get('device', '')} · quantization "
-        f"{facts.get('quant', 'none')} · weights {facts['weight_mib']:,.0f} MiB · context {facts['context']} tokens"
-        + (" · sees images" if facts["sees_images"] else "")
-        + (" · compiled decoding" if facts["compiled"] else "")
-        + f" · batching: {facts.get('batching', 'off')}"
-    )
+        context = f"{facts['context']} tokens" if facts["context_known"] else "the engine's context"
+        summary = f"<b>Model</b> <code>{escape(facts['path'])}</code> · {context}{seeing}"
+        details = f"served by {escape(facts['engine_url'])} · batching: the engine's"
+    else:
+        summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts['context']} tokens{seeing}"
+        details = (
+            f"{escape(str(facts['architecture']))} · {facts.get('format', '')} · dtype {facts.get('dtype', '')} · "
+            f"device {facts.get('device', '')} · quantization {facts.get('quant', 'none')} · weights "
+            f"{facts['weight_mib']:,.0f} MiB"
+            + (" · compiled decoding" if facts["compiled"] else "")
+            + f" · batching: {escape(str(facts.get('batching', 'off')))}"
+        )
+    return f"<details class='model-line'><summary>{summary}</summary>{details}</details>"
 
 
 def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
@@ -86,11 +119,32 @@ def error_message(text: str) -> dict:
     return {"role": "assistant", "content": ERROR_MARK + text}
 
 
+def stats_notice(line: str) -> dict:
+    """An answer's figures (or its place in the queue), shown under it; not part of the conversation the model sees."""
+    return {"role": "assistant", "metadata": {"title": line, "status": "done"}, "content": ""}
+
+
+def busy_box():
+    return gr.update(submit_btn=False, stop_btn="Stop")
+
+
+def idle_box():
+    return gr.update(submit_btn="Send", stop_btn=False)
+
+
+def message_parts(message) -> tuple[str, list[str]]:
+    """(text, attached files) of the message box's value ({"text", "files"}), or of a plain string."""
+    if isinstance(message, dict):
+        files = [f if isinstance(f, str) else f.get("path") for f in message.get("files") or []]
+        return message.get("text") or "", [f for f in files if f]
+    return message or "", []
+
+
 def dropped_turns_notice(turns: int, context: int) -> dict:
     """A note in the chat (not part of the conversation the model sees) that its oldest turns were left out."""
     return {
         "role": "assistant",
-        "metadata": {"title": "Older turns left out"},
+        "metadata": {"title": DROPPED_TITLE},
         "content": f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this "
         f"conversation: the conversation is longer than its {context}-token context.",
     }
@@ -122,8 +176,15 @@ def up_to_last_question(history: list[dict]) -> list[dict]:
     return history
 
 
+DROPPED_TITLE = "Older turns left out"
+FORMER_TABS = {"vision": "chat", "vision_single": "chat_single"}  # the Vision chat became the chat's attachments
+STOPPED = {"role": "assistant", "metadata": {"title": "Stopped"}, "content": "The answer was stopped here."}
+
+
 class ChatTab:
-    """One chat (text or about an image); `history` is Gradio's list of {"role", "content"} messages."""
+    """The chat: text and images in one conversation, each image going to the model with the message it was
+    attached to; saved as it goes where saved conversations are on (`saved`); or single questions (`single_turn`),
+    each answered alone. `history` is Gradio's list of {"role", "content"} messages."""
 
     def __init__(
         self,
@@ -131,48 +192,74 @@ class ChatTab:
         cancels: Cancels,
         template: str,
         image_transform: str,
-        vision: bool,
+        saved: SavedChats,
         single_turn: bool = False,
         max_upload_mb: float = MAX_UPLOAD_MB,
     ):
-        self.model, self.cancels, self.vision, self.single_turn = model, cancels, vision, single_turn
+        self.model, self.cancels, self.saved, self.single_turn = model, cancels, saved, single_turn
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
-        self.name = ("vision" if vision else "chat") + ("_single" if single_turn else "")  # its KV cache's key
+        self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
+        self.saving = saved.on and not single_turn
+
+    def _owner(self, browser_id, request) -> str | None:
+        return self.saved.owner(browser_id, request) if self.saving else None
 
     # ----- the handlers -----
 
-    async def respond(self, history, image_path, template, system, transform, *sampling, request: gr.Request):
-        """Answer the last user message of `history`; yields (history, stats, prompt)."""
+    async def respond(self, history, conversation, browser_id, template, system, transform, *sampling, request):
+        """Answer the last user message of `history`; yields (history, prompt, conversation, its list's update),
+        the conversation saved when the answer ends."""
         history = [dict(m) for m in history or []]
-        question = message_text(history[-1]["content"])
-        key = session_key(request.session_hash, self.name)  # this tab of this browser session: its Stop, its cache
-        cancel = self.cancels.fresh(key)
+        cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
+        listed = gr.skip()
         try:
+            owner = self._owner(browser_id, request)
+            conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
             settings = page_sampling(*sampling)
-            image = open_upload(image_path, self.max_upload_mb) if self.vision else None
-            past = [] if self.single_turn else model_view(history[:-1])  # single-turn: each question alone
-            chat = chat_prompt(self.model, template, system, past, question, settings.max_new_tokens, image)
+            messages = self.saved.for_the_model(owner, conversation, model_view(history))
+            past = [] if self.single_turn else messages[:-1]  # single-turn: each question alone
+            last = messages[-1]["content"]
+            attached = message_images(last) if isinstance(last, list) else []
+            chat = chat_prompt(
+                self.model, template, system, past, message_text(last), settings.max_new_tokens, None, attached
+            )
         except UserError as error:
-            yield history + [error_message(str(error))], "", ""
+            yield history + [error_message(str(error))], "", conversation, listed
             return
         if chat.dropped_turns:
             notice = dropped_turns_notice(chat.dropped_turns, self.model.max_seq_len)
-            if notice["content"] != next((m["content"] for m in reversed(history) if is_notice(m)), None):
+            told = (m["content"] for m in reversed(history) if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE)
+            if notice["content"] != next(told, None):
                 history.append(notice)  # once for each new cut, not at every turn
         history.append({"role": "assistant", "content": ""})
-        yield history, "", chat.text
+        yield history, chat.text, conversation, listed
+        cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
         answer = Request(
-            chat.text, settings, tuple(chat.stop_symbols), chat.images or None, transform, session=key, cancel=cancel
+            chat.text, settings, tuple(chat.stop_symbols), chat.images or None, transform, session=cache, cancel=cancel
         )
+        line, failed = "", False
         async for text, line, error in answer_updates(self.model, answer):
-            history[-1] = error_message(error) if error else {"role": "assistant", "content": text.strip()}
-            yield history, line, chat.text
+            failed = error is not None
+            history[-1] = error_message(error) if failed else {"role": "assistant", "content": text.strip()}
+            # the figures (or the place in the queue) under the answer
+            yield history + ([stats_notice(line)] if line and not failed else []), chat.text, conversation, gr.skip()
+        if line and not failed:
+            history.append(stats_notice(line))
+        yield history, chat.text, *self._commit(owner, conversation, history)
+
+    def _commit(self, owner, conversation, history) -> tuple:
+        """(conversation id, the list's update) once `history` is saved."""
+        if owner is None:
+            return conversation, gr.skip()
+        conversation = self.saved.save(owner, conversation, history)
+        return conversation, gr.update(choices=self.saved.choices(owner), value=conversation)
 
     async def submit(
         self,
         message,
         history,
-        image_path,
+        conversation,
+        browser_id,
         template,
         system,
         transform,
@@ -183,15 +270,29 @@ class ChatTab:
         repetition_penalty,
         request: gr.Request,
     ):
-        if not message.strip():
+        """Send the message box's text and images; yields (history, box, prompt, conversation, list)."""
+        text, files = message_parts(message)
+        typed = {"text": text, "files": files}  # what the box gives back on an error: nothing typed is lost
+        if not text.strip():
             gr.Warning(EMPTY_MESSAGE)
-            yield history, message, gr.skip(), gr.skip()
+            yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
-        history = list(history or []) + [{"role": "user", "content": message}]
-        box = ""  # empty the message box once; later pieces leave it alone, so the next message can be typed
-        async for history, stats, prompt in self.respond(
+        try:
+            images = self._attached(files)
+            owner = self._owner(browser_id, request)
+            if owner is not None and conversation is None:
+                conversation = new_conversation_id()
+            question = self.saved.user_message(owner, conversation, text, images)
+        except UserError as error:
+            failed = list(history or []) + [{"role": "user", "content": text}, error_message(str(error))]
+            yield failed, typed, "", conversation, gr.skip()
+            return
+        history = list(history or []) + [question]
+        box = None  # empty the message box once; later pieces leave it alone, so the next message can be typed
+        async for history, prompt, conversation, listed in self.respond(
             history,
-            image_path,
+            conversation,
+            browser_id,
             template,
             system,
             transform,
@@ -203,14 +304,21 @@ class ChatTab:
             request=request,
         ):
             if message_text(history[-1]["content"]).startswith(ERROR_MARK):
-                box = message  # what the user typed survives an error
-            yield history, box, stats, prompt
+                box = typed
+            yield history, box, prompt, conversation, listed
             box = gr.skip()
+
+    def _attached(self, files) -> list[tuple[str, object]]:
+        """(path, checked image) of each attached file; a model that cannot see refuses them in one sentence."""
+        if files and not self.model.sees_images:
+            raise UserError("This model does not see images; remove the attachment, or start a model that sees them.")
+        return [(path, open_upload(path, self.max_upload_mb)) for path in files]
 
     async def regenerate(
         self,
         history,
-        image_path,
+        conversation,
+        browser_id,
         template,
         system,
         transform,
@@ -223,11 +331,12 @@ class ChatTab:
     ):
         history = up_to_last_question(history)
         if not history:
-            yield history, "", ""
+            yield history, "", conversation, gr.skip()
             return
         async for update in self.respond(
             history,
-            image_path,
+            conversation,
+            browser_id,
             template,
             system,
             transform,
@@ -243,7 +352,8 @@ class ChatTab:
     async def edit(
         self,
         history,
-        image_path,
+        conversation,
+        browser_id,
         template,
         system,
         transform,
@@ -255,12 +365,18 @@ class ChatTab:
         edited: gr.EditData,
         request: gr.Request,
     ):
-        """A past user message was edited: drop what followed it and answer it again."""
+        """A past user message was edited: drop what followed it and answer it again (its images stay)."""
         history = list(history or [])[: edited.index + 1]
-        history[-1] = {"role": "user", "content": message_text(edited.value)}
+        images = IMAGE_REF.findall(message_text(history[-1]["content"]))
+        kept = "".join(f"![image]({IMAGE_ROUTE}/{c}/{d}?sig={sig})\n\n" for c, d, sig in images)
+        text = IMAGE_REF.sub("", message_text(edited.value))
+        parts = [p for p in history[-1]["content"] if isinstance(p, dict) and p.get("type") == "file"] if isinstance(
+            history[-1]["content"], list) else []  # fmt: skip
+        history[-1] = {"role": "user", "content": [*parts, kept + text] if parts else kept + text}
         async for update in self.respond(
             history,
-            image_path,
+            conversation,
+            browser_id,
             template,
             system,
             transform,
@@ -276,108 +392,213 @@ class ChatTab:
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, self.name))
 
-    @staticmethod
-    def undo(history):
-        history = up_to_last_question(history)
-        last = message_text(history.pop()["content"]) if history else ""
-        return history, last
+    def mark_stopped(self, history, conversation, browser_id, request: gr.Request):
+        """After Stop: the answer as it was shown, marked as stopped, and saved so."""
+        history = list(history or [])
+        if not history or history[-1]["role"] != "assistant" or is_notice(history[-1]):
+            return gr.skip(), gr.skip(), gr.skip()
+        history.append(STOPPED)
+        owner = self._owner(browser_id, request)
+        return history, *self._commit(owner, conversation, history)
 
-    def new_image(self, path):
-        """A new image starts a new conversation about it; the checked copy is what the model and preview see."""
-        if not path:
-            return [], None, None, ""
+    def undo(self, history, conversation, browser_id, request: gr.Request):
+        history = up_to_last_question(history)
+        last = history.pop() if history else None
+        text = IMAGE_REF.sub("", message_text(last["content"])) if last else ""
+        owner = self._owner(browser_id, request)
+        if owner is None or conversation is None:
+            return history, {"text": text, "files": []}, conversation, gr.skip()
+        return history, {"text": text, "files": []}, *self._commit(owner, conversation, history)
+
+    # ----- saved conversations -----
+
+    def first_load(self, browser_id, request: gr.Request):
+        """The page's first load: the browser's id (made now if it has none) and its conversations."""
+        browser_id = self.saved.browser_id(browser_id)
+        return browser_id, gr.update(choices=self.saved.choices(self._owner(browser_id, request)), value=None)
+
+    def open(self, chosen, browser_id, request: gr.Request):
+        """Reopen one of this owner's conversations: (chat, conversation, title, note)."""
+        if not chosen:
+            return gr.skip(), gr.skip(), gr.skip(), ""
         try:
-            preview = save_preview(open_upload(path, self.max_upload_mb))
+            owner = self._owner(browser_id, request)
+            found = self.saved.store.get(owner, chosen)
         except UserError as error:
-            return [error_message(str(error))], None, None, ""
-        return [], preview, preview, "New image: a new conversation about it starts."
+            return gr.skip(), gr.skip(), gr.skip(), str(error)
+        return self.saved.shown(owner, found.id, found.messages), found.id, found.title, ""
+
+    @staticmethod
+    def new_chat():
+        return [], None, gr.update(value=None), "", "", None
+
+    def rename(self, conversation, title, browser_id, request: gr.Request):
+        try:
+            owner = self._owner(browser_id, request)
+            if conversation is None:
+                raise UserError("Send a message first: a new chat gets its title from it.")
+            self.saved.store.rename(owner, conversation, title)
+        except UserError as error:
+            return gr.skip(), str(error)
+        return gr.update(choices=self.saved.choices(owner), value=conversation), "Renamed."
+
+    def delete(self, conversation, browser_id, request: gr.Request):
+        try:
+            owner = self._owner(browser_id, request)
+            if conversation is not None:
+                self.saved.store.delete(owner, conversation)
+        except UserError as error:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
+        return [], None, gr.update(choices=self.saved.choices(owner), value=None), "", "Deleted."
+
+    def export(self, kind: str):
+        def export(conversation, browser_id, request: gr.Request):
+            try:
+                if conversation is None:
+                    raise UserError("There is nothing to export yet: send a message first.")
+                path = self.saved.export(self._owner(browser_id, request), conversation, kind)
+            except UserError as error:
+                return gr.update(visible=False), str(error)
+            return gr.update(value=path, visible=True), ""
+
+        return export
+
+    def import_file(self, file, browser_id, request: gr.Request):
+        path = file if isinstance(file, str) else getattr(file, "name", None)
+        try:
+            owner = self._owner(browser_id, request)
+            conversation = self.saved.import_file(owner, path)
+            found = self.saved.store.get(owner, conversation)
+        except UserError as error:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
+        shown = self.saved.shown(owner, conversation, found.messages)
+        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
+        return shown, conversation, listed, found.title, "Imported."
 
     # ----- the layout -----
 
-    def build(self) -> None:
+    def build(self, browser_id) -> None:
         model = self.model
+        conversation = gr.State(None)
         chatbot = gr.Chatbot(
             label="Conversation",
-            height=460,
+            height="58vh",
+            min_height=260,
             buttons=["copy", "copy_all"],
             editable="user",
-            placeholder="Ask something, or pick an example below.",
+            placeholder="Ask something" + (", or attach an image" if model.sees_images else "") + ".",
+            elem_classes="conversation",
         )
-        with gr.Row():
-            message = gr.Textbox(
-                show_label=False,
-                placeholder="Type a message and press Enter",
-                scale=8,
-                max_lines=6,
-                autofocus=not self.vision,
-                elem_classes="message",
-            )
-            send = gr.Button("Send", variant="primary", scale=1, min_width=80)
-            stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
+        message = gr.MultimodalTextbox(
+            show_label=False,
+            placeholder="Type a message and press Enter"
+            + (" (attach, drop or paste images)" if model.sees_images else ""),
+            file_types=["image"] if model.sees_images else [],
+            file_count="multiple",
+            sources=["upload"] if model.sees_images else [],
+            max_lines=6,
+            autofocus=True,
+            submit_btn="Send",
+            stop_btn=False,
+            elem_classes="message",
+        )
         with gr.Row():
             regenerate = gr.Button("Regenerate", size="sm")
             undo = gr.Button("Undo", size="sm")
-            clear = gr.Button("Clear", size="sm")
-        stats = gr.Markdown(elem_classes="stats")
-        image_state = gr.State(None)
-        transform = gr.State(self.image_transform)
-        if self.vision:
-            with gr.Row():
-                upload = gr.File(
-                    label="Image (click or drop; a new image starts a new conversation)",
-                    file_types=["image"],
-                    type="filepath",
-                    height=140,
-                )
-                preview = gr.Image(label="The image", interactive=False, height=200)
-            with gr.Row():
-                transform = gr.Radio(
-                    IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
-                )
-        gr.Examples(IMAGE_EXAMPLES if self.vision else EXAMPLES, inputs=message, label="Examples")
+        gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(model)
         with gr.Accordion("Template and system prompt", open=False):
             template = gr.Dropdown(names, value=self.template, label="Template")
             system = gr.Textbox(default_system(model, self.template), label="System prompt", lines=2)
+        transform = gr.State(self.image_transform)
+        if model.sees_images:
+            with gr.Accordion("Image transform", open=False):
+                transform = gr.Radio(
+                    IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
+                )
         sampling = sampling_controls()
         with gr.Accordion("Prompt sent to the model", open=False):
             prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
 
-        settings = [image_state, template, system, transform, *sampling]
-        outputs = [chatbot, stats, prompt_view]
+        settings = [conversation, browser_id, template, system, transform, *sampling]
+        chats = self.sidebar_list if self.saving else gr.State(None)
+        outputs = [chatbot, prompt_view, conversation, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
-        # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
-        sends = [
-            trigger(self.stop, None, None, queue=False, trigger_mode="multiple", api_visibility=UI_ONLY).then(
+        quiet = dict(api_visibility=UI_ONLY)
+        toggle = dict(queue=False, show_progress="hidden", **quiet)
+        runs = [
+            # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
+            message.submit(self.stop, None, None, trigger_mode="multiple", **toggle).then(
                 self.submit,
                 [message, chatbot, *settings],
-                [chatbot, message, stats, prompt_view],
+                [chatbot, message, prompt_view, conversation, chats],
                 trigger_mode="multiple",
                 **common,
-            )
-            for trigger in (message.submit, send.click)
-        ]
-        runs = [
-            *sends,
+            ),
             regenerate.click(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
         ]
-        stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
-        undo.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
-            self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY
+        # while an answer streams, Send becomes Stop (and Escape presses it: HEAD's script)
+        for trigger in (message.submit, regenerate.click, chatbot.retry, chatbot.edit):
+            trigger(busy_box, None, message, **toggle)
+        for run in runs:
+            run.then(idle_box, None, message, **toggle)
+        message.stop(self.stop, None, None, cancels=runs, **toggle).then(
+            self.mark_stopped, [chatbot, conversation, browser_id], [chatbot, conversation, chats], **quiet
+        ).then(idle_box, None, message, **toggle)
+        for trigger in (undo.click, chatbot.undo):
+            trigger(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
+                self.undo, [chatbot, conversation, browser_id], [chatbot, message, conversation, chats], **quiet
+            ).then(idle_box, None, message, **toggle)
+        template.change(lambda name: default_system(model, name), template, system, **quiet)
+        self.chatbot, self.conversation, self.runs = chatbot, conversation, runs
+
+    def build_sidebar(self) -> None:
+        """New chat and this owner's conversations, newest first (reopen, rename, delete, export, import)."""
+        with gr.Sidebar(label="Conversations", open=True, elem_classes="conversations"):
+            self.new_button = gr.Button("New chat", variant="primary", size="sm")
+            self.sidebar_list = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
+            with gr.Accordion("This conversation", open=False):
+                self.title = gr.Textbox(label="Title", max_lines=1)
+                self.rename_button = gr.Button("Rename", size="sm")
+                with gr.Row():
+                    self.export_json = gr.Button("Export JSON", size="sm")
+                    self.export_markdown = gr.Button("Export Markdown", size="sm")
+                self.download = gr.File(label="Export", visible=False, interactive=False)
+                self.delete_button = gr.Button("Delete", variant="stop", size="sm")
+                with gr.Row(visible=False) as self.confirm_row:
+                    self.confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
+                    self.keep = gr.Button("Keep it", size="sm")
+            self.import_button = gr.UploadButton("Import JSON", file_types=[".json"], size="sm")
+            self.note = gr.Markdown(elem_classes="stats")
+
+    def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
+        quiet = dict(api_visibility=UI_ONLY)
+        chatbot, conversation, chats = self.chatbot, self.conversation, self.sidebar_list
+        app.load(self.first_load, browser_id, [browser_id, chats], **quiet)
+        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
+        self.new_button.click(**stop).then(
+            self.new_chat, None, [chatbot, conversation, chats, self.title, self.note, self.download], **quiet
         )
-        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
-            self.undo, chatbot, [chatbot, message], api_visibility=UI_ONLY
+        chats.input(**stop).then(
+            self.open, [chats, browser_id], [chatbot, conversation, self.title, self.note], **quiet
         )
-        clear.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
-            lambda: ([], "", ""), None, outputs, api_visibility=UI_ONLY
+        self.rename_button.click(self.rename, [conversation, self.title, browser_id], [chats, self.note], **quiet)
+        for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
+            button.click(self.export(kind), [conversation, browser_id], [self.download, self.note], **quiet)
+        shown, hidden = gr.update(visible=True), gr.update(visible=False)
+        self.delete_button.click(lambda: shown, None, self.confirm_row, **quiet)
+        self.keep.click(lambda: hidden, None, self.confirm_row, **quiet)
+        self.confirm_delete.click(**stop).then(
+            self.delete, [conversation, browser_id], [chatbot, conversation, chats, self.title, self.note], **quiet
+        ).then(lambda: hidden, None, self.confirm_row, **quiet)
+        self.import_button.upload(
+            self.import_file,
+            [self.import_button, browser_id],
+            [chatbot, conversation, chats, self.title, self.note],
+            **quiet,
         )
-        template.change(lambda name: default_system(model, name), template, system, api_visibility=UI_ONLY)
-        if self.vision:
-            upload.change(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY).then(
-                self.new_image, upload, [chatbot, image_state, preview, stats], api_visibility=UI_ONLY
-            )
 
 
 class SingleTurnTab:
@@ -527,36 +748,42 @@ def api_single_turn(model: Engine, cancels: Cancels):
 
 def build_app(
     model: Engine,
-    tabs: tuple[str, ...] = ("chat", "vision", "single"),
+    tabs: tuple[str, ...] = ("chat", "single"),
     template: str | None = None,
     image_transform: str = "padded_resize",
     title: str = "Chat",
     max_upload_mb: float = MAX_UPLOAD_MB,
+    store: Store | None = None,
 ) -> gr.Blocks:
-    """The app over `model`; a "vision" tab is left out when the model cannot see images. `max_upload_mb` caps
-    the images this app reads (also pass it to `launch(max_file_size=...)`, which caps what Gradio receives)."""
+    """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
+    conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
+    ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
+    caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route."""
     template = default_template(model, template)
     cancels = Cancels()
-    if not model.sees_images:
-        tabs = tuple(t for t in tabs if not t.startswith("vision"))
-    labels = {"chat": "Chat", "vision": "Vision chat", "vision_single": "Image questions", "single": "Single-turn"}
+    saved = SavedChats(store, max_upload_mb)
+    tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))
+    labels = {"chat": "Chat", "chat_single": "Image questions", "single": "Single-turn"}
     with gr.Blocks(title=title) as app:
-        gr.Markdown(model_panel(model), elem_classes="stats")
+        browser_id = saved.browser_state() if saved.on else gr.State(None)
+        chat_tabs = {
+            tab: ChatTab(model, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb)
+            for tab in tabs
+            if tab.startswith("chat")
+        }
+        saving = next((chat for chat in chat_tabs.values() if chat.saving), None)
+        if saving is not None:
+            saving.build_sidebar()
+        gr.HTML(model_panel(model), elem_classes="model-line")
         with gr.Tabs():
             for tab in tabs:
                 with gr.Tab(labels[tab], id=tab):
                     if tab == "single":
                         SingleTurnTab(model, cancels).build()
                     else:
-                        ChatTab(
-                            model,
-                            cancels,
-                            template,
-                            image_transform,
-                            vision=tab.startswith("vision"),
-                            single_turn=tab == "vision_single",
-                            max_upload_mb=max_upload_mb,
-                        ).build()
+                        chat_tabs[tab].build(browser_id)
+        if saving is not None:
+            saving.wire_sidebar(browser_id, app)
         gr.api(
             api_chat(model, cancels, template, image_transform, max_upload_mb),
             api_name="chat",

@@ -1,13 +1,10 @@
 """What the page does with an engine's answers, apart from Gradio: the growing text and its figures from the
-engine's events, a cancel flag per tab, previews of uploads."""
+engine's events, a cancel flag per tab."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import AsyncIterator
-
-from PIL import Image
 
 from engine import Delta, End, Engine, Queued, Request
 from engine.threaded import in_own_thread
@@ -72,11 +69,3 @@ class Cancels:
             keys = [k for k in self._events if in_session(k, session)]
         for key in keys:
             self.cancel(key)
-
-
-def save_preview(image: Image.Image) -> str:
-    """A PNG copy of a checked upload, for Gradio to show (it never decodes the user's original file)."""
-    handle = tempfile.NamedTemporaryFile(suffix=".png", delete=False, prefix="upload-")
-    image.save(handle, format="PNG")
-    handle.close()
-    return handle.name
