@@ -22,6 +22,7 @@ from launchers.loading import free_port
 from prompting import default_template
 from ui import build_app
 from ui.blocks import PAGE
+from ui.history import SavedChats
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is installed (pip install -e .)
@@ -44,10 +45,10 @@ def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,))
     return output.read_text()
 
 
-def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None, port: int | None = None):
+def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None, port: int | None = None, auth=None):
     """(process, gradio_client) of `python app.py *flags` (or `torchrun ... app.py` with `launcher=TORCHRUN`) on
     `port` (default: a free one), once it answers, with `env` added to its environment. It runs in a session of its
-    own, as from a terminal: `interrupted` is its Ctrl-C."""
+    own, as from a terminal: `interrupted` is its Ctrl-C. `auth`: (user, password) of an app started with --auth."""
     from gradio_client import Client
 
     port = port or free_port()
@@ -63,7 +64,7 @@ def launched(*flags: str, launcher=(sys.executable,), env: dict | None = None, p
     deadline, client = time.time() + 120, None
     while client is None and time.time() < deadline and app.poll() is None:
         try:
-            client = Client(f"http://127.0.0.1:{port}", verbose=False)
+            client = Client(f"http://127.0.0.1:{port}", verbose=False, auth=auth)
         except Exception:
             time.sleep(0.5)
     assert client is not None, app.stdout.read() if app.poll() is not None else "the app did not start"
@@ -174,12 +175,13 @@ def serve(
     concurrency: int = 1,
     api_keys=None,
     max_upload_mb: float = MAX_UPLOAD_MB,
+    store=None,
 ):
     """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
-    the launchers serve them, until the block ends."""
+    the launchers serve them, until the block ends; conversations are kept in `store` (a history.Store) if given."""
     counter = ForwardCounter(model, delay)
     try:
-        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb) as url:
+        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb, store) as url:
             yield url, counter
     finally:
         counter.restore()
@@ -187,20 +189,26 @@ def serve(
 
 @contextmanager
 def serve_engine(
-    engine, tabs=("chat", "single"), concurrency: int = 1, api_keys=None, max_upload_mb: float = MAX_UPLOAD_MB
+    engine,
+    tabs=("chat", "single"),
+    concurrency: int = 1,
+    api_keys=None,
+    max_upload_mb: float = MAX_UPLOAD_MB,
+    store=None,
 ):
     """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`)."""
     queue = InArrivalOrder(engine, concurrency)
-    app = build_app(queue, tabs, max_upload_mb=max_upload_mb)
+    app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store)
     app.queue(default_concurrency_limit=concurrency)
     api = OpenAIAPI(queue, default_template(queue), "auto", max_upload_mb, api_keys)
+    routes = api.routes() + ([SavedChats(store).route()] if store is not None else [])
     port = free_port()
     app.launch(
         server_name="127.0.0.1",
         server_port=port,
         prevent_thread_lock=True,
         quiet=True,
-        app_kwargs={"routes": api.routes()},
+        app_kwargs={"routes": routes},
         **PAGE,
     )
     try:

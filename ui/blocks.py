@@ -49,15 +49,15 @@ CSS = """
 """
 # Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
 # cannot make the browser call an outside address (and send it whatever the model put into the URL).
-HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">
-<script>
-(() => {
+HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
+# run by the page once it has loaded (launch's `js`)
+PAGE_JS = """() => {
   // Escape stops the answer that streams (the message box's Stop, shown only then)
   document.addEventListener("keydown", (event) => {
     if (event.key !== "Escape") return;
     const stop = Array.from(document.querySelectorAll("button.stop-button")).find((b) => b.offsetParent !== null);
     if (stop) stop.click();
-  });
+  }, true);  // in the capture phase: the message box handles its own keys
   // on a narrow screen the conversations start closed: the chat and its message box come first
   let tries = 0;
   const timer = setInterval(() => {
@@ -67,9 +67,8 @@ HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' dat
     }
     if (sidebar || ++tries > 50) clearInterval(timer);
   }, 100);
-})();
-</script>"""
-PAGE = {"css": CSS, "head": HEAD}  # what `launch` needs besides the address
+}"""
+PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS}  # what `launch` needs besides the address
 # every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
 GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
 UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
@@ -93,7 +92,7 @@ def model_panel(model: Engine) -> str:
             + (" · compiled decoding" if facts["compiled"] else "")
             + f" · batching: {escape(str(facts.get('batching', 'off')))}"
         )
-    return f"<details class='model-line'><summary>{summary}</summary>{details}</details>"
+    return f"<details><summary>{summary}</summary>{details}</details>"
 
 
 def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:

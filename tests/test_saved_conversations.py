@@ -1,0 +1,448 @@
+"""Saved conversations: the SQLite store (history/store.py), the chat's side of it (ui/history.py), and the page in
+Chromium: reload, restart, two browsers, two logins, export and import, images reopened, kill -9, Send/Stop, a phone's
+screen. Every app here keeps its conversations in a temporary place (conftest.py sets XDG_DATA_HOME)."""
+
+import asyncio
+import base64
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+from types import SimpleNamespace
+
+import pytest
+from app_server import answer_of, interrupted, launched, serve
+from test_browser import ANSWERS, ARTIFACTS, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
+
+from demo_model import data as demo_data
+from engine import End
+from history import Store
+from history.store import SCHEMA_VERSION
+from launchers import browser as launchers
+from launchers.flags import DEMO_MODEL
+from launchers.loading import free_port
+from model import MetaModel
+from ui.blocks import ChatTab
+from ui.chat import Cancels
+from ui.history import SavedChats, png_bytes
+from user_error import UserError
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+
+GREEDY = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+def chat_turn(tab: ChatTab, message, history, conversation, browser_id, session="s", username=None):
+    """One Send through the chat's handler: its last (history, box, prompt, conversation, list)."""
+
+    async def last():
+        update = None
+        async for update in tab.submit(
+            message,
+            list(history),
+            conversation,
+            browser_id,
+            "default",
+            None,
+            "padded_resize",
+            *GREEDY.values(),
+            request=SimpleNamespace(session_hash=session, username=username),
+        ):
+            pass
+        return update
+
+    return asyncio.run(last())
+
+
+# ----- the store -----
+
+
+def test_conversations_round_trip_and_an_image_is_kept_once(tmp_path):
+    store = Store(tmp_path / "chats.db")
+    png = png_bytes(demo_data.shapes_image(random.Random(1), 1)[0])
+    first, again = store.put_image(png), store.put_image(png)
+    assert first == again and len(list(store.images.iterdir())) == 1  # never a second copy of the same bytes
+    messages = [{"role": "user", "content": [{"type": "image", "sha256": first}, {"type": "text", "text": "Hi"}]}]
+    older = store.save("alice", None, [{"role": "user", "content": "What is 2 plus 2?"}])
+    newer = store.save("alice", None, messages)
+    assert store.titles("alice") == [("Hi", newer), ("What is 2 plus 2?", older)]  # newest first
+    store.save(
+        "alice", older, [{"role": "user", "content": "What is 2 plus 2?"}, {"role": "assistant", "content": "4"}]
+    )
+    assert [c for _, c in store.titles("alice")] == [older, newer]  # continuing a conversation moves it up
+    store.rename("alice", older, "  Sums  ")
+    assert store.get("alice", older).title == "Sums"
+    store.delete("alice", older)
+    assert store.titles("alice") == [("Hi", newer)]
+    store.close()
+    reopened = Store(tmp_path / "chats.db")  # a restart: the same conversations, the same browser secrets
+    assert reopened.get("alice", newer).messages == messages and reopened.keys == store.keys
+    reopened.close()
+
+
+def test_an_owner_never_reaches_another_owners_conversation(tmp_path):
+    store = Store(tmp_path / "chats.db")
+    alices = store.save("user:alice", None, [{"role": "user", "content": "secret"}])
+    for action in (
+        lambda: store.get("user:bob", alices),
+        lambda: store.rename("user:bob", alices, "mine"),
+        lambda: store.delete("user:bob", alices),
+        lambda: store.save("user:bob", alices, [{"role": "user", "content": "overwritten"}]),
+    ):
+        with pytest.raises(UserError, match="no such conversation among yours"):
+            action()
+    assert store.titles("user:bob") == [] and store.get("user:alice", alices).messages[0]["content"] == "secret"
+    digest = store.put_image(png_bytes(demo_data.shapes_image(random.Random(2), 1)[0]))
+    store.save("user:alice", alices, [{"role": "user", "content": [{"type": "image", "sha256": digest}]}])
+    signed = store.image_signature("user:alice", alices, digest)
+    assert store.image_for_owner_of(alices, digest, signed) is not None
+    assert store.image_for_owner_of(alices, digest, store.image_signature("user:bob", alices, digest)) is None
+    store.close()
+
+
+def test_a_database_that_cannot_be_used_is_one_sentence_and_left_alone(tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(UserError, match="cannot be read .* damaged or not a database. It was left as it is"):
+        Store(corrupt)
+    assert corrupt.read_bytes() == b"this is not a database" * 100
+
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(UserError, match="written by a newer version of this app"):
+        Store(newer)
+
+    used = Store(tmp_path / "used.db")
+    with pytest.raises(UserError, match="Another app is using the history database"):
+        Store(tmp_path / "used.db")
+    used.close()
+
+    locked = tmp_path / "locked.db"
+    Store(locked).close()
+    holder = sqlite3.connect(locked, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(UserError, match="locked by another program"):
+            Store(locked)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_launcher_refuses_a_corrupt_database_before_loading_the_model(tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"garbage" * 100)
+    with pytest.raises(SystemExit) as ended:
+        launchers.app(["--history_db", str(corrupt)])
+    assert ended.value.code == 1 and "damaged or not a database" in capsys.readouterr().err
+
+
+# ----- the chat's side -----
+
+
+def test_eight_sessions_at_once_lose_no_turn(demo, tmp_path):
+    store = Store(tmp_path / "chats.db")
+    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(store))
+    browsers = [SavedChats.browser_id(None) for _ in range(8)]
+    countries = ["France", "Japan", "Peru", "Kenya", "Spain", "Italy", "Chile", "Egypt"]
+
+    def conversation(number: int) -> str:
+        history, conversation = [], None
+        for turn in range(3):
+            question = f"What is the capital of {countries[(number + turn) % 8]}?"
+            history, _, _, conversation, _ = chat_turn(
+                tab, question, history, conversation, browsers[number], str(number)
+            )
+        return conversation
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(conversation, range(8)))
+    for number, conversation_id in enumerate(ids):
+        saved = store.get("browser:" + browsers[number], conversation_id).messages
+        questions = [m["content"] for m in saved if m["role"] == "user"]
+        assert questions == [f"What is the capital of {countries[(number + t) % 8]}?" for t in range(3)]
+        answers = [m["content"] for m in saved if m["role"] == "assistant" and not m.get("metadata")]
+        assert len(answers) == 3 and all(a.startswith("The capital of") for a in answers)
+    store.close()
+
+
+def test_export_and_import_round_trip_with_images(demo, tmp_path):
+    store = Store(tmp_path / "chats.db")
+    saved = SavedChats(store)
+    tab = ChatTab(demo, Cancels(), "default", "padded_resize", saved)
+    me = SavedChats.browser_id(None)
+    image, [(colour, kind)] = demo_data.shapes_image(random.Random(4), 1)
+    path = tmp_path / "shape.png"
+    image.save(path)
+    box = {"text": f"What color is the {kind}?", "files": [str(path)]}
+    history, _, _, conversation, _ = chat_turn(tab, box, [], None, me)
+    assert answer_of(history) == f"The {kind} is {colour}."
+    owner = "browser:" + me
+    exported = json.loads(open(saved.export(owner, conversation, "json")).read())
+    user = exported["messages"][0]
+    assert user["role"] == "user" and user["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    markdown = open(saved.export(owner, conversation, "md")).read()
+    assert "## User\n\n![image](data:image/png;base64," in markdown and f"The {kind} is {colour}." in markdown
+    file = tmp_path / "export.json"
+    file.write_text(json.dumps(exported))
+    imported = saved.import_file(owner, str(file))
+    before, after = store.get(owner, conversation), store.get(owner, imported)
+    strip = lambda ms: [m for m in ms if not m.get("metadata")]  # noqa: E731 (figures are not exported)
+    assert strip(after.messages) == strip(before.messages) and after.title == before.title  # the same image digest
+    assert len(list(store.images.iterdir())) == 1
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * int(2e6)}]}))
+    with pytest.raises(UserError, match="import one under"):
+        SavedChats(store, max_upload_mb=0.1).import_file(owner, str(huge))
+    store.close()
+
+
+def test_a_request_naming_another_owners_conversation_is_refused(demo, tmp_path):
+    store = Store(tmp_path / "chats.db")
+    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(store))
+    history, _, _, alices, _ = chat_turn(tab, "What is the capital of Peru?", [], None, None, username="alice")
+    shown, conversation, title, note = tab.open(alices, None, SimpleNamespace(session_hash="b", username="bob"))
+    assert "no such conversation among yours" in note and conversation is not None  # nothing opened (a skip)
+    history, *_ = chat_turn(tab, "Mine now?", history, alices, None, session="b", username="bob")
+    assert "no such conversation among yours" in history[-1]["content"]
+    assert "Mine now?" not in str(store.get("user:alice", alices).messages)
+    store.close()
+
+
+class Recording:
+    """An engine whose answers' last events are kept (`ends`)."""
+
+    def __init__(self, engine):
+        self.engine, self.ends = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def stream(self, request):
+        for event in self.engine.stream(request):
+            if isinstance(event, End):
+                self.ends.append(event)
+            yield event
+
+
+def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, tmp_path):
+    store = Store(tmp_path / "chats.db")
+    engine = Recording(demo)
+    tab = ChatTab(engine, Cancels(), "default", "padded_resize", SavedChats(store))
+    me = SavedChats.browser_id(None)
+    _, _, _, conversation, _ = chat_turn(tab, "What is the capital of Peru?", [], None, me, session="one")
+    reopened, conversation, _, _ = tab.open(conversation, me, SimpleNamespace(session_hash="two", username=None))
+    assert "Lima" in str(reopened)
+    engine.ends.clear()
+    for question in ("What is the capital of Spain?", "What is the capital of Kenya?"):
+        reopened, *_ = chat_turn(tab, question, reopened, conversation, me, session="two")
+        assert answer_of(reopened).startswith("The capital of")
+    rebuilt, reused = engine.ends
+    assert rebuilt.cached_tokens == 0  # another page: the conversation's keys and values computed once
+    assert reused.cached_tokens >= rebuilt.prompt_tokens  # then kept: the next turn computes only what is new
+    store.close()
+
+
+def reopened(db) -> Store:
+    """The store of a killed app, once its last process has ended (and so released the database)."""
+    deadline = time.time() + 30
+    while True:
+        try:
+            return Store(db)
+        except UserError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def only_owner(store: Store) -> str:
+    [(owner,)] = store._db.execute("SELECT DISTINCT owner FROM conversations").fetchall()
+    return owner
+
+
+# ----- the page -----
+
+
+def chat_list(page) -> list[str]:
+    return page.locator(".chat-list label").all_inner_texts()
+
+
+def test_reload_restart_two_browsers_and_delete(browser, tmp_path):  # noqa: F811
+    db, port = (
+        str(tmp_path / "chats.db"),
+        free_port(),
+    )  # a restart keeps its port (the browser's storage is per address)
+    app, client = launched("--history_db", db, port=port)
+    try:
+        alice = browser.new_context(viewport={"width": 1280, "height": 1000})
+        page = alice.new_page()
+        page.goto(client.src)
+        page.wait_for_selector("textarea")
+        send(page, "What is the capital of France?")
+        wait_for_answer(page, lambda t: t.endswith("Paris."))
+        page.reload()
+        page.wait_for_selector("textarea")
+        page.get_by_text("What is the capital of France?").first.wait_for()
+        assert chat_list(page) == ["What is the capital of France?"]
+        other = browser.new_context().new_page()  # another browser: its own, empty list
+        other.goto(client.src)
+        other.wait_for_selector("textarea")
+        time.sleep(1)
+        assert chat_list(other) == []
+    finally:
+        interrupted(app)
+    app, client = launched("--history_db", db, port=port)  # a restart on the same database
+    try:
+        page.goto(client.src)
+        page.wait_for_selector("textarea")
+        page.locator(".chat-list label").first.click()
+        wait_for_answer(page, lambda t: t.endswith("Paris."))
+        send(page, "What is 23 plus 45?")
+        assert wait_for_answer(page, lambda t: t.endswith("68.")).startswith("23 plus 45")
+        page.screenshot(path=str(ARTIFACTS / "saved.png"), full_page=True)
+        page.get_by_text("This conversation").click()
+        page.get_by_role("button", name="Delete").click()
+        page.get_by_role("button", name="Yes, delete it").click()
+        page.wait_for_function("document.querySelectorAll('.chat-list label').length == 0")
+    finally:
+        interrupted(app)
+
+
+def test_two_logins_each_see_only_their_own(browser, tmp_path):  # noqa: F811
+    logins = tmp_path / "logins.txt"
+    logins.write_text("alice:wonderland\nbob:builder\n")
+    app, client = launched("--history_db", str(tmp_path / "chats.db"), "--auth", str(logins), auth=("bob", "builder"))
+    try:
+        pages = {}
+        for user, password in (("alice", "wonderland"), ("bob", "builder")):
+            page = browser.new_context().new_page()
+            page.goto(client.src)
+            page.locator("input").first.fill(user)
+            page.locator("input[type=password]").fill(password)
+            page.keyboard.press("Enter")
+            page.wait_for_selector("textarea")
+            pages[user] = page
+        send(pages["alice"], "What is the capital of Japan?")
+        wait_for_answer(pages["alice"], lambda t: t.endswith("Tokyo."))
+        pages["bob"].reload()
+        pages["bob"].wait_for_selector("textarea")
+        time.sleep(1)
+        assert chat_list(pages["bob"]) == []
+        pages["alice"].reload()
+        pages["alice"].wait_for_selector("textarea")
+        pages["alice"].get_by_text("What is the capital of Japan?").first.wait_for()
+    finally:
+        interrupted(app)
+
+
+def test_an_image_conversation_reopened_shows_the_image_and_is_answered(browser, demo, tmp_path):  # noqa: F811
+    image, [(colour, kind)] = demo_data.shapes_image(random.Random(7), 1)
+    path = tmp_path / "shape.png"
+    image.save(path)
+    store = Store(tmp_path / "chats.db")
+    with serve(demo, store=store) as (url, _):
+        page = open_page(browser, url)
+        attach(page, path)
+        send(page, f"What color is the {kind}?")
+        wait_for_answer(page, lambda t: t.endswith("."))
+        page.reload()
+        page.wait_for_selector("textarea")
+        page.locator(".chat-list label").first.click()
+        shown = page.locator('[data-testid="user"] img').first
+        shown.wait_for()
+        assert page.evaluate("(img) => img.naturalWidth", shown.element_handle()) == image.width  # from the route
+        address = shown.get_attribute("src")
+        send(page, f"What color is the {kind}?")  # no new image: the model sees the saved one
+        page.wait_for_function(f"{ANSWERS}.length == 2")
+        assert wait_for_answer(page, lambda t: t.endswith(".")) == f"The {kind} is {colour}."
+        import httpx
+
+        assert httpx.get(address if address.startswith("http") else url + address).status_code == 200
+        forged = address.split("?sig=")[0] + "?sig=" + "0" * 32  # another signature: refused
+        assert httpx.get(forged if forged.startswith("http") else url + forged).status_code == 404
+    store.close()
+
+
+def test_drop_an_image_send_becomes_stop_escape_stops_and_a_phone_screen(browser, demo, tmp_path):  # noqa: F811
+    image, [(colour, kind)] = demo_data.shapes_image(random.Random(4), 1)
+    path = tmp_path / "shape.png"
+    image.save(path)
+    store = Store(tmp_path / "chats.db")
+    with serve(demo, delay=0.1, store=store) as (url, counter):
+        page = open_page(browser, url)
+        payload = base64.b64encode(path.read_bytes()).decode()
+        dropped = page.evaluate_handle(
+            """(b64) => { const dt = new DataTransfer();
+                          const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+                          dt.items.add(new File([bytes], 'shape.png', {type: 'image/png'})); return dt; }""",
+            payload,
+        )
+        for event in ("dragenter", "dragover", "drop"):  # a file dragged from the desktop onto the message box
+            page.locator(".message textarea").dispatch_event(event, {"dataTransfer": dropped})
+        page.locator(".message img").first.wait_for(timeout=15000)
+        send(page, f"What color is the {kind}?")
+        stop, submit = page.locator(".message button.stop-button"), page.locator(".message button.submit-button")
+        stop.wait_for(state="visible")
+        assert not submit.is_visible()  # Send became Stop
+        assert wait_for_answer(page, lambda t: t.endswith(".")) == f"The {kind} is {colour}."
+        submit.wait_for(state="visible")
+        assert not stop.is_visible()  # Stop only while there is an answer to stop
+        send(page, "Who are you?")
+        wait_for_answer(page, lambda t: t.startswith("I am") and len(t) > 20)
+        page.keyboard.press("Escape")
+        at_stop = counter.calls
+        assert counter.settled(quiet=0.6) - at_stop <= 2
+        page.get_by_text("The answer was stopped here.").wait_for()
+        [(_, conversation)] = store.titles(only_owner(store))
+        saved = store.get(only_owner(store), conversation).messages
+        assert saved[-1]["metadata"]["title"] == "Stopped"  # saved as it was shown
+
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.goto(url)
+        phone.wait_for_selector("textarea")
+        time.sleep(1)
+        phone.screenshot(path=str(ARTIFACTS / "phone.png"))
+        for selector in (".conversation", ".message textarea", ".message button.submit-button"):
+            box = phone.locator(selector).first.bounding_box()
+            assert box and box["y"] >= 0 and box["y"] + box["height"] <= 844, (selector, box)
+        line = phone.locator(".model-line summary").first.bounding_box()
+        style = "getComputedStyle(document.querySelector('.model-line summary'))"
+        height = float(phone.evaluate(f"() => parseFloat({style}.lineHeight)"))
+        assert line["height"] <= 2 * height + 1  # the model line takes at most 2 lines
+    store.close()
+
+
+def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_path):  # noqa: F811
+    db = tmp_path / "chats.db"
+    flags = ("--pretrained_path", str(byte_llama_dir), "--history_db", str(db))
+    app, client = launched(*flags)
+    try:
+        page = open_page(browser, client.src)
+        send(page, "Hello")
+        page.get_by_text("tokens/s").first.wait_for(timeout=60000)  # the first answer ended (its figures)
+        send(page, "Tell me more")
+        page.locator(".message button.stop-button").wait_for(state="visible")
+        time.sleep(0.5)  # mid-answer
+        os.killpg(app.pid, signal.SIGKILL)
+        app.wait()
+    finally:
+        if app.poll() is None:
+            os.killpg(app.pid, signal.SIGKILL)
+    store = reopened(db)
+    [(title, conversation)] = store.titles(only_owner(store))
+    messages = store.get(only_owner(store), conversation).messages
+    questions = [m["content"] for m in messages if m["role"] == "user"]
+    assert title == "Hello" and questions == ["Hello", "Tell me more"]  # the question asked before the kill too
+    assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the first answer, whole
+    assert messages[-1]["content"] == "Tell me more"  # only the answer being written was lost
+    store.close()
