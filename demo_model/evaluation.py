@@ -159,8 +159,9 @@ def is_correct(turn: data.Turn, answer: str) -> bool:
     return True
 
 
-def evaluate(model, seed: int, n: int) -> dict:
-    """Greedy accuracy per skill, and how answers end (EOS for Alpaca, the separator in conversations)."""
+def evaluate(model, seed: int, n: int, answer_tokens: int = 64) -> dict:
+    """Greedy accuracy per skill, and how answers end (EOS for Alpaca, the separator in conversations), answers cut
+    at `answer_tokens`."""
     held_out = data.held_out_pairs(seed)
     figures, endings_ok, endings = {}, 0, 0
     for name, samples in _eval_samples(seed, held_out, n).items():
@@ -176,7 +177,7 @@ def evaluate(model, seed: int, n: int) -> dict:
                 results = model.generate(
                     [prompt_for(s) for s in part],
                     images=images,
-                    max_gen_len=64,
+                    max_gen_len=answer_tokens,
                     additional_stop_symbols=stops,
                     return_details=True,
                 )

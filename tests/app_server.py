@@ -105,6 +105,21 @@ def wait_for_pieces(job, count: int) -> None:
         time.sleep(0.01)
 
 
+def stopped_mid_answer(url: str, counter) -> int:
+    """Ask the app at `url` "Who are you?" through /chat (gradio_client), cancel it three pieces in, and check that the
+    model counted by `counter` did at most two more forward passes and stopped early; the count it settled at."""
+    from gradio_client import Client
+
+    job = Client(url, verbose=False).submit(message="Who are you?", history=[], max_gen_len=200, api_name="/chat")
+    wait_for_pieces(job, 3)
+    job.cancel()
+    at_cancel = counter.calls
+    stopped_at = counter.settled(quiet=0.5)
+    assert stopped_at - at_cancel <= 2, f"{stopped_at - at_cancel} forward passes after Stop"
+    assert stopped_at < 40  # the whole answer is about 50 tokens: it really stopped early
+    return stopped_at
+
+
 class ForwardCounter:
     """Wraps `model.llma.forward`: counts calls, and sleeps `delay` seconds in each (a slow model)."""
 
@@ -142,24 +157,27 @@ def answer_of(history: list[dict]) -> str:
     return next(m["content"] for m in reversed(history) if not (m.get("metadata") or {}).get("title"))
 
 
-def submit(tab, message: str, history=(), image=None, **settings):
-    """A chat tab's Send handler as Gradio runs it (greedy, default template, `image` attached); returns its last
+def submit(
+    tab, message, history=(), image=None, conversation=None, browser_id=None, session="tab", username=None, **settings
+):
+    """A chat tab's Send handler as Gradio runs it (greedy, default template): `message` (text, `image` attached, or
+    the box's {"text", "files"}) after `history`, in `conversation` of `browser_id` or `username`; returns its last
     (history, message box, prompt, conversation, conversation list)."""
     sampling = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0) | settings
-    box = {"text": message, "files": [image] if image else []}
+    box = message if isinstance(message, dict) else {"text": message, "files": [image] if image else []}
 
     async def last_update():
         update = None
         async for update in tab.submit(
             box,
             list(history),
-            None,
-            None,
+            conversation,
+            browser_id,
             "default",
             None,
             "padded_resize",
             *sampling.values(),
-            request=SimpleNamespace(session_hash="tab", username=None),
+            request=SimpleNamespace(session_hash=session, username=username),
         ):
             pass
         return update
@@ -176,12 +194,14 @@ def serve(
     api_keys=None,
     max_upload_mb: float = MAX_UPLOAD_MB,
     store=None,
+    **server,
 ):
     """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
-    the launchers serve them, until the block ends; conversations are kept in `store` (a history.Store) if given."""
+    the launchers serve them, until the block ends; conversations are kept in `store` (a history.Store) if given;
+    `server`: serve_engine's `port` and `auth`."""
     counter = ForwardCounter(model, delay)
     try:
-        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb, store) as url:
+        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb, store, **server) as url:
             yield url, counter
     finally:
         counter.restore()
@@ -195,19 +215,23 @@ def serve_engine(
     api_keys=None,
     max_upload_mb: float = MAX_UPLOAD_MB,
     store=None,
+    port: int | None = None,
+    auth=None,
 ):
-    """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`)."""
+    """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`), on
+    `port` (default: a free one), asking for one of the (user, password) `auth` logins if given."""
     queue = InArrivalOrder(engine, concurrency)
     app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store)
     app.queue(default_concurrency_limit=concurrency)
     api = OpenAIAPI(queue, default_template(queue), "auto", max_upload_mb, api_keys)
     routes = api.routes() + ([SavedChats(store).route()] if store is not None else [])
-    port = free_port()
+    port = port or free_port()
     app.launch(
         server_name="127.0.0.1",
         server_port=port,
         prevent_thread_lock=True,
         quiet=True,
+        auth=auth,
         app_kwargs={"routes": routes},
         **PAGE,
     )

@@ -2,7 +2,6 @@
 Chromium: reload, restart, two browsers, two logins, export and import, images reopened, kill -9, Send/Stop, a phone's
 screen. Every app here keeps its conversations in a temporary place (conftest.py sets XDG_DATA_HOME)."""
 
-import asyncio
 import base64
 import json
 import os
@@ -13,7 +12,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from app_server import answer_of, interrupted, launched, serve
+from app_server import answer_of, launched, serve, submit
 from test_browser import ANSWERS, ARTIFACTS, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
 
 from demo_model import data as demo_data
@@ -24,14 +23,12 @@ from launchers import browser as launchers
 from launchers.flags import DEMO_MODEL
 from launchers.loading import free_port
 from model import MetaModel
-from ui.blocks import ChatTab
+from ui.blocks import ChatTab, edited_question
 from ui.chat import Cancels
 from ui.history import SavedChats, png_bytes
 from user_error import UserError
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
-
-GREEDY = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +38,7 @@ def demo():
 
 def chat_turn(tab: ChatTab, message, history, conversation, browser_id, session="s", username=None):
     """One Send through the chat's handler: its last (history, box, prompt, conversation, list)."""
-
-    async def last():
-        update = None
-        async for update in tab.submit(
-            message,
-            list(history),
-            conversation,
-            browser_id,
-            "default",
-            None,
-            "padded_resize",
-            *GREEDY.values(),
-            request=SimpleNamespace(session_hash=session, username=username),
-        ):
-            pass
-        return update
-
-    return asyncio.run(last())
+    return submit(tab, message, history, None, conversation, browser_id, session, username)
 
 
 # ----- the store -----
@@ -277,56 +257,46 @@ def chat_list(page) -> list[str]:
     return page.locator(".chat-list label").all_inner_texts()
 
 
-def test_reload_restart_two_browsers_and_delete(browser, tmp_path):  # noqa: F811
-    db, port = (
-        str(tmp_path / "chats.db"),
-        free_port(),
-    )  # a restart keeps its port (the browser's storage is per address)
-    app, client = launched("--history_db", db, port=port)
-    try:
-        alice = browser.new_context(viewport={"width": 1280, "height": 1000})
-        page = alice.new_page()
-        page.goto(client.src)
-        page.wait_for_selector("textarea")
-        send(page, "What is the capital of France?")
-        wait_for_answer(page, lambda t: t.endswith("Paris."))
-        page.reload()
-        page.wait_for_selector("textarea")
-        page.get_by_text("What is the capital of France?").first.wait_for()
-        assert chat_list(page) == ["What is the capital of France?"]
+def test_reload_restart_two_browsers_and_delete(browser, demo, tmp_path):  # noqa: F811
+    db, port = tmp_path / "chats.db", free_port()  # a restart keeps its port (the browser's storage is per address)
+    alice = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
+    first = Store(db)
+    with serve(demo, store=first, port=port) as (url, _):
+        alice.goto(url)
+        alice.wait_for_selector("textarea")
+        send(alice, "What is the capital of France?")
+        wait_for_answer(alice, lambda t: t.endswith("Paris."))
+        alice.reload()
+        alice.wait_for_selector("textarea")
+        alice.get_by_text("What is the capital of France?").first.wait_for()
+        assert chat_list(alice) == ["What is the capital of France?"]
         other = browser.new_context().new_page()  # another browser: its own, empty list
-        other.goto(client.src)
+        other.goto(url)
         other.wait_for_selector("textarea")
         time.sleep(1)
         assert chat_list(other) == []
-    finally:
-        interrupted(app)
-    app, client = launched("--history_db", db, port=port)  # a restart on the same database
-    try:
-        page.goto(client.src)
-        page.wait_for_selector("textarea")
-        page.locator(".chat-list label").first.click()
-        wait_for_answer(page, lambda t: t.endswith("Paris."))
-        send(page, "What is 23 plus 45?")
-        assert wait_for_answer(page, lambda t: t.endswith("68.")).startswith("23 plus 45")
-        page.screenshot(path=str(ARTIFACTS / "saved.png"), full_page=True)
-        page.get_by_text("This conversation").click()
-        page.get_by_role("button", name="Delete").click()
-        page.get_by_role("button", name="Yes, delete it").click()
-        page.wait_for_function("document.querySelectorAll('.chat-list label').length == 0")
-    finally:
-        interrupted(app)
+    first.close()  # a restart: a new server on the same database
+    with serve(demo, store=Store(db), port=port) as (url, _):
+        alice.goto(url)
+        alice.wait_for_selector("textarea")
+        alice.locator(".chat-list label").first.click()
+        wait_for_answer(alice, lambda t: t.endswith("Paris."))
+        send(alice, "What is 23 plus 45?")
+        assert wait_for_answer(alice, lambda t: t.endswith("68.")).startswith("23 plus 45")
+        alice.screenshot(path=str(ARTIFACTS / "saved.png"), full_page=True)
+        alice.get_by_text("This conversation").click()
+        alice.get_by_role("button", name="Delete").click()
+        alice.get_by_role("button", name="Yes, delete it").click()
+        alice.wait_for_function("document.querySelectorAll('.chat-list label').length == 0")
 
 
-def test_two_logins_each_see_only_their_own(browser, tmp_path):  # noqa: F811
-    logins = tmp_path / "logins.txt"
-    logins.write_text("alice:wonderland\nbob:builder\n")
-    app, client = launched("--history_db", str(tmp_path / "chats.db"), "--auth", str(logins), auth=("bob", "builder"))
-    try:
+def test_two_logins_each_see_only_their_own(browser, demo, tmp_path):  # noqa: F811
+    logins = [("alice", "wonderland"), ("bob", "builder")]
+    with serve(demo, store=Store(tmp_path / "chats.db"), auth=logins) as (url, _):
         pages = {}
-        for user, password in (("alice", "wonderland"), ("bob", "builder")):
+        for user, password in logins:
             page = browser.new_context().new_page()
-            page.goto(client.src)
+            page.goto(url)
             page.locator("input").first.fill(user)
             page.locator("input[type=password]").fill(password)
             page.keyboard.press("Enter")
@@ -341,8 +311,6 @@ def test_two_logins_each_see_only_their_own(browser, tmp_path):  # noqa: F811
         pages["alice"].reload()
         pages["alice"].wait_for_selector("textarea")
         pages["alice"].get_by_text("What is the capital of Japan?").first.wait_for()
-    finally:
-        interrupted(app)
 
 
 def test_an_image_conversation_reopened_shows_the_image_and_is_answered(browser, demo, tmp_path):  # noqa: F811
@@ -446,3 +414,11 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
     assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the first answer, whole
     assert messages[-1]["content"] == "Tell me more"  # only the answer being written was lost
     store.close()
+
+
+def test_an_edited_question_keeps_its_images():
+    ref = "![image](/history/image/abc/" + "0" * 64 + "?sig=" + "1" * 32 + ")\n\n"
+    assert edited_question(ref + "Old?", ref + "New?")["content"] == ref + "New?"
+    assert edited_question(ref + "Old?", "New?")["content"] == ref + "New?"  # the box showed no address
+    file = {"type": "file", "file": {"path": "/tmp/x.png"}}
+    assert edited_question([file, {"type": "text", "text": "Old?"}], "New?")["content"] == [file, "New?"]

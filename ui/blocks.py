@@ -34,7 +34,7 @@ from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
 from .chat import Cancels, answer_updates
-from .history import IMAGE_REF, IMAGE_ROUTE, SavedChats, new_conversation_id
+from .history import IMAGE_REF, SavedChats, new_conversation_id
 
 ERROR_MARK = "⚠️ "
 EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
@@ -121,6 +121,15 @@ def error_message(text: str) -> dict:
 def stats_notice(line: str) -> dict:
     """An answer's figures (or its place in the queue), shown under it; not part of the conversation the model sees."""
     return {"role": "assistant", "metadata": {"title": line, "status": "done"}, "content": ""}
+
+
+def edited_question(content, edited_text: str) -> dict:
+    """A user message whose text was edited: its images (saved ones' addresses, or upload files) stay, the text is
+    the new one."""
+    saved = "".join(ref[0] for ref in IMAGE_REF.finditer(message_text(content)))
+    files = [p for p in content if isinstance(p, dict) and p.get("type") == "file"] if isinstance(content, list) else []
+    text = saved + IMAGE_REF.sub("", edited_text)
+    return {"role": "user", "content": [*files, text] if files else text}
 
 
 def busy_box():
@@ -366,12 +375,7 @@ class ChatTab:
     ):
         """A past user message was edited: drop what followed it and answer it again (its images stay)."""
         history = list(history or [])[: edited.index + 1]
-        images = IMAGE_REF.findall(message_text(history[-1]["content"]))
-        kept = "".join(f"![image]({IMAGE_ROUTE}/{c}/{d}?sig={sig})\n\n" for c, d, sig in images)
-        text = IMAGE_REF.sub("", message_text(edited.value))
-        parts = [p for p in history[-1]["content"] if isinstance(p, dict) and p.get("type") == "file"] if isinstance(
-            history[-1]["content"], list) else []  # fmt: skip
-        history[-1] = {"role": "user", "content": [*parts, kept + text] if parts else kept + text}
+        history[-1] = edited_question(history[-1]["content"], message_text(edited.value))
         async for update in self.respond(
             history,
             conversation,
