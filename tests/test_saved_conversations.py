@@ -331,7 +331,10 @@ def test_an_image_conversation_reopened_shows_the_image_and_is_answered(browser,
         assert page.evaluate("(img) => img.naturalWidth", shown.element_handle()) == image.width  # from the route
         address = shown.get_attribute("src")
         send(page, f"What color is the {kind}?")  # no new image: the model sees the saved one
-        page.wait_for_function(f"{ANSWERS}.length == 2")
+        try:
+            page.wait_for_function(f"{ANSWERS}.length >= 2")
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "reopened.png"), full_page=True)
         assert wait_for_answer(page, lambda t: t.endswith(".")) == f"The {kind} is {colour}."
         import httpx
 
