@@ -16,8 +16,6 @@ OpenAI protocol at `--api_base` (the launchers load no model then). What the pag
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import math
 import re
@@ -32,6 +30,7 @@ import httpx
 
 from model.detokenize import StopStrings
 from model.errors import described
+from prompting.images import png_bytes, png_data_url
 from user_error import UserError
 
 from .interface import Answer, Delta, End, Event, Request, Sampling, TokenLogprob, collect
@@ -60,13 +59,6 @@ class TokenEstimate:
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
         return [0] * self._engine.estimated_tokens(len(text))
-
-
-def data_url(image) -> str:
-    """A PIL image as a `data:image/png;base64,...` URL."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def shown_url(url: str) -> str:
@@ -171,11 +163,11 @@ class RemoteEngine:
         images that surely fits in half the context (no tokenizer makes more tokens than UTF-8 bytes, and the
         template adds less than `TEMPLATE_TOKENS`) is only estimated: counting it would cost a round trip to the
         engine before every answer, and nothing is decided by its exact length (see prompting/chat.py)."""
-        messages = self._messages(prompt, images)
-        estimate = self.estimated_tokens(prompt_characters(prompt, messages))
         surely_fits = not images and len(prompt.encode()) + TEMPLATE_TOKENS <= self.max_seq_len // 2
-        counted = self._tokenize(prompt, messages) if self.counts_with_tokenize and not surely_fits else None
-        return counted if counted is not None else estimate
+        counting = self.counts_with_tokenize and not surely_fits
+        messages = self._messages(prompt, images if counting else None)  # images encoded only to be sent
+        counted = self._tokenize(prompt, messages) if counting else None
+        return counted if counted is not None else self.estimated_tokens(prompt_characters(prompt, messages))
 
     def estimated_tokens(self, characters: int) -> int:
         return math.ceil(characters / self._chars_per_token)
@@ -208,7 +200,7 @@ class RemoteEngine:
             for part in message["content"] if isinstance(message.get("content"), list) else []:
                 url = part.get("image_url", {}).get("url", "") if part.get("type") == "image_url" else ""
                 if (found := IMAGE_PLACEHOLDER.fullmatch(url)) and int(found[1]) <= len(images):
-                    part["image_url"]["url"] = data_url(images[int(found[1]) - 1])
+                    part["image_url"]["url"] = png_data_url(png_bytes(images[int(found[1]) - 1]))
         return messages
 
     # ----- answers -----

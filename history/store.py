@@ -233,12 +233,16 @@ class Store:
         message = f"{owner}\n{conversation_id}\n{digest}".encode()
         return hmac.new(bytes.fromhex(self.keys["image_key"]), message, hashlib.sha256).hexdigest()[:32]
 
+    def signed(self, owner: str, conversation_id: str, digest: str, signature: str) -> bool:
+        """Whether `signature` is the one `owner` was given for image `digest` of conversation `conversation_id`."""
+        return hmac.compare_digest(self.image_signature(owner, conversation_id, digest), signature)
+
     def image_for_owner_of(self, conversation_id: str, digest: str, signature: str) -> Path | None:
         """The image `digest` of conversation `conversation_id` when `signature` is the one its owner was given."""
         row = self._db.execute("SELECT owner, messages FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         if row is None or digest not in image_hashes(json.loads(row[1])):
             return None
-        if not hmac.compare_digest(self.image_signature(row[0], conversation_id, digest), signature):
+        if not self.signed(row[0], conversation_id, digest, signature):
             return None
         path = self.image_path(digest)
         return path if path.exists() else None

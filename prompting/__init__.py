@@ -16,7 +16,7 @@ from .chat import (
     resolve_template,
     single_turn_prompt,
 )
-from .images import checked_image, image_from_data_url, open_upload
+from .images import checked_image, image_from_data_url, open_upload, png_bytes, png_data_url
 
 __all__ = [
     "EMPTY_MESSAGE",
@@ -34,6 +34,8 @@ __all__ = [
     "message_images",
     "message_text",
     "open_upload",
+    "png_bytes",
+    "png_data_url",
     "resolve_template",
     "single_turn_prompt",
 ]

@@ -24,6 +24,18 @@ def open_upload(path: str | Path | None, max_mb: float = MAX_UPLOAD_MB, max_side
     return checked_image(path, path.stat().st_size, path.name, max_mb, max_side)
 
 
+def png_bytes(image: Image.Image) -> bytes:
+    """An image as PNG bytes (lossless: what the model sees again is what it saw)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def png_data_url(png: bytes) -> str:
+    """PNG bytes as a `data:image/png;base64,...` URL, the inverse of `image_from_data_url`."""
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
 def image_from_data_url(url, max_mb: float = MAX_UPLOAD_MB, max_side: int = 1024) -> Image.Image:
     """An image sent as a `data:image/...;base64,...` URL, with the upload checks. The app never fetches an outside
     address (an http(s) URL) for a client."""

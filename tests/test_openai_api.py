@@ -1,8 +1,6 @@
 """The OpenAI-compatible /v1 API, driven by the official `openai` client (and raw HTTP where a client would refuse to
 send the mistake), on the demo model served as the launchers serve it."""
 
-import base64
-import io
 import json
 import random
 import threading
@@ -16,6 +14,7 @@ from openai import APIStatusError, AuthenticationError, BadRequestError, OpenAI
 from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
 from model import MetaModel
+from prompting.images import png_bytes, png_data_url
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -126,9 +125,7 @@ def test_completions_and_models(client):
 
 
 def data_url(image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return png_data_url(png_bytes(image))
 
 
 def test_an_image_question_with_a_data_url(client):

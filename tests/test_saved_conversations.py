@@ -23,9 +23,10 @@ from launchers import browser as launchers
 from launchers.flags import DEMO_MODEL
 from launchers.loading import free_port
 from model import MetaModel
+from prompting import png_bytes
 from ui.blocks import ChatTab, edited_question
 from ui.chat import Cancels
-from ui.history import SavedChats, png_bytes
+from ui.history import SavedChats
 from user_error import UserError
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 from model import MetaModel, UserError
 from model.generation import prefill
-from prompting import chat_prompt, default_template
+from prompting import chat_prompt, default_template, png_bytes, png_data_url
 
 SYSTEM = "Be brief."
 FIRST, SECOND = "What is in the image?", "And what colour is it?"
@@ -294,13 +294,8 @@ def test_several_images_each_in_the_turn_it_was_given(family):
     assert last["completion_tokens"] >= 1
 
 
-def data_url(image: Image.Image) -> str:
-    import base64
-    import io
-
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+def data_url(image) -> str:
+    return png_data_url(png_bytes(image))
 
 
 @pytest.mark.parametrize("family", ["idefics3"], indirect=True)

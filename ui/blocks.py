@@ -408,10 +408,13 @@ class ChatTab:
         history = up_to_last_question(history)
         last = history.pop() if history else None
         text = IMAGE_REF.sub("", message_text(last["content"])) if last else ""
-        owner = self._owner(browser_id, request)
-        if owner is None or conversation is None:
+        if conversation is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation, gr.skip()
-        return history, {"text": text, "files": []}, *self._commit(owner, conversation, history)
+        return (
+            history,
+            {"text": text, "files": []},
+            *self._commit(self._owner(browser_id, request), conversation, history),
+        )
 
     # ----- saved conversations -----
 
@@ -542,7 +545,7 @@ class ChatTab:
             chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
         ]
-        # while an answer streams, Send becomes Stop (and Escape presses it: HEAD's script)
+        # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
         for trigger in (message.submit, regenerate.click, chatbot.retry, chatbot.edit):
             trigger(busy_box, None, message, **toggle)
         for run in runs:

@@ -13,8 +13,6 @@ uploads, shown as file parts.
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import re
 import secrets
@@ -22,26 +20,19 @@ import tempfile
 from pathlib import Path
 
 import gradio as gr
-from PIL import Image
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from history.store import Store, text_of, title_of
 from launchers.flags import MAX_UPLOAD_MB
-from prompting import image_from_data_url, message_text, open_upload
+from prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
 from user_error import UserError
 
 IMAGE_ROUTE = "/history/image"
 IMAGE_REF = re.compile(r"!\[image\]\(/history/image/([\w-]+)/([0-9a-f]{64})\?sig=([0-9a-f]{32})\)\s*")
 BROWSER_ID_BYTES = 24  # 192 bits
 EXPORT_ROLES = ("system", "user", "assistant")
-
-
-def png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def file_paths(content) -> list[str]:
@@ -138,7 +129,7 @@ class SavedChats:
         return stored
 
     def _signed(self, owner: str, conversation_id: str, ref: re.Match) -> bool:
-        return ref[1] == conversation_id and ref[3] == self.store.image_signature(owner, conversation_id, ref[2])
+        return ref[1] == conversation_id and self.store.signed(owner, conversation_id, ref[2], ref[3])
 
     def for_the_model(self, owner: str | None, conversation_id: str | None, history: list[dict]) -> list[dict]:
         """The chat's messages with their images decoded, as prompting/ reads them: a user message's images are
@@ -202,7 +193,10 @@ class SavedChats:
         content = message["content"]
         if isinstance(content, list):
             content = [
-                {"type": "image_url", "image_url": {"url": data_url(self.store.image_path(p["sha256"]).read_bytes())}}
+                {
+                    "type": "image_url",
+                    "image_url": {"url": png_data_url(self.store.image_path(p["sha256"]).read_bytes())},
+                }
                 if p.get("type") == "image"
                 else {"type": "text", "text": p.get("text", "")}
                 for p in content
@@ -248,10 +242,6 @@ class SavedChats:
 
 def new_conversation_id() -> str:
     return secrets.token_urlsafe(16)
-
-
-def data_url(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def markdown_turn(message: dict) -> str:
