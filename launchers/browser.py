@@ -69,7 +69,13 @@ def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -
             **PAGE,
             auth=logins(args.auth) if args.auth else None,
             max_file_size=int(args.max_upload_mb * 1e6),
+            quiet=True,  # Gradio would suggest its own `share=True` where the app's flag is --share
+            prevent_thread_lock=True,
         )
+        print(f"* Running on {app.local_url}", file=sys.stderr, flush=True)
+        print(f"* Public link: {app.share_url}" if args.share else "* --share makes a public link.", file=sys.stderr,
+              flush=True)  # fmt: skip
+        app.block_thread()
     finally:  # ended by the launcher (SystemExit): stop the server's threads, so that the process can exit
         app.close()
         store.close()

@@ -50,7 +50,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="conversation template (default: the model's chat template if it has one, else 'default')",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0 to listen on the network)")
-    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free from 7860)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port to serve on (default: the first free from {DEFAULT_PORT}, told when it is not that one)",
+    )
     p.add_argument("--share", action="store_true", help="also open a public Gradio share link")
     p.add_argument(
         "--auth",
@@ -112,7 +117,11 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         help="checkpoint folder(s): a Hugging Face folder, or Accessory / Meta consolidated shards "
         "(default: the built-in demo model)",
     )
-    p.add_argument("--llama_type", default=None, help="Accessory model type (llama, llama_peft, ...)")
+    p.add_argument(
+        "--llama_type",
+        default=None,
+        help="an Accessory checkpoint's model type; llama is the one read (default: its meta.json's)",
+    )
     p.add_argument("--llama_config", nargs="+", default=None, help="Accessory params/config json file(s)")
     p.add_argument("--tokenizer_path", default=None, help="tokenizer.model or a folder with tokenizer files")
     p.add_argument(
@@ -229,6 +238,22 @@ def api_off_reason(args: argparse.Namespace) -> str | None:
             "/v1 too, with that key."
         )
     return None
+
+
+DEFAULT_PORT = 7860  # Gradio's
+
+
+def first_free_port(host: str, start: int = DEFAULT_PORT, tries: int = 100) -> int:
+    """The first port from `start` that `host` can serve on, as Gradio looks for one; said when it is not `start`."""
+    for port in range(start, start + tries):
+        try:
+            check_port_free(host, port)
+        except UserError:
+            continue
+        if port != start:
+            print(f"Port {start} is taken: serving on {port} instead (--port picks one).", file=sys.stderr)
+        return port
+    raise UserError(f"Ports {start} to {start + tries - 1} on {host} are all taken; pass a free one with --port.")
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name_or_path", dest="pretrained_path", nargs="+", help="alias of --pretrained_path")
     p.add_argument("--prompts", nargs="+", default=None, help="the prompts themselves")
     p.add_argument("--data", type=Path, default=None, help="a .txt (one prompt per line) or .jsonl ('prompt' key) file")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of --data")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of --data (default: all)")
     p.add_argument(
         "--template",
         default=None,
@@ -38,14 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--system", default=None, help="the system prompt of a conversation template (default: the template's own)"
     )
     p.add_argument(
-        "--max_new_tokens", "--max_gen_len", "--max_tokens_to_generate", dest="max_new_tokens", type=int, default=256
+        "--max_new_tokens",
+        "--max_gen_len",
+        "--max_tokens_to_generate",
+        dest="max_new_tokens",
+        type=int,
+        default=256,
+        help="the longest answer, in tokens (default: 256)",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top_p", type=float, default=0.95)
-    p.add_argument("--top_k", type=int, default=0)
-    p.add_argument("--repetition_penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--batch_size", type=int, default=1, help="prompts per left-padded batch")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0, greedy)")
+    p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling's top p (default: 0.95)")
+    p.add_argument("--top_k", type=int, default=0, help="sample among the k likeliest tokens only (default: 0, off)")
+    p.add_argument("--repetition_penalty", type=float, default=1.0, help="above 1, less repetition (default: 1.0, off)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed of the sampling, for answers that repeat (default: none)"
+    )
+    p.add_argument("--batch_size", type=int, default=1, help="prompts per left-padded batch (default: 1)")
     p.add_argument("--output", type=Path, default=None, help="write one json object per prompt to this .jsonl file")
     p.add_argument("--config", type=Path, default=None, help="a YAML file holding any of these flags")
     return p

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from user_error import UserError
 
-from .flags import DEFAULT_CONTEXT, DEMO_MODEL, api_keys, check_port_free, logins
+from .flags import DEFAULT_CONTEXT, DEMO_MODEL, api_keys, check_port_free, first_free_port, logins
 
 if TYPE_CHECKING:
     from model import MetaModel
@@ -45,6 +45,8 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         api_keys(args.api_key)
     if getattr(args, "port", None) is not None:
         check_port_free(args.host, args.port)
+    elif hasattr(args, "port"):
+        args.port = first_free_port(args.host)
     if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:

@@ -25,7 +25,7 @@ from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
 from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
-from .vision_inputs import as_image_list, batch_inputs
+from .vision_inputs import as_image_list, batch_inputs, image_marker
 from .vision_inputs import encode as encode_with_processor
 
 
@@ -188,6 +188,9 @@ class MetaModel(torch.nn.Module):
             "sees_images": self.sees_images,
             "compiled": self.compiled is not None,
             "batching": self.info["batching"],
+            # what stands for an image in a prompt that has no marker of its own (the processor puts it in front)
+            "image_marker": image_marker(self.processor) if self.sees_images else "",
+            "image_token": getattr(self.processor, "image_token", "") if self.sees_images else "",
         }
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:

@@ -345,10 +345,8 @@ def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
     chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
     long_message = "word " * 20_000
     shows_error_and_keeps_message(submit(chat, long_message), long_message, "but the model's context holds 2048")
-    shows_error_and_keeps_message(
-        submit(chat, "What is in the image?", image=str(uploads["truncated PNG"])),
-        "What is in the image?",
-        "is not an image this app can read",
+    refuses_attachment_and_keeps_text(
+        chat, "What is in the image?", str(uploads["truncated PNG"]), "is not an image this app can read"
     )
     shows_error_and_keeps_message(
         submit(chat, "What is the capital of Peru?", repetition_penalty=0.0),
@@ -368,19 +366,48 @@ def test_an_empty_message_is_a_warning_and_sends_nothing(demo):
     assert history == [] and box == {"text": "  ", "files": []}
 
 
-def test_a_bad_image_upload_says_so_in_the_chat(demo, byte_model, uploads):
+def refuses_attachment_and_keeps_text(chat, message: str, attachment: str, sentence: str) -> None:
+    """A file that cannot go to the model is taken out of the message box with a warning; the text stays there, the
+    chat is left as it was, and the next Send (the same text) works."""
+    with pytest.warns(UserWarning, match="Taken out of the message|does not see images") as warned:
+        history, box, *_ = submit(chat, message, image=attachment)
+    assert sentence in str(warned[0].message)
+    assert history == gr.skip(), history  # nothing added to the chat
+    assert box == {"text": message, "files": []}
+    history = submit(chat, box)[0]
+    assert history[0] == {"role": "user", "content": message} and not answer_of(history).startswith(ERROR_MARK)
+
+
+def test_a_bad_image_upload_is_taken_out_of_the_message(demo, byte_model, uploads):
     chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
-    update = submit(chat, "What is in the image?", image=str(uploads["20000x20000 PNG"]))
-    shows_error_and_keeps_message(update, "What is in the image?", "The image has over 179 million pixels")
-    assert update[1]["files"] == [str(uploads["20000x20000 PNG"])]  # the attachment too
+    refuses_attachment_and_keeps_text(
+        chat, "What is in the image?", str(uploads["20000x20000 PNG"]), "The image has over 179 million pixels"
+    )
     small = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None), max_upload_mb=0.0001)
-    update = submit(small, "What is in the image?", image=str(uploads["1x1"].parent / "good.png"))
-    shows_error_and_keeps_message(
-        update, "What is in the image?", "upload one under 0.0001 MB (the app's --max_upload_mb)"
+    refuses_attachment_and_keeps_text(
+        small, "What is in the image?", str(uploads["1x1"].parent / "good.png"), "upload one under 0.0001 MB"
     )
     text_only = ChatTab(byte_model, Cancels(), "chat_template", "padded_resize", SavedChats(None))
-    update = submit(text_only, "What is in the image?", image=str(uploads["1x1"].parent / "good.png"))
-    shows_error_and_keeps_message(update, "What is in the image?", "This model does not see images")
+    refuses_attachment_and_keeps_text(
+        text_only, "What is in the image?", str(uploads["1x1"].parent / "good.png"), "This model does not see images"
+    )
+    good, bad = str(uploads["1x1"].parent / "good.png"), str(uploads["truncated PNG"])
+    with pytest.warns(UserWarning, match="Taken out of the message"):
+        _, box, *_ = submit(chat, {"text": "What is in the image?", "files": [good, bad]})
+    assert box == {"text": "What is in the image?", "files": [good]}  # only the bad one is taken out
+
+
+def test_a_taken_default_port_is_told(capsys):
+    from launchers.flags import first_free_port
+    from launchers.loading import free_port
+
+    taken = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        port = first_free_port("127.0.0.1", taken)
+    assert port > taken
+    assert f"Port {taken} is taken: serving on {port} instead" in capsys.readouterr().err
 
 
 def test_single_turn_tab_errors_show_in_the_answer_box(demo):

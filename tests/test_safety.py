@@ -63,7 +63,8 @@ def test_an_exposed_app_asks_for_a_login_and_caps_uploads(tmp_path):
         text=True,
     )
     try:
-        output = wait_for_line(app, "Running on", timeout=120)
+        output = wait_for_line(app, "--share makes a public link", timeout=120)
+        assert f"Running on http://localhost:{port}/" in output and "share=True" not in output  # the app's own flag
         assert "warning: Listening on 0.0.0.0: anyone who can reach this machine" in output
         url = f"http://127.0.0.1:{port}"
         with pytest.raises(Exception, match="credentials were not provided"):

@@ -110,3 +110,22 @@ def test_the_flags_offer_the_models_own_transforms_and_auto():
     from model import TRANSFORMS
 
     assert IMAGE_TRANSFORMS == ("auto", *TRANSFORMS)
+
+
+def test_the_prompt_panel_shows_where_the_images_went(llava, tmp_path):
+    """The page's "Prompt sent to the model" shows the processor's marker for each image the template left out."""
+    from app_server import submit
+
+    from ui.blocks import ChatTab
+    from ui.chat import Cancels
+    from ui.history import SavedChats
+
+    path = tmp_path / "red.png"
+    Image.new("RGB", (32, 32), "red").save(path)
+    chat = ChatTab(llava, Cancels(), "default", "auto", SavedChats(None))
+    marker = llava.summary()["image_marker"]
+    assert marker.strip() == llava.processor.image_token
+    _, _, prompt, *_ = submit(chat, {"text": "What is it?", "files": [str(path), str(path)]})
+    assert prompt.startswith(marker * 2 + "A chat between") and prompt.count(marker.strip()) == 2
+    _, _, prompt, *_ = submit(chat, "What is it?")
+    assert marker.strip() not in prompt

@@ -42,10 +42,25 @@ IMAGE_EXAMPLES = [
     {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
 ]
 CSS = """
-.stats, .model-line { font-size: 0.8em; opacity: 0.75; }
+.stats { font-size: 0.8em; opacity: 0.75; }
+.model-line { font-size: var(--text-md); }
 .model-line summary { cursor: pointer; }
+.model-line .model-details { color: var(--body-text-color-subdued); font-size: var(--text-sm); margin-top: 2px; }
 .conversation img { max-width: min(240px, 60vw); max-height: 240px; border-radius: 6px; }
-@media (max-width: 500px) { .conversation { height: 52vh !important; } }
+/* Gradio's own clear (the trash icon) would empty a saved conversation's view: New chat does that job */
+.conversation button[aria-label="Clear"] { display: none; }
+/* a notice with no body (an answer's figures, the place in the queue): a quiet line, no box, nothing to open */
+.conversation .thought-group:has(> [aria-busy="true"]) { border: none; background: none; padding: 0; margin: 0; }
+.conversation [role="button"][aria-busy="true"] { pointer-events: none; font-size: var(--text-sm); opacity: 0.7; }
+.conversation [role="button"][aria-busy="true"] .arrow { display: none; }
+@media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
+/* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
+@media (max-width: 768px) {
+  .sidebar.conversations .toggle-button { border: 1px solid var(--border-color-primary) !important;
+    border-radius: 50% !important; width: 36px !important; height: 36px !important; left: calc(100% + 6px) !important; }
+  .sidebar.conversations.open .toggle-button { left: auto !important; right: 8px !important; }
+  .sidebar.conversations .sidebar-content { padding-right: 52px !important; }
+}
 """
 # Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
 # cannot make the browser call an outside address (and send it whatever the model put into the URL).
@@ -65,10 +80,14 @@ PAGE_JS = """() => {
     if (sidebar && window.innerWidth < 700 && sidebar.classList.contains("open")) {
       sidebar.querySelector(".toggle-button").click();
     }
-    if (sidebar || ++tries > 50) clearInterval(timer);
+    // on a wide screen the model's details show under its name; on a narrow one they are a tap away
+    const details = document.querySelector(".model-line details");
+    if (details && window.innerWidth >= 700) details.open = true;
+    if ((sidebar && details) || ++tries > 50) clearInterval(timer);
   }, 100);
 }"""
-PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS}  # what `launch` needs besides the address
+# what `launch` needs besides the address; the footer's "Settings" (Gradio's) would stand beside the chat's own
+PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS, "footer_links": ["api", "gradio"]}
 # every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
 GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
 UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
@@ -92,7 +111,17 @@ def model_panel(model: Engine) -> str:
             + (" · compiled decoding" if facts["compiled"] else "")
             + f" · batching: {escape(str(facts.get('batching', 'off')))}"
         )
-    return f"<details><summary>{summary}</summary>{details}</details>"
+    return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
+
+
+def shown_prompt(model: Engine, text: str, images: int) -> str:
+    """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
+    model's processor puts in front for each image, so that the panel shows where the images went."""
+    facts = model.summary()
+    marker, token = facts.get("image_marker", ""), facts.get("image_token", "")
+    if images and marker and token and token not in text:
+        return marker * images + text
+    return text
 
 
 def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
@@ -112,6 +141,12 @@ def sampling_controls() -> list[gr.components.Component]:
                 1.0, 2.0, value=defaults.repetition_penalty, step=0.05, label="Repetition penalty"
             )
     return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
+
+
+def prompt_panel() -> gr.Code:
+    """The "Prompt sent to the model" panel: the exact text, its long lines wrapped."""
+    with gr.Accordion("Prompt sent to the model", open=False):
+        return gr.Code(label="Prompt", language=None, interactive=False, wrap_lines=True, lines=3, max_lines=30)
 
 
 def error_message(text: str) -> dict:
@@ -240,7 +275,8 @@ class ChatTab:
             if notice["content"] != next(told, None):
                 history.append(notice)  # once for each new cut, not at every turn
         history.append({"role": "assistant", "content": ""})
-        yield history, chat.text, conversation, listed
+        prompt = shown_prompt(self.model, chat.text, len(chat.images))
+        yield history, prompt, conversation, listed
         cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
         answer = Request(
             chat.text, settings, tuple(chat.stop_symbols), chat.images or None, transform, session=cache, cancel=cancel
@@ -250,10 +286,10 @@ class ChatTab:
             failed = error is not None
             history[-1] = error_message(error) if failed else {"role": "assistant", "content": text.strip()}
             # the figures (or the place in the queue) under the answer
-            yield history + ([stats_notice(line)] if line and not failed else []), chat.text, conversation, gr.skip()
+            yield history + ([stats_notice(line)] if line and not failed else []), prompt, conversation, gr.skip()
         if line and not failed:
             history.append(stats_notice(line))
-        yield history, chat.text, *self._commit(owner, conversation, history)
+        yield history, prompt, *self._commit(owner, conversation, history)
 
     def _commit(self, owner, conversation, history) -> tuple:
         """(conversation id, the list's update) once `history` is saved."""
@@ -285,8 +321,12 @@ class ChatTab:
             gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
+        images, refused = self._attached(files)
+        if refused:  # the files taken out of the box, the text left in it: the next Send works
+            gr.Warning(refused)
+            yield gr.skip(), {"text": text, "files": [path for path, _ in images]}, gr.skip(), gr.skip(), gr.skip()
+            return
         try:
-            images = self._attached(files)
             owner = self._owner(browser_id, request)
             if owner is not None and conversation is None:
                 conversation = new_conversation_id()
@@ -316,11 +356,23 @@ class ChatTab:
             yield history, box, prompt, conversation, listed
             box = gr.skip()
 
-    def _attached(self, files) -> list[tuple[str, object]]:
-        """(path, checked image) of each attached file; a model that cannot see refuses them in one sentence."""
+    def _attached(self, files) -> tuple[list[tuple[str, object]], str]:
+        """(path, checked image) of each attached file that can be read, and the sentence for those that cannot
+        (empty when none): a model that cannot see refuses them all."""
         if files and not self.model.sees_images:
-            raise UserError("This model does not see images; remove the attachment, or start a model that sees them.")
-        return [(path, open_upload(path, self.max_upload_mb)) for path in files]
+            return [], (
+                "This model does not see images, so the attachment was taken out of the message (your text is still "
+                "there); start a model that sees them to ask about an image."
+            )
+        images, refused = [], []
+        for path in files:
+            try:
+                images.append((path, open_upload(path, self.max_upload_mb)))
+            except UserError as error:
+                refused.append(str(error))
+        if not refused:
+            return images, ""
+        return images, "Taken out of the message (your text is still there): " + " ".join(refused)
 
     async def regenerate(
         self,
@@ -418,10 +470,21 @@ class ChatTab:
 
     # ----- saved conversations -----
 
-    def first_load(self, browser_id, request: gr.Request):
-        """The page's first load: the browser's id (made now if it has none) and its conversations."""
+    def first_load(self, browser_id, was_open, request: gr.Request):
+        """The page's first load: the browser's id (made now if it has none), its conversations, and the one that
+        was open on its page before (a reload), reopened: (id, list, chat, conversation, title)."""
         browser_id = self.saved.browser_id(browser_id)
-        return browser_id, gr.update(choices=self.saved.choices(self._owner(browser_id, request)), value=None)
+        owner = self._owner(browser_id, request)
+        shown, conversation, title = [], None, ""
+        was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
+        if isinstance(was_open, str):
+            try:
+                found = self.saved.store.get(owner, was_open)
+                shown, conversation, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
+            except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
+                pass
+        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
+        return browser_id, listed, shown, conversation, title
 
     def open(self, chosen, browser_id, request: gr.Request):
         """Reopen one of this owner's conversations: (chat, conversation, title, note)."""
@@ -438,6 +501,14 @@ class ChatTab:
     def new_chat():
         return [], None, gr.update(value=None), "", "", None
 
+    @staticmethod
+    def conversation_actions(conversation):
+        """What depends on which conversation is open: the browser's memory of it (a reload reopens it), the actions
+        that need one (enabled only then), and a delete confirmation, which belonged to the one before."""
+        needs_one = gr.update(interactive=conversation is not None)
+        # in a dict: the browser keeps no empty value, and a reload after New chat must find "none open"
+        return {"conversation": conversation}, *[needs_one] * 5, gr.update(visible=False), None
+
     def rename(self, conversation, title, browser_id, request: gr.Request):
         try:
             owner = self._owner(browser_id, request)
@@ -448,11 +519,13 @@ class ChatTab:
             return gr.skip(), str(error)
         return gr.update(choices=self.saved.choices(owner), value=conversation), "Renamed."
 
-    def delete(self, conversation, browser_id, request: gr.Request):
+    def delete(self, asked_for, conversation, browser_id, request: gr.Request):
+        """Delete the conversation the confirmation was asked for (`asked_for`), only while it is the one open."""
+        if asked_for is None or asked_for != conversation:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "Nothing was deleted: open the conversation to delete."
         try:
             owner = self._owner(browser_id, request)
-            if conversation is not None:
-                self.saved.store.delete(owner, conversation)
+            self.saved.store.delete(owner, conversation)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
         return [], None, gr.update(choices=self.saved.choices(owner), value=None), "", "Deleted."
@@ -508,9 +581,6 @@ class ChatTab:
             stop_btn=False,
             elem_classes="message",
         )
-        with gr.Row():
-            regenerate = gr.Button("Regenerate", size="sm")
-            undo = gr.Button("Undo", size="sm")
         gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(model)
         with gr.Accordion("Template and system prompt", open=False):
@@ -523,8 +593,7 @@ class ChatTab:
                     IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
                 )
         sampling = sampling_controls()
-        with gr.Accordion("Prompt sent to the model", open=False):
-            prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
+        prompt_view = prompt_panel()
 
         settings = [conversation, browser_id, template, system, transform, *sampling]
         chats = self.sidebar_list if self.saving else gr.State(None)
@@ -541,22 +610,20 @@ class ChatTab:
                 trigger_mode="multiple",
                 **common,
             ),
-            regenerate.click(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
             chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
         ]
         # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
-        for trigger in (message.submit, regenerate.click, chatbot.retry, chatbot.edit):
+        for trigger in (message.submit, chatbot.retry, chatbot.edit):
             trigger(busy_box, None, message, **toggle)
         for run in runs:
             run.then(idle_box, None, message, **toggle)
         message.stop(self.stop, None, None, cancels=runs, **toggle).then(
             self.mark_stopped, [chatbot, conversation, browser_id], [chatbot, conversation, chats], **quiet
         ).then(idle_box, None, message, **toggle)
-        for trigger in (undo.click, chatbot.undo):
-            trigger(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
-                self.undo, [chatbot, conversation, browser_id], [chatbot, message, conversation, chats], **quiet
-            ).then(idle_box, None, message, **toggle)
+        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
+            self.undo, [chatbot, conversation, browser_id], [chatbot, message, conversation, chats], **quiet
+        ).then(idle_box, None, message, **toggle)
         template.change(lambda name: default_system(model, name), template, system, **quiet)
         self.chatbot, self.conversation, self.runs = chatbot, conversation, runs
 
@@ -566,13 +633,14 @@ class ChatTab:
             self.new_button = gr.Button("New chat", variant="primary", size="sm")
             self.sidebar_list = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
             with gr.Accordion("This conversation", open=False):
-                self.title = gr.Textbox(label="Title", max_lines=1)
-                self.rename_button = gr.Button("Rename", size="sm")
+                none_open = dict(interactive=False)  # until a conversation is open (`conversation_actions`)
+                self.title = gr.Textbox(label="Title", max_lines=1, **none_open)
+                self.rename_button = gr.Button("Rename", size="sm", **none_open)
                 with gr.Row():
-                    self.export_json = gr.Button("Export JSON", size="sm")
-                    self.export_markdown = gr.Button("Export Markdown", size="sm")
+                    self.export_json = gr.Button("Export JSON", size="sm", **none_open)
+                    self.export_markdown = gr.Button("Export Markdown", size="sm", **none_open)
                 self.download = gr.File(label="Export", visible=False, interactive=False)
-                self.delete_button = gr.Button("Delete", variant="stop", size="sm")
+                self.delete_button = gr.Button("Delete", variant="stop", size="sm", **none_open)
                 with gr.Row(visible=False) as self.confirm_row:
                     self.confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
                     self.keep = gr.Button("Keep it", size="sm")
@@ -582,11 +650,20 @@ class ChatTab:
     def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
         quiet = dict(api_visibility=UI_ONLY)
         chatbot, conversation, chats = self.chatbot, self.conversation, self.sidebar_list
-        app.load(self.first_load, browser_id, [browser_id, chats], **quiet)
-        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
-        self.new_button.click(**stop).then(
-            self.new_chat, None, [chatbot, conversation, chats, self.title, self.note, self.download], **quiet
+        was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
+        asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
+        app.load(self.first_load, [browser_id, was_open], [browser_id, chats, chatbot, conversation, self.title],
+                 **quiet)  # fmt: skip
+        actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
+        conversation.change(
+            self.conversation_actions, conversation, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
         )
+        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
+        # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
+        for trigger in (self.new_button.click, chatbot.clear):
+            trigger(**stop).then(
+                self.new_chat, None, [chatbot, conversation, chats, self.title, self.note, self.download], **quiet
+            )
         chats.input(**stop).then(
             self.open, [chats, browser_id], [chatbot, conversation, self.title, self.note], **quiet
         )
@@ -594,11 +671,14 @@ class ChatTab:
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
             button.click(self.export(kind), [conversation, browser_id], [self.download, self.note], **quiet)
         shown, hidden = gr.update(visible=True), gr.update(visible=False)
-        self.delete_button.click(lambda: shown, None, self.confirm_row, **quiet)
-        self.keep.click(lambda: hidden, None, self.confirm_row, **quiet)
+        self.delete_button.click(lambda c: (shown, c), conversation, [self.confirm_row, asked_to_delete], **quiet)
+        self.keep.click(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
         self.confirm_delete.click(**stop).then(
-            self.delete, [conversation, browser_id], [chatbot, conversation, chats, self.title, self.note], **quiet
-        ).then(lambda: hidden, None, self.confirm_row, **quiet)
+            self.delete,
+            [asked_to_delete, conversation, browser_id],
+            [chatbot, conversation, chats, self.title, self.note],
+            **quiet,
+        ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
         self.import_button.upload(
             self.import_file,
             [self.import_button, browser_id],
@@ -644,20 +724,23 @@ class SingleTurnTab:
         template = gr.Dropdown(list(TEMPLATE_NAMES), value="alpaca", label="Template")
         with gr.Row():
             run = gr.Button("Generate", variant="primary")
-            stop = gr.Button("Stop", variant="stop")
+            stop = gr.Button("Stop", variant="stop", visible=False)  # only while an answer streams
         answer = gr.Textbox(label="Answer", lines=6, interactive=False, buttons=["copy"])
         stats = gr.Markdown(elem_classes="stats")
-        gr.Examples(EXAMPLES, inputs=instruction, label="Examples")
+        gr.Examples([e["text"] for e in EXAMPLES], inputs=instruction, label="Examples")
         sampling = sampling_controls()
-        with gr.Accordion("Prompt sent to the model", open=False):
-            prompt_view = gr.Code(label="Prompt", language=None, interactive=False)
+        prompt_view = prompt_panel()
         inputs = [instruction, input_text, template, *sampling]
         common = dict(**GENERATION, api_visibility=UI_ONLY)
-        runs = [
-            run.click(self.run, inputs, [answer, stats, prompt_view], **common),
-            instruction.submit(self.run, inputs, [answer, stats, prompt_view], **common),
-        ]
-        stop.click(self.stop, None, None, cancels=runs, queue=False, api_visibility=UI_ONLY)
+        toggle = dict(queue=False, show_progress="hidden", api_visibility=UI_ONLY)
+        running = [gr.update(visible=False), gr.update(visible=True)]  # (Generate, Stop)
+        idle = [gr.update(visible=True), gr.update(visible=False)]
+        runs = []
+        for trigger in (run.click, instruction.submit):
+            trigger(lambda: running, None, [run, stop], **toggle)
+            runs.append(trigger(self.run, inputs, [answer, stats, prompt_view], **common))
+            runs[-1].then(lambda: idle, None, [run, stop], **toggle)
+        stop.click(self.stop, None, None, cancels=runs, **toggle).then(lambda: idle, None, [run, stop], **toggle)
 
 
 def api_error(sentence: str) -> gr.Error:

@@ -62,10 +62,11 @@ class SavedChats:
         if self.store is not None:
             self.store.close()
 
-    def browser_state(self) -> gr.BrowserState:
-        """The browser's id, in its local storage; the key and secret are the database's (see the module)."""
+    def browser_state(self, kind: str = "") -> gr.BrowserState:
+        """A value kept in the browser's local storage (the browser's id; with `kind` "open", the conversation open
+        on its page); the key and secret are the database's (see the module)."""
         keys = self.store.keys
-        return gr.BrowserState(None, storage_key="local-chat-" + keys["browser_storage_key"][:16],
+        return gr.BrowserState(None, storage_key="local-chat-" + keys["browser_storage_key"][:16] + kind,
                                secret=keys["browser_secret"])  # fmt: skip
 
     @staticmethod
