@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from engine import Sampling
+from engine import ChatOptions, Sampling
 from user_error import UserError
 
 MAX_TOP_LOGPROBS = 20
@@ -142,6 +142,28 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     return int(_number(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, whole=True) or 0)
 
 
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+# apply_chat_template's own parameters: what chat_template_kwargs may not set
+TEMPLATE_PARAMETERS = (
+    "conversation",
+    "messages",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
 def chat_messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -149,8 +171,11 @@ def chat_messages(body: dict) -> list[dict]:
     for message in messages:
         if not isinstance(message, dict):
             raise bad("Each message must be an object with a `role` and a `content`.", "messages")
-        if message.get("role") == "developer":  # OpenAI's newer name for the system message
-            message["role"] = "system"
+        if message.get("role") not in MESSAGE_ROLES:
+            raise bad(
+                f"A message has role {message.get('role')!r}; the roles are {', '.join(MESSAGE_ROLES)}.",
+                "messages",
+            )
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise bad("A message's `content` must be a string or a list of parts.", "messages")
@@ -158,7 +183,91 @@ def chat_messages(body: dict) -> list[dict]:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind not in ("text", "image_url", "image"):
                 raise bad(f'A message part has type {json.dumps(kind)}; send "text" or "image_url" parts.', "messages")
+        _check_tool_calls(message)
     return messages
+
+
+def _check_tool_calls(message: dict) -> None:
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if message["role"] != "assistant" or not isinstance(calls, list):
+        raise bad("`tool_calls` must be a list, on an assistant message.", "messages")
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad(
+                'Each tool call must be {"id", "type": "function", "function": {"name", "arguments"}}.', "messages"
+            )
+        if isinstance(function.get("arguments"), str):  # templates print an object; OpenAI sends it as JSON text
+            try:
+                function["arguments"] = json.loads(function["arguments"] or "{}")
+            except ValueError:
+                raise bad(f"The arguments of the call to {function['name']!r} are not JSON.", "messages")
+
+
+def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
+    """The chat body's tools, tool_choice, parallel_tool_calls, chat_template_kwargs and reasoning_effort, checked."""
+    tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if choice in ("required",) or isinstance(choice, dict):
+        raise bad(
+            "This server cannot force a tool call yet (`tool_choice` required or a named function); send "
+            '"auto" or "none".',
+            "tool_choice",
+        )
+    if choice not in (None, "auto", "none"):
+        raise bad(f'`tool_choice` is {json.dumps(choice)}; send "auto" or "none".', "tool_choice")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise bad("`chat_template_kwargs` must be an object of the template's variables.", "chat_template_kwargs")
+    taken = sorted(set(kwargs) & set(TEMPLATE_PARAMETERS))
+    if taken:
+        raise bad(
+            f"`chat_template_kwargs` sets {', '.join(taken)}, which the server sets itself; send the template's own "
+            "variables only (such as enable_thinking).",
+            "chat_template_kwargs",
+        )
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise bad(
+            f"`reasoning_effort` is {json.dumps(effort)}; send one of {', '.join(REASONING_EFFORTS)}.",
+            "reasoning_effort",
+        )
+    variables = dict(kwargs)
+    if effort is not None and "reasoning_effort" not in variables and "enable_thinking" not in variables:
+        variables["reasoning_effort"] = "low" if effort == "minimal" else effort
+    return ChatOptions(
+        tools=tools,
+        tool_choice=choice or "auto",
+        parallel_tool_calls=_flag(body, "parallel_tool_calls") if "parallel_tool_calls" in body else True,
+        template_kwargs=variables,
+        answer_tokens=answer_tokens,
+    )
+
+
+def _tools(tools) -> list[dict] | None:
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise bad('`tools` must be a list of {"type": "function", "function": {...}} objects.', "tools")
+    names = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise bad('Each tool must be {"type": "function", "function": {"name", "parameters"}}.', "tools")
+        parameters = function.get("parameters")
+        if parameters is not None and not (
+            isinstance(parameters, dict) and parameters.get("type", "object") == "object"
+        ):
+            raise bad(f"The parameters of tool {function['name']!r} must be a JSON schema of type object.", "tools")
+        names.append(function["name"])
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise bad(f"Two tools are named {', '.join(repeated)}; give each tool its own name.", "tools")
+    return tools
 
 
 def completion_prompt(body: dict) -> str:

@@ -22,12 +22,13 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine import Delta, End, Engine, Request, TokenLogprob, checkpoint_name
+from engine import Delta, End, Engine, Reasoning, Request, TokenLogprob, ToolCallDelta, checkpoint_name
+from engine.chats import ChatEngine
 from engine.threaded import in_own_thread
-from prompting import chat_prompt, merged_roles, message_images, message_text
+from prompting.messages import messages_prompt
 from user_error import UserError
 
-from .requests import APIError, Call, bad, chat_messages, completion_prompt, parse_call, parse_json
+from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
 
 V1_CACHE_POOL = "v1/*"  # conversations matched by their longest cached token prefix
 DISCONNECT_POLL_S = 0.02
@@ -54,7 +55,11 @@ class OpenAIAPI:
         max_upload_mb: float,
         api_keys: list[str] | None = None,
     ):
-        self.engine, self.template, self.image_transform = engine, template, image_transform
+        self.engine, self.template, self.image_transform = (
+            ChatEngine(engine, template, max_upload_mb),
+            template,
+            image_transform,
+        )
         self.max_upload_mb = max_upload_mb
         self.max_body_bytes = int(max_upload_mb * 1e6 * 4 / 3) + 2**20  # one image at the cap, base64, and text
         self.api_keys = [key.encode() for key in api_keys or []]
@@ -95,8 +100,8 @@ class OpenAIAPI:
     def _count(self, body: dict) -> int:
         if "messages" not in body:
             return self.engine.prompt_length(completion_prompt(body))
-        system, history, message, attached = self._conversation(chat_messages(body))
-        built = chat_prompt(self.engine, self.template, system, history, message, attached=attached, shorten=False)
+        options = chat_options(body, answer_tokens=0)
+        built = messages_prompt(self.engine, self.template, chat_messages(body), options, self.max_upload_mb, False)
         return self.engine.prompt_length(built.text, built.images or None, self.image_transform)
 
     async def models(self, http: HTTPRequest) -> Response:
@@ -151,17 +156,22 @@ class OpenAIAPI:
             return error_response(bad(str(error)))
         if self.engine.failure is not None:
             return error_response(APIError(503, self.engine.failure))
+        events = self.engine.stream(request)
+        first = await run_in_threadpool(next, events, None)  # a chat's messages rendered, or refused with a 400
+        if isinstance(first, End) and first.finish_reason == "error":
+            return error_response(self._error_of(first))
+        events = resumed(first, events)
         reply = Reply(self.name, chat, call)
         watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
         if call.stream:
             return StreamingResponse(
-                self._sse(request, reply, watcher),
+                self._sse(events, request, reply, watcher),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
         try:
-            async for events in in_own_thread(self.engine.stream(request)):
-                reply.take(events)
+            async for batch in in_own_thread(events):
+                reply.take(batch)
         finally:
             watcher.cancel()
             request.cancel.set()
@@ -169,11 +179,11 @@ class OpenAIAPI:
             return error_response(self._error_of(reply.end))
         return JSONResponse(reply.whole())
 
-    async def _sse(self, request: Request, reply: Reply, watcher: asyncio.Task) -> AsyncIterator[str]:
+    async def _sse(self, events, request: Request, reply: Reply, watcher: asyncio.Task) -> AsyncIterator[str]:
         try:
             yield sse(reply.first_chunk())
-            async for events in in_own_thread(self.engine.stream(request)):
-                if text := "".join(sse(chunk) for chunk in reply.chunks(events)):  # what was made meanwhile, one write
+            async for batch in in_own_thread(events):
+                if text := "".join(sse(chunk) for chunk in reply.chunks(batch)):  # what was made meanwhile, one write
                     yield text
             if reply.end.finish_reason == "error":
                 yield sse(self._error_of(reply.end).body())
@@ -190,39 +200,22 @@ class OpenAIAPI:
         return APIError(503 if self.engine.failure is not None else 500, end.error)
 
     def _request(self, body: dict, call: Call, chat: bool) -> Request:
-        """The engine request for a checked body: the prompt built (chat: with the template, shortened to fit)."""
-        if not chat:
-            prompt, stops, images = completion_prompt(body), (), None
-        else:
-            system, history, message, attached = self._conversation(chat_messages(body))
-            budget = call.sampling.max_new_tokens if call.max_tokens_given else ANSWER_TOKENS_BUDGET
-            built = chat_prompt(self.engine, self.template, system, history, message, budget, None, attached)
-            prompt, stops, images = built.text, tuple(built.stop_symbols), built.images or None
-        return Request(
-            prompt,
-            call.sampling,
-            stops + call.stop,
-            images,
-            self.image_transform,
+        """The engine request for a checked body: a raw prompt, or chat messages (the engine renders them, leaving
+        out the oldest turns when they do not fit)."""
+        request = Request(
+            sampling=call.sampling,
+            stop=call.stop,
+            image_transform=self.image_transform,
             session=V1_CACHE_POOL,
             logprobs=call.logprobs,
             cancel=threading.Event(),
         )
-
-    def _conversation(self, messages: list[dict]) -> tuple[str | None, list[dict], str, list]:
-        """(system prompt, history, last user message's text, its images) of OpenAI-style messages."""
-        merged = merged_roles(messages)
-        systems = [message_text(m["content"]) for m in merged if m["role"] == "system"]
-        turns = [m for m in merged if m["role"] != "system"]
-        if not turns or turns[-1]["role"] != "user":
-            raise bad('The last message must be the user\'s (role "user"): it is the one answered.', "messages")
-        last = turns[-1]["content"]
-        return (
-            "\n\n".join(systems) if systems else None,
-            turns[:-1],
-            message_text(last),
-            message_images(last, self.max_upload_mb),
-        )
+        if not chat:
+            request.prompt = completion_prompt(body)
+            return request
+        budget = call.sampling.max_new_tokens if call.max_tokens_given else ANSWER_TOKENS_BUDGET
+        request.messages, request.chat = chat_messages(body), chat_options(body, budget)
+        return request
 
     def _authorize(self, http: HTTPRequest) -> None:
         if not self.api_keys:
@@ -260,6 +253,16 @@ async def cancel_when_gone(http: HTTPRequest, cancel: threading.Event) -> None:
         await asyncio.sleep(DISCONNECT_POLL_S)
 
 
+def resumed(first, events):
+    """`events` with its `first` item, already taken, in front (closing it closes `events`)."""
+    try:
+        if first is not None:
+            yield first
+        yield from events
+    finally:
+        events.close()
+
+
 def sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
@@ -272,20 +275,39 @@ class Reply:
         self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         self.created = int(time.time())
         self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCallDelta] = []
         self.logprobs: list[TokenLogprob] = []
         self.end = End("error", error="The answer ended without its last event.")
 
-    def take(self, events: list) -> list[Delta]:
-        deltas = [event for event in events if isinstance(event, Delta)]
-        for delta in deltas:
-            self.text.append(delta.text)
-            self.logprobs.extend(delta.logprobs)
-        self.end = next((event for event in events if isinstance(event, End)), self.end)
-        return deltas
+    def take(self, events: list) -> list:
+        """Keep what `events` add to the answer; the events that a client is sent (answer, reasoning, calls)."""
+        sent = []
+        for event in events:
+            if isinstance(event, Delta):
+                self.text.append(event.text)
+                self.logprobs.extend(event.logprobs)
+            elif isinstance(event, Reasoning):
+                self.reasoning.append(event.text)
+            elif isinstance(event, ToolCallDelta):
+                self._take_call(event)
+            elif isinstance(event, End):
+                self.end = event
+                continue
+            else:
+                continue
+            sent.append(event)
+        return sent
+
+    def _take_call(self, piece: ToolCallDelta) -> None:
+        if piece.index < len(self.calls):
+            self.calls[piece.index].arguments += piece.arguments
+        else:
+            self.calls.append(ToolCallDelta(piece.index, piece.id, piece.name, piece.arguments))
 
     @property
     def finish_reason(self) -> str:
-        return {"length": "length"}.get(self.end.finish_reason, "stop")
+        return {"length": "length", "tool_calls": "tool_calls"}.get(self.end.finish_reason, "stop")
 
     def _head(self, kind: str) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
@@ -301,10 +323,31 @@ class Reply:
         }
 
     def chunks(self, events: list) -> list[dict]:
-        chunks = [self._chunk(d.text, d.logprobs, None) for d in self.take(events)]
+        chunks = []
+        for event in self.take(events):
+            if isinstance(event, Delta):
+                chunks.append(self._chunk(event.text, event.logprobs, None))
+            elif isinstance(event, Reasoning):
+                chunks.append(self._delta({"reasoning_content": event.text, "reasoning": event.text}))
+            else:  # a tool call: its name first, then its arguments, as OpenAI streams them
+                head = {"index": event.index, "id": event.id, "type": "function"}
+                chunks.append(
+                    self._delta({"tool_calls": [{**head, "function": {"name": event.name, "arguments": ""}}]})
+                )
+                if event.arguments:
+                    piece = {"index": event.index, "function": {"arguments": event.arguments}}
+                    chunks.append(self._delta({"tool_calls": [piece]}))
         if any(isinstance(event, End) for event in events) and self.end.finish_reason != "error":
             chunks.append(self._chunk("", [], self.finish_reason))
         return chunks
+
+    def _delta(self, delta: dict) -> dict:
+        """A chat chunk whose delta is `delta` (reasoning, or a tool call)."""
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        chunk = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        if self.call.include_usage:
+            chunk["usage"] = None
+        return chunk
 
     def _chunk(self, text: str, logprobs: list[TokenLogprob], finish: str | None) -> dict:
         if self.chat:
@@ -331,19 +374,32 @@ class Reply:
             "completion_tokens": end.completion_tokens,
             "total_tokens": end.prompt_tokens + end.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": end.reasoning_tokens},
         }
 
     def whole(self) -> dict:
         text = "".join(self.text)
         logprobs = self._logprobs(self.logprobs) if self.call.logprobs is not None else None
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+            choice = {"index": 0, "message": self._message(text)}
             kind = "chat.completion"
         else:
             choice = {"index": 0, "text": text}
             kind = "text_completion"
         choice.update(logprobs=logprobs, finish_reason=self.finish_reason)
         return {**self._head(kind), "choices": [choice], "usage": self.usage()}
+
+    def _message(self, text: str) -> dict:
+        """The whole answer as a chat message: its reasoning under both names clients read, its tool calls."""
+        message = {"role": "assistant", "content": text if text or not self.calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.calls
+            ]
+        return message
 
     def _logprobs(self, tokens: list[TokenLogprob]) -> dict:
         if self.chat:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
@@ -258,6 +259,47 @@ class ChatTemplateConversation(_Messages):
         open_answer = bool(self.messages) and self.messages[-1][1] is None
         return self._render(messages, add_generation_prompt=open_answer)
 
+    def render_messages(self, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
+        """The prompt for OpenAI-style `messages` (roles system, user, assistant, tool; a content a string or typed
+        parts, an image part being {"type": "image"}; assistant messages with `tool_calls` and
+        `reasoning_content`), with the generation prompt, `tools` and the template's own variables."""
+        chat = [self._typed(message) for message in messages]
+        if self.system and not any(m["role"] == "system" for m in chat):
+            chat.insert(0, {"role": "system", "content": self._content(self.system, self.typed_parts)})
+        render = functools.partial(
+            self.renderer.apply_chat_template, tokenize=False, add_generation_prompt=True, **template_kwargs
+        )
+        try:
+            return render(chat, tools=tools) if tools else render(chat)
+        except Exception:
+            if chat[0]["role"] != "system" or len(chat) < 2 or chat[1]["role"] != "user":
+                raise
+            # Some templates refuse a system role: put the system prompt before the first user message.
+            system, first = chat[0]["content"], chat[1]["content"]
+            if isinstance(first, list):
+                merged = [{"type": "text", "text": _text(system) + "\n\n"}, *first]
+            else:
+                merged = f"{_text(system)}\n\n{first}"
+            chat = [{**chat[1], "content": merged}, *chat[2:]]
+            return render(chat, tools=tools) if tools else render(chat)
+
+    def _typed(self, message: dict) -> dict:
+        """A message with its content as the template reads it (typed parts, or a string)."""
+        content = message.get("content")
+        if content is None:
+            content = ""
+        if isinstance(content, list):
+            if not self.typed_parts:
+                content = _text(content)
+            else:
+                content = [
+                    {"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
+                    for p in content
+                ]
+        elif self.typed_parts and message.get("role") in ("system", "user"):
+            content = [{"type": "text", "text": content}]
+        return {**message, "content": content}
+
     @property
     def response_end_signal(self) -> str:
         return self.stop_symbols[0]
@@ -297,6 +339,13 @@ class EngineMessagesConversation(_Messages):
 
     def get_prompt(self) -> str:
         return json.dumps(self.chat(), ensure_ascii=False, indent=1)
+
+
+def _text(content) -> str:
+    """The text of a content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
 
 
 def template_names(tokenizer=None) -> list[str]:

@@ -48,6 +48,10 @@ class InArrivalOrder:
         return self.engine.chat_renderer
 
     @property
+    def renders_messages(self) -> bool:
+        return getattr(self.engine, "renders_messages", False)
+
+    @property
     def failure(self) -> str | None:
         return self.engine.failure
 

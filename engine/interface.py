@@ -64,10 +64,24 @@ ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
 
 
 @dataclass
-class Request:
-    """One answer to generate. `prompt` is the text the model sees, template applied (prompting/ builds it)."""
+class ChatOptions:
+    """What a request in chat messages asks of the template and of the answer's parsing (OpenAI's fields)."""
 
-    prompt: str
+    tools: list[dict] | None = None  # OpenAI's {"type": "function", "function": {name, description, parameters}}
+    tool_choice: str = "auto"  # "auto", or "none": tools still rendered, the answer not parsed for calls
+    parallel_tool_calls: bool = True  # False: the first call only
+    template_kwargs: dict = field(default_factory=dict)  # the template's own variables (enable_thinking, ...)
+    template: str | None = None  # the conversation template (default: the engine's)
+    answer_tokens: int = 256  # room kept for the answer when the oldest turns must go
+
+
+@dataclass
+class Request:
+    """One answer to generate: to a raw `prompt` (the text the model sees, never parsed), or to chat `messages`
+    (OpenAI's shape: roles system, developer, user, assistant, tool; assistant messages with `tool_calls` and
+    `reasoning_content`), which the engine renders with its template and `chat` options."""
+
+    prompt: str = ""
     sampling: Sampling = field(default_factory=Sampling)
     stop: tuple[str, ...] = ()  # strings that end the answer, never shown (nor any start of one)
     images: list | None = None  # the images the prompt's image markers stand for, in order
@@ -75,6 +89,9 @@ class Request:
     session: str | None = None  # a conversation whose KV cache is kept between turns (model/prefix_cache.py)
     logprobs: int | None = None  # None: none; k: each sent token's log-probability and its k likeliest alternatives
     cancel: threading.Event | None = field(default=None, compare=False)  # set: the model stops before its next step
+    messages: list[dict] | None = None  # chat messages instead of a prompt (see above)
+    chat: ChatOptions | None = None  # with `messages`
+    special_tokens: bool = False  # the text keeps the tokenizer's special tokens (what a response parser reads)
 
     def portable(self) -> Request:
         """This request as another process can receive it: without the cancel flag (it is passed on separately)."""
@@ -98,6 +115,33 @@ class Delta:
 
 
 @dataclass
+class Reasoning:
+    """Text added to the answer's reasoning (what a reasoning model thinks before it answers)."""
+
+    text: str
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of a tool call: its first piece names it (`id`, `name`); `arguments` text follows, by `index`."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class Rendered:
+    """The prompt the engine made of a request's messages (first event of such a request): its text, how many of
+    the oldest turns were left out to fit the context, its length in tokens (0 where unknown)."""
+
+    text: str
+    dropped_turns: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
 class Queued:
     """The request waits for the model: `ahead` requests go first."""
 
@@ -108,7 +152,7 @@ class Queued:
 class End:
     """The last event of a stream."""
 
-    finish_reason: str  # "stop", "length", "cancelled" or "error"
+    finish_reason: str  # "stop", "length", "tool_calls", "cancelled" or "error"
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose keys and values came from the session's cache
@@ -121,13 +165,14 @@ class End:
     token_ids: list[int] = field(default_factory=list)  # the answer's tokens, its stop token not among them
     error: str | None = None  # with "error": the sentence to show
     caller_error: bool = False  # the error is the request's (a UserError), not the model's
+    reasoning_tokens: int = 0  # of the completion tokens, those whose text was reasoning
 
     @staticmethod
     def failed(sentence: str, caller_error: bool = False) -> End:
         return End("error", error=sentence, caller_error=caller_error)
 
 
-Event = Delta | Queued | End
+Event = Delta | Reasoning | ToolCallDelta | Rendered | Queued | End
 
 
 @dataclass

@@ -33,7 +33,7 @@ from model.errors import described
 from prompting.images import png_bytes, png_data_url
 from user_error import UserError
 
-from .interface import Answer, Delta, End, Event, Request, Sampling, TokenLogprob, collect
+from .interface import Answer, Delta, End, Event, Reasoning, Request, Sampling, TokenLogprob, ToolCallDelta, collect
 
 CONNECT_TIMEOUT_S = 10.0
 CANCEL_POLL_S = 0.02  # how often an answer's cancel flag is looked at while the engine is silent
@@ -214,7 +214,7 @@ class RemoteEngine:
         import openai
 
         started = time.perf_counter()
-        messages = self._messages(request.prompt, request.images)
+        messages = request.messages if request.messages is not None else self._messages(request.prompt, request.images)
         if request.images and messages is None:
             yield End.failed(
                 "Images go to the engine with its chat template: choose the template chat_template.", caller_error=True
@@ -269,7 +269,13 @@ class RemoteEngine:
             fields["stop"] = list(request.stop)
         if request.logprobs is not None:
             fields |= {"logprobs": True, "top_logprobs": request.logprobs} if chat else {"logprobs": request.logprobs}
+        options = request.chat
+        if options is not None and options.tools:  # the engine renders them and parses its calls itself
+            fields |= {"tools": options.tools, "tool_choice": options.tool_choice}
+            fields |= {} if options.parallel_tool_calls else {"parallel_tool_calls": False}
         extra = {"top_k": s.top_k} if s.top_k else {}
+        if options is not None and options.template_kwargs:
+            extra["chat_template_kwargs"] = options.template_kwargs
         extra |= {"repetition_penalty": s.repetition_penalty} if s.repetition_penalty != 1.0 else {}
         optional = {"stream_options": {"include_usage": True}}
         return fields, optional | ({"extra_body": extra} if extra else {})
@@ -291,6 +297,8 @@ class RemoteEngine:
                     return
                 usage = chunk.get("usage") or usage
                 choice = (chunk.get("choices") or [None])[0] or {}
+                if messages is not None:
+                    yield from reasoning_and_calls(choice.get("delta") or {})
                 piece = (choice.get("delta") or {}).get("content") if messages is not None else choice.get("text")
                 if piece:
                     first_at, pieces, text = first_at or time.perf_counter(), pieces + 1, text + piece
@@ -304,7 +312,7 @@ class RemoteEngine:
                         finish = "stop"
                         break
                 if choice.get("finish_reason"):
-                    finish = "length" if choice["finish_reason"] == "length" else "stop"
+                    finish = choice["finish_reason"] if choice["finish_reason"] in ("length", "tool_calls") else "stop"
                 if request.cancel is not None and request.cancel.is_set():
                     finish = "cancelled"
                     break
@@ -322,6 +330,8 @@ class RemoteEngine:
         if finish is None:
             finish = "cancelled" if request.cancel is not None and request.cancel.is_set() else "stop"
         yield self._end(finish, usage, pieces, prompt_characters(request.prompt, messages), started, first_at)
+
+    renders_messages = True  # chat messages go to the engine as they are (engine/chats.py passes them through)
 
     def _end(self, finish: str, usage, pieces: int, prompt_chars: int, started: float, first_at) -> End:
         now = time.perf_counter()
@@ -373,6 +383,16 @@ def transport_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         pass
     return tuple(errors)
+
+
+def reasoning_and_calls(delta: dict) -> Iterator[Event]:
+    """The reasoning (under either name engines send it) and tool-call pieces of a chat chunk's delta."""
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if reasoning:
+        yield Reasoning(reasoning)
+    for call in delta.get("tool_calls") or []:
+        function = call.get("function") or {}
+        yield ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"), function.get("arguments") or "")
 
 
 def server_events(response) -> Iterator[dict]:

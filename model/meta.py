@@ -183,6 +183,7 @@ class MetaModel(torch.nn.Module):
         return {
             **self.info,
             "architecture": self.info.get("architecture", type(self.llma).__name__),
+            "model_type": getattr(getattr(self.llma, "config", None), "model_type", None),  # its response format
             "weight_mib": weight_bytes(self.llma) / 2**20,
             "context": self.max_seq_len,
             "sees_images": self.sees_images,
@@ -369,11 +370,10 @@ class MetaModel(torch.nn.Module):
 
     # ----- generation -----
 
-    def _streams(self, count, stop_symbols, max_new_tokens, cancel) -> list[AnswerStream]:
+    def _streams(self, count, stop_symbols, max_new_tokens, cancel, special_tokens=False) -> list[AnswerStream]:
         eos_ids = self.eos_ids(stop_symbols)
-        return [
-            AnswerStream(self.tokenizer.decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)
-        ]
+        decode = self.tokenizer.decode_with_specials if special_tokens else self.tokenizer.decode
+        return [AnswerStream(decode, eos_ids, stop_symbols, max_new_tokens, cancel) for _ in range(count)]
 
     def _decider(self, streams: list[AnswerStream]):
         decide = batch_decider(streams)
@@ -411,6 +411,7 @@ class MetaModel(torch.nn.Module):
                 request.session,
                 request.logprobs,
                 cancel=request.cancel,
+                special_tokens=request.special_tokens,
             ):
                 if isinstance(item, End):
                     yield item
@@ -526,6 +527,7 @@ class MetaModel(torch.nn.Module):
         session: str | None = None,
         logprobs: int | None = None,
         cancel: threading.Event | None = None,
+        special_tokens: bool = False,
     ) -> Iterator[AnswerStream | End]:
         """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`.
         Announced to the other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
@@ -533,7 +535,7 @@ class MetaModel(torch.nn.Module):
             inputs = self.prepare_inputs([prompt], None if images is None else [images], image_transform)
             prompt_tokens = inputs.input_ids.shape[1]
             max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
-            [stream] = self._streams(1, list(stop), max_new, cancel)
+            [stream] = self._streams(1, list(stop), max_new, cancel, special_tokens)
             prompt_ids = inputs.input_ids[0].tolist()
             batchable = self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
             in_batch = bool(others) and batchable

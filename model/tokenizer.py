@@ -34,6 +34,8 @@ class SentencePieceTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
 
+    decode_with_specials = decode  # sentencepiece's control tokens carry no text
+
     def special_token_id(self, text: str) -> int | None:
         """The id of `text` when it is one control token (such as "</s>"), else None."""
         piece_id = self.sp.piece_to_id(text)
@@ -67,6 +69,10 @@ class HFTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def decode_with_specials(self, ids: Iterable[int]) -> str:
+        """The text with the special tokens in it: where reasoning models mark their channels and tool calls."""
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def special_token_id(self, text: str) -> int | None:
         """The id of `text` when it is one special (added) token such as "<|im_end|>", else None."""

@@ -164,7 +164,7 @@ def test_an_engine_killed_mid_answer_then_restarted(byte_llama_dir):
 
 def test_an_engines_refusal_is_shown_with_its_own_message(front):
     """The engine's error (a prompt over its context, which the front does not count for a raw prompt) in the chat."""
-    with pytest.raises(Exception, match="The engine ended the answer with an error: The prompt is \\d+ tokens long"):
+    with pytest.raises(Exception, match="The engine refused the request: The prompt is \\d+ tokens long"):
         Client(front[0], verbose=False).predict(instruction="plus " * 3000, template="None", api_name="/single_turn")
 
 

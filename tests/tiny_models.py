@@ -278,3 +278,87 @@ def save_tiny_llava(
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+# ----- the 2026 families: their real classes, published chat templates and special tokens -----
+
+TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+
+def qwen_tokenizer(chat_template: str):
+    """A byte-level BPE tokenizer with Qwen's markers as Qwen ships them: <|im_start|>, <|im_end|> and
+    <|endoftext|> special, <think>, <tool_call> and their kin added but not special (they show in decoded text)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=QWEN_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=QWEN_SPECIAL[1:],
+    )
+    hf.chat_template = chat_template
+    return hf
+
+
+def save_tiny_qwen3(folder: Path, seed: int = 0) -> Path:
+    """A random Qwen3ForCausalLM with Qwen3's published chat template (chat_templates/qwen3.jinja)."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = qwen_tokenizer((TEMPLATES / "qwen3.jinja").read_text())
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        head_dim=16,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        **TEXT_CONFIG,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    ends = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    GenerationConfig(eos_token_id=ends, pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class ForcedAnswer:
+    """Makes a model's greedy answer `text` (then its end token): a hook on its output layer puts each next token
+    of the answer on top, for the last position of every forward pass. A tiny random model then writes what a
+    trained one would, through every real step in between (the tokenizer, the template, the parser)."""
+
+    def __init__(self, model, tokenizer, text: str, end_token: str):
+        self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+        self.step = 0
+        self.handle = model.get_output_embeddings().register_forward_hook(self._force)
+
+    def _force(self, module, inputs, output):
+        token = self.ids[min(self.step, len(self.ids) - 1)]
+        self.step += 1
+        forced = torch.full_like(output[..., -1, :], -1e4)
+        forced[..., token] = 1e4
+        output = output.clone()
+        output[..., -1, :] = forced
+        return output
+
+    def again(self, text: str | None = None, tokenizer=None, end_token: str | None = None) -> None:
+        """Answer from the start again (with a new `text` if given)."""
+        if text is not None:
+            self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+        self.step = 0
+
+    def remove(self) -> None:
+        self.handle.remove()

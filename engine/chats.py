@@ -1,0 +1,225 @@
+"""Chat messages over an engine that takes prompts: the messages rendered with the model's template
+(prompting/messages.py), and the answer parsed, while it streams, into reasoning, answer text and tool calls with the
+model's response format (engine/response_formats.py, read by transformers' `ResponseParser`).
+
+`ChatEngine(engine)` is itself an engine: a request with `messages` gets a `Rendered` event, then `Reasoning`,
+`Delta` (the answer) and `ToolCallDelta` events, then its `End` ("tool_calls" when the answer called tools). A
+request with a raw `prompt` passes through untouched, and so does everything to an engine that renders messages
+itself (engine/remote.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+
+from transformers.utils.chat_parsing.response_parser import ResponseParser
+
+from model.detokenize import StopStrings
+from prompting.messages import messages_prompt
+from user_error import UserError
+
+from .interface import ChatOptions, Delta, End, Engine, Event, Reasoning, Rendered, Request, ToolCallDelta
+from .response_formats import response_format
+
+log = logging.getLogger(__name__)
+
+
+class ChatEngine:
+    """`engine` with chat messages rendered in `template` (the launcher's) and answers parsed (see the module)."""
+
+    def __init__(self, engine: Engine, template: str, max_upload_mb: float | None = None):
+        self.engine, self.template = engine, template
+        self.max_upload_mb = max_upload_mb
+
+    def __getattr__(self, name):  # every other part of the interface is the engine's
+        return getattr(self.engine, name)
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        if request.messages is None or getattr(self.engine, "renders_messages", False):
+            yield from self.engine.stream(request)
+            return
+        options = request.chat or ChatOptions()
+        try:
+            extra = {} if self.max_upload_mb is None else {"max_mb": self.max_upload_mb}
+            built = messages_prompt(self.engine, options.template or self.template, request.messages, options, **extra)
+        except UserError as error:
+            yield End.failed(str(error), caller_error=True)
+            return
+        yield Rendered(built.text, built.dropped_turns)
+        parser = AnswerParser(self.engine, built.text, options)
+        cancel = request.cancel or threading.Event()
+        plain = replace(
+            request,
+            prompt=built.text,
+            stop=tuple(built.stop_symbols),  # the caller's own stop strings are looked for in the answer text only
+            images=built.images or None,
+            messages=None,
+            chat=None,
+            special_tokens=parser.reads_special_tokens,
+            cancel=cancel,
+        )
+        yield from parser.events(self.engine.stream(plain), request.stop, cancel)
+
+
+class AnswerParser:
+    """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
+    answer and tool-call events, as it grows."""
+
+    def __init__(self, engine: Engine, prompt: str, options: ChatOptions):
+        renderer = engine.chat_renderer
+        template, own = response_format(renderer, engine.summary().get("model_type"))
+        if options.tool_choice == "none" and "tool_calls" in template.get("fields", {}):
+            template = copy.deepcopy(template)  # calls stay text in the answer
+            del template["fields"]["tool_calls"]
+        self.reads_special_tokens = own and renderer is not None
+        self.parser = ResponseParser(template, prefix=prompt, tools=options.tools)
+        self.tokenizer = engine.tokenizer
+        self.parallel = options.parallel_tool_calls
+        self.fields = {"reasoning_content": _Region(Reasoning), "content": _Region(Delta)}
+        self.calls = 0
+        self.broken = False  # a call could not be read: the rest is answer text
+        self.call_text = ""  # the call being written, as the model writes it
+        self.reasoning_text = ""
+        self.raw = ""  # the answer as the model wrote it, for the terminal when a call cannot be read
+
+    def events(self, inner: Iterator[Event], stops: tuple[str, ...], cancel: threading.Event) -> Iterator[Event]:
+        """`inner`'s events with its text parsed; a stop string of the caller's found in the answer ends it."""
+        stop = _AnswerStops(stops)
+        yield from self._parsed(self.parser.initial_events)
+        for event in inner:
+            if isinstance(event, Delta):
+                if stop.hit:
+                    continue  # the model stops at its next step
+                self.raw += event.text
+                parsed = stop.cut(self._feed(event.text))
+                if stop.hit:
+                    cancel.set()
+                yield from _with_logprobs(parsed, event.logprobs)
+            elif isinstance(event, End):
+                if not stop.hit:
+                    yield from stop.cut(self._feed(None), at_end=True)
+                yield self._end(event, stop.hit)
+                return
+            else:
+                yield event
+
+    def _end(self, end: End, stopped: bool) -> End:
+        reason = end.finish_reason
+        if stopped and reason == "cancelled":
+            reason = "stop"
+        elif self.calls and reason == "stop":
+            reason = "tool_calls"
+        reasoning = len(self.tokenizer.encode(self.reasoning_text, bos=False)) if self.reasoning_text else 0
+        return replace(end, finish_reason=reason, reasoning_tokens=min(reasoning, end.completion_tokens))
+
+    def _feed(self, text: str | None) -> list[Event]:
+        """The events of the next piece of the answer (None: its end). A call the parser cannot read (broken, or
+        cut by the length limit) and all that follows stay in the answer as text."""
+        if self.broken:
+            return self.fields["content"].chunk(text or "")
+        try:
+            return self._parsed(self.parser.feed(text) if text is not None else self.parser.finalize()[1])
+        except ValueError as error:
+            log.warning("A tool call could not be read, so it stays in the answer as text (%s)", str(error)[:300])
+            self.broken = True
+            return self.fields["content"].chunk(self.call_text + (text or ""))
+
+    def _parsed(self, events: list[dict]) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            field = event.get("field")
+            if field in self.fields:
+                region = self.fields[field]
+                if event["type"] == "region_chunk":
+                    out.extend(region.chunk(event["text"]))
+                    if field == "reasoning_content":
+                        self.reasoning_text += event["text"]
+                elif event["type"] == "region_close":
+                    region.close()
+            elif field == "tool_calls" and event["type"] == "region_open":
+                self.call_text = ""
+            elif field == "tool_calls" and event["type"] == "region_chunk":
+                self.call_text += event["text"]
+            elif field == "tool_calls" and event["type"] == "region_close":
+                out.extend(self._call(event.get("value")))
+        return out
+
+    def _call(self, value) -> list[Event]:
+        function = value.get("function") if isinstance(value, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            log.warning("A tool call could not be read, so it stays in the answer as text: %r", self.raw[-300:])
+            return self.fields["content"].chunk(json.dumps(value) if not isinstance(value, str) else value)
+        if self.calls and not self.parallel:
+            return []  # parallel_tool_calls false: the first call only
+        arguments = function.get("arguments", {})
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        call = ToolCallDelta(self.calls, "call_" + secrets.token_hex(12), name, text)
+        self.calls += 1
+        return [call]
+
+
+class _Region:
+    """One text field of the answer (reasoning, or the answer itself) as it streams: its leading and trailing
+    whitespace left out, as the parsed message has it."""
+
+    def __init__(self, kind):
+        self.kind, self.started, self.pending = kind, False, ""
+
+    def chunk(self, text: str) -> list[Event]:
+        text = self.pending + (text if self.started else text.lstrip())
+        shown = text.rstrip()
+        self.pending = text[len(shown) :]
+        if not shown:
+            return []
+        self.started = True
+        return [self.kind(shown)]
+
+    def close(self) -> None:
+        self.pending = ""
+
+
+def _with_logprobs(events: list[Event], logprobs: list) -> list[Event]:
+    """The step's log-probabilities go with its first answer text (reasoning and calls carry none)."""
+    if not logprobs:
+        return events
+    for i, event in enumerate(events):
+        if isinstance(event, Delta):
+            events[i] = Delta(event.text, logprobs)
+            break
+    return events
+
+
+class _AnswerStops:
+    """The caller's stop strings, looked for in the answer text only: the text up to the first one, a tail that may
+    still become one held back until it is ruled out."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = StopStrings(stops) if stops else None
+        self.text, self.sent, self.hit = "", 0, False
+
+    def cut(self, events: list[Event], at_end: bool = False) -> list[Event]:
+        if self.stops is None:
+            return events
+        out: list[Event] = []
+        for event in events:
+            if not isinstance(event, Delta) or self.hit:
+                out.extend([] if self.hit else [event])
+                continue
+            self.text += event.text
+            found = self.stops.find(self.text)
+            self.hit = found >= 0
+            end = found if self.hit else len(self.text) if at_end else self.stops.safe_length(self.text)
+            if end > self.sent:
+                out.append(Delta(self.text[self.sent : end]))
+                self.sent = end
+        if at_end and not self.hit and self.sent < len(self.text):
+            out.append(Delta(self.text[self.sent :]))
+            self.sent = len(self.text)
+        return out

@@ -1,0 +1,266 @@
+"""Reasoning and tool calls: chat messages rendered with the model's own template (tools, tool turns, thinking on and
+off), and answers parsed into reasoning, answer and tool calls (engine/chats.py), through /v1 and the `openai`
+client. A tiny random Qwen3 of the real class, with Qwen3's published template and special tokens, is made to write
+what a trained one would by a hook on its output layer (tiny_models.ForcedAnswer)."""
+
+import json
+
+import httpx
+import pytest
+import tiny_models
+from app_server import serve
+from openai import OpenAI
+
+from engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
+from engine.chats import ChatEngine
+from engine.response_formats import RESPONSE_FORMATS
+from model import MetaModel
+
+END = "<|im_end|>"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
+}
+THOUGHT_AND_ANSWER = "<think>\nThe user greets me. I greet back.\n</think>\n\nHello! How can I help?"
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TWO_CALLS = CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
+    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", END)
+    yield model, forced
+    forced.remove()
+
+
+def answer(qwen3, text: str) -> None:
+    """The model's next answer will be `text`."""
+    model, forced = qwen3
+    forced.again(text, model.tokenizer.hf, END)
+
+
+@pytest.fixture(scope="module")
+def client(qwen3):
+    with serve(qwen3[0]) as (url, _):
+        yield OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0), url
+
+
+def events_of(model, messages, **options) -> list:
+    request = Request(
+        messages=messages, sampling=Sampling(temperature=0, max_new_tokens=400), chat=ChatOptions(**options)
+    )
+    return list(ChatEngine(model, "chat_template").stream(request))
+
+
+def test_the_response_formats_are_transformers_own():
+    from transformers.cli.serving.utils import _RESPONSE_TEMPLATE_FALLBACKS
+
+    assert RESPONSE_FORMATS == _RESPONSE_TEMPLATE_FALLBACKS
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"template_kwargs": {"enable_thinking": False}},
+        {"tools": [WEATHER, TIME]},
+        {"template_kwargs": {"reasoning_effort": "none"}},
+    ],
+)
+def test_the_prompt_is_the_templates_own(qwen3, options):
+    model, _ = qwen3
+    answer(qwen3, "Hi.")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there!"}]
+    rendered = events_of(model, messages, **options)[0]
+    kwargs = dict(options.get("template_kwargs", {}))
+    if kwargs.pop("reasoning_effort", None) == "none":  # Qwen3's template reads no reasoning_effort: thinking off
+        kwargs["enable_thinking"] = False
+    expected = model.tokenizer.hf.apply_chat_template(
+        messages, tools=options.get("tools"), tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    assert isinstance(rendered, Rendered) and rendered.text == expected
+    assert ("<think>\n\n</think>" in expected) == (kwargs.get("enable_thinking") is False)
+    assert ("get_weather" in expected) == bool(options.get("tools"))
+
+
+def test_reasoning_comes_apart_from_a_clean_answer(qwen3, client):
+    api, _ = client
+    specials = qwen3[0].tokenizer.hf.all_special_tokens + tiny_models.QWEN_ADDED
+    answer(qwen3, THOUGHT_AND_ANSWER)
+    reply = api.chat.completions.create(model="q", messages=[{"role": "user", "content": "Hello there!"}])
+    message = reply.choices[0].message
+    assert message.content == "Hello! How can I help?" and reply.choices[0].finish_reason == "stop"
+    extra = message.model_extra
+    assert extra["reasoning_content"] == extra["reasoning"] == "The user greets me. I greet back."
+    assert reply.usage.completion_tokens_details.reasoning_tokens > 0
+    assert not any(s in message.content + extra["reasoning_content"] for s in specials)
+
+    answer(qwen3, THOUGHT_AND_ANSWER)
+    stream = api.chat.completions.create(model="q", messages=[{"role": "user", "content": "Hello there!"}], stream=True)
+    reasoning, content, order = "", "", []
+    for chunk in stream:
+        delta = chunk.choices[0].delta
+        if (delta.model_extra or {}).get("reasoning_content"):
+            reasoning += delta.model_extra["reasoning_content"]
+            order.append("reasoning")
+        if delta.content:
+            content += delta.content
+            order.append("content")
+    assert reasoning == "The user greets me. I greet back." and content == "Hello! How can I help?"
+    assert order == sorted(order, key=["reasoning", "content"].index)  # all the reasoning before the answer
+
+
+def test_a_tool_call_round_trip(qwen3, client):
+    api, url = client
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    answer(qwen3, "<think>\nI need the weather.\n</think>\n\n" + CALL)
+    reply = api.chat.completions.create(model="q", messages=question, tools=[WEATHER])
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert not choice.message.content  # the call is not in the answer's text
+
+    answer(qwen3, "<think>\nI need the weather.\n</think>\n\n" + CALL)
+    stream = api.chat.completions.create(model="q", messages=question, tools=[WEATHER], stream=True)
+    pieces = [c.choices[0] for c in stream if c.choices]
+    calls = [tc for p in pieces for tc in (p.delta.tool_calls or [])]
+    assert calls[0].id and calls[0].function.name == "get_weather" and calls[0].function.arguments == ""
+    assert json.loads("".join(c.function.arguments or "" for c in calls)) == {"city": "Paris"}
+    assert pieces[-1].finish_reason == "tool_calls"
+
+    # the follow-up: the call and its result go back; the template renders them, and the model answers
+    follow_up = question + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call.model_dump()],
+            "reasoning_content": "I need the weather.",
+        },
+        {"role": "tool", "tool_call_id": call.id, "content": '{"weather": "sunny"}'},
+    ]
+    answer(qwen3, "<think>\nIt is sunny.\n</think>\n\nIt is sunny in Paris.")
+    reply = api.chat.completions.create(model="q", messages=follow_up, tools=[WEATHER])
+    assert reply.choices[0].message.content == "It is sunny in Paris."
+    rendered = events_of(qwen3[0], follow_up, tools=[WEATHER])[0]
+    expected_call = {**call.model_dump(), "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    expected = qwen3[0].tokenizer.hf.apply_chat_template(
+        [*follow_up[:1], {**follow_up[1], "content": "", "tool_calls": [expected_call]}, follow_up[2]],
+        tools=[WEATHER],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    # the published template fails on a content of None (as OpenAI clients send with a call): it goes as ""
+    assert (
+        rendered.text == expected
+        and "I need the weather." in expected
+        and '<tool_response>\n{"weather": "sunny"}\n</tool_response>' in expected
+    )
+
+
+def test_tool_choice_none_and_parallel_calls(qwen3, client):
+    api, _ = client
+    question = [{"role": "user", "content": "Weather and time in Paris?"}]
+    answer(qwen3, TWO_CALLS)
+    reply = api.chat.completions.create(model="q", messages=question, tools=[WEATHER, TIME])
+    assert [c.function.name for c in reply.choices[0].message.tool_calls] == ["get_weather", "get_time"]
+    answer(qwen3, TWO_CALLS)
+    reply = api.chat.completions.create(model="q", messages=question, tools=[WEATHER, TIME], parallel_tool_calls=False)
+    assert [c.function.name for c in reply.choices[0].message.tool_calls] == ["get_weather"]
+    answer(qwen3, CALL)
+    reply = api.chat.completions.create(model="q", messages=question, tools=[WEATHER], tool_choice="none")
+    assert reply.choices[0].message.tool_calls is None and reply.choices[0].finish_reason == "stop"
+    assert "get_weather" in reply.choices[0].message.content  # not parsed: the text as the model wrote it
+
+
+def test_a_call_cut_by_the_length_limit_comes_back_as_text(qwen3, client):
+    api, _ = client
+    answer(qwen3, CALL)
+    question = [{"role": "user", "content": "Weather?"}]
+    reply = api.chat.completions.create(model="q", messages=question, tools=[WEATHER], max_tokens=12)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and choice.message.tool_calls is None
+    assert choice.message.content.startswith('{"name": "')  # what the model wrote of the call, as text
+
+
+def test_a_callers_stop_string_is_looked_for_in_the_answer_only(qwen3):
+    answer(qwen3, "<think>\nSay hello, then stop.\n</think>\n\nHello! How can I help?")
+    request = Request(
+        messages=[{"role": "user", "content": "Hi"}],
+        sampling=Sampling(temperature=0, max_new_tokens=400),
+        stop=("How",),
+    )
+    events = list(ChatEngine(qwen3[0], "chat_template").stream(request))
+    assert "".join(e.text for e in events if isinstance(e, Reasoning)) == "Say hello, then stop."  # "then" kept
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == "Hello! "
+    assert isinstance(events[-1], End) and events[-1].finish_reason == "stop"
+    assert not any(isinstance(e, ToolCallDelta) for e in events)
+
+
+CALL_ID = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "extra, sentence",
+    [
+        ({"tool_choice": "required", "tools": [WEATHER]}, "cannot force a tool call"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
+            "cannot force",
+        ),
+        ({"chat_template_kwargs": {"tools": []}}, "sets tools, which the server sets itself"),
+        ({"chat_template_kwargs": "thinking"}, "must be an object"),
+        ({"reasoning_effort": "extreme"}, '`reasoning_effort` is "extreme"'),
+        ({"tools": [WEATHER, WEATHER]}, "Two tools are named get_weather"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}, "type object"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "Hi"},
+                    {"role": "tool", "tool_call_id": "call_9", "content": "1"},
+                ]
+            },
+            "answers tool_call_id 'call_9', which no earlier assistant message called",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{**CALL_ID, "function": {"name": "f", "arguments": "{"}}],
+                    }
+                ]
+            },
+            "are not JSON",
+        ),
+    ],
+)
+def test_bad_tool_and_template_fields_are_a_400(client, extra, sentence):
+    _, url = client
+    body = {"model": "q", "messages": [{"role": "user", "content": "Hi"}], **extra}
+    reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400, reply.text
+    assert sentence in reply.json()["error"]["message"]
+
+
+def test_reasoning_effort_none_turns_thinking_off(qwen3, client):
+    api, url = client
+    answer(qwen3, "Hi.")
+    body = {"messages": [{"role": "user", "content": "Hello"}], "reasoning_effort": "none"}
+    count = httpx.post(url + "/tokenize", json=body, timeout=60).json()["count"]
+    tokenizer = qwen3[0].tokenizer.hf
+    off = tokenizer.apply_chat_template(
+        body["messages"], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert off.endswith("<think>\n\n</think>\n\n") and count == len(tokenizer.encode(off, add_special_tokens=False))
