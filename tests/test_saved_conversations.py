@@ -402,6 +402,10 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
         page = open_page(browser, client.src)
         send(page, "Hello")
         page.get_by_text("tokens/s").first.wait_for(timeout=60000)  # the first answer ended (its figures)
+        page.get_by_text("Settings", exact=True).click()  # a long answer: the kill comes in the middle of it
+        length = page.get_by_label("number input for Max answer length (tokens)")
+        length.fill("2048")
+        length.press("Enter")
         send(page, "Tell me more")
         page.locator(".message button.stop-button").wait_for(state="visible")
         time.sleep(0.5)  # mid-answer
@@ -416,7 +420,7 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
     questions = [m["content"] for m in messages if m["role"] == "user"]
     assert title == "Hello" and questions == ["Hello", "Tell me more"]  # the question asked before the kill too
     assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the first answer, whole
-    assert messages[-1]["content"] == "Tell me more"  # only the answer being written was lost
+    assert messages[-1]["content"] == "Tell me more", messages[-1]  # only the answer being written was lost
     store.close()
 
 
