@@ -402,14 +402,14 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
         page = open_page(browser, client.src)
         send(page, "Hello")
         page.get_by_text("tokens/s").first.wait_for(timeout=60000)  # the first answer ended (its figures)
-        page.get_by_text("Settings", exact=True).click()  # a long answer: the kill comes in the middle of it
-        length = page.get_by_label("number input for Max answer length (tokens)")
-        length.fill("2048")
-        length.press("Enter")
+        page.get_by_text("Settings", exact=True).click()  # a long greedy answer: the kill comes in its middle
+        for setting, value in (("Max answer length (tokens)", "2048"), ("Temperature (0 = greedy)", "0")):
+            box = page.get_by_label(f"number input for {setting}")
+            box.fill(value)
+            box.press("Enter")
         send(page, "Tell me more")
-        page.locator(".message button.stop-button").wait_for(state="visible")
-        time.sleep(0.5)  # mid-answer
-        os.killpg(app.pid, signal.SIGKILL)
+        page.wait_for_function(f"(() => {{ const a = {ANSWERS}; return a.length >= 2 && a[1].innerText; }})()")
+        os.killpg(app.pid, signal.SIGKILL)  # mid-answer: its first pieces are on the page
         app.wait()
     finally:
         if app.poll() is None:
