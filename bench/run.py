@@ -191,8 +191,14 @@ FIGURES = {
     "remote_token_rate_ratio": ("tokens/s through the front over the engine's own", (">=", 0.97)),
     "remote_ttft_overhead_ms_serve": ("the same in front of `transformers serve`", ("<=", 15)),
     "remote_token_rate_ratio_serve": ("", (">=", 0.97)),
+    "reasoning_parse_token_rate_ratio": (
+        "tokens/s of a /v1 chat stream of a forced 256-token reasoning + answer, parsed into reasoning and answer, "
+        "over the same tokens streamed unparsed (a completion of the same prompt); a random Qwen3 the demo model's "
+        "size with Qwen3's template",
+        (">=", 0.97),
+    ),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote", "reasoning")
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
 
@@ -241,6 +247,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import remote
 
             results.update(remote.run(settings))
+        elif name == "reasoning":
+            from bench import reasoning
+
+            results.update(reasoning.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

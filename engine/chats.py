@@ -24,8 +24,20 @@ from model.detokenize import StopStrings
 from prompting.messages import messages_prompt
 from user_error import UserError
 
-from .interface import ChatOptions, Delta, End, Engine, Event, Reasoning, Rendered, Request, ToolCallDelta
-from .response_formats import response_format
+from .interface import (
+    Answer,
+    ChatOptions,
+    Delta,
+    End,
+    Engine,
+    Event,
+    Reasoning,
+    Rendered,
+    Request,
+    ToolCallDelta,
+    collect,
+)
+from .response_formats import THINK_TAGS, Region, response_format
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +79,13 @@ class ChatEngine:
         yield from parser.events(self.engine.stream(plain), request.stop, cancel)
 
 
+def parsed(engine: Engine, prompt: str, answer: Answer, options: ChatOptions | None = None) -> Answer:
+    """A whole answer to `prompt` (its text as `AnswerParser.reads_special_tokens` asks) as reasoning, text and tool
+    calls."""
+    parser = AnswerParser(engine, prompt, options or ChatOptions())
+    return collect(parser.events(iter([Delta(answer.text), answer.end]), (), threading.Event()))
+
+
 class AnswerParser:
     """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
     answer and tool-call events, as it grows."""
@@ -81,7 +100,7 @@ class AnswerParser:
         self.parser = ResponseParser(template, prefix=prompt, tools=options.tools)
         self.tokenizer = engine.tokenizer
         self.parallel = options.parallel_tool_calls
-        self.fields = {"reasoning_content": _Region(Reasoning), "content": _Region(Delta)}
+        self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
         self.calls = 0
         self.broken = False  # a call could not be read: the rest is answer text
         self.call_text = ""  # the call being written, as the model writes it
@@ -165,24 +184,31 @@ class AnswerParser:
         return [call]
 
 
-class _Region:
-    """One text field of the answer (reasoning, or the answer itself) as it streams: its leading and trailing
-    whitespace left out, as the parsed message has it."""
+class ThinkSplitter:
+    """Reasoning an engine sends raw in its answer's text (engine/remote.py): a leading <think>...</think> block, or,
+    where thinking is on and the prompt opened the block, the text up to a first </think>."""
 
-    def __init__(self, kind):
-        self.kind, self.started, self.pending = kind, False, ""
+    def __init__(self, opened: bool):
+        self.parser = ResponseParser(THINK_TAGS, prefix="<think>\n" if opened else "")
+        self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
 
-    def chunk(self, text: str) -> list[Event]:
-        text = self.pending + (text if self.started else text.lstrip())
-        shown = text.rstrip()
-        self.pending = text[len(shown) :]
-        if not shown:
-            return []
-        self.started = True
-        return [self.kind(shown)]
+    def feed(self, text: str) -> list[Event]:
+        return _text_events(self.parser.feed(text), self.fields)
 
-    def close(self) -> None:
-        self.pending = ""
+    def finish(self) -> list[Event]:
+        return _text_events(self.parser.finalize()[1], self.fields)
+
+
+def _text_events(events: list[dict], fields: dict) -> list[Event]:
+    """The reasoning and answer events of a parser's region events (tool calls left to the caller)."""
+    out: list[Event] = []
+    for event in events:
+        region = fields.get(event.get("field"))
+        if region is not None and event["type"] == "region_chunk":
+            out.extend(region.chunk(event["text"]))
+        elif region is not None and event["type"] == "region_close":
+            region.close()
+    return out
 
 
 def _with_logprobs(events: list[Event], logprobs: list) -> list[Event]:

@@ -181,6 +181,8 @@ class Answer:
 
     text: str
     end: End
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)  # each call whole
 
 
 @runtime_checkable
@@ -225,11 +227,18 @@ def checkpoint_name(summary: dict) -> str:
 
 
 def collect(events: Iterator[Event]) -> Answer:
-    """A stream read to its end, as one answer."""
-    text, end = [], None
+    """A stream read to its end, as one answer (its reasoning and tool calls apart)."""
+    text, reasoning, calls, end = [], [], [], None
     for event in events:
         if isinstance(event, Delta):
             text.append(event.text)
+        elif isinstance(event, Reasoning):
+            reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta) and event.index < len(calls):
+            calls[event.index].arguments += event.arguments
+        elif isinstance(event, ToolCallDelta):
+            calls.append(replace(event))
         elif isinstance(event, End):
             end = event
-    return Answer("".join(text), end or End.failed("The answer ended without its last event."))
+    end = end or End.failed("The answer ended without its last event.")
+    return Answer("".join(text), end, "".join(reasoning), calls)

@@ -34,6 +34,7 @@ from prompting.images import png_bytes, png_data_url
 from user_error import UserError
 
 from .interface import Answer, Delta, End, Event, Reasoning, Request, Sampling, TokenLogprob, ToolCallDelta, collect
+from .response_formats import Region
 
 CONNECT_TIMEOUT_S = 10.0
 CANCEL_POLL_S = 0.02  # how often an answer's cancel flag is looked at while the engine is silent
@@ -239,11 +240,14 @@ class RemoteEngine:
         if self._optional_refused or not optional:
             return self._create(messages, request.prompt, fields)
         try:
-            return self._create(messages, request.prompt, fields | optional)
+            extra_body = fields.get("extra_body", {}) | optional.get("extra_body", {})
+            return self._create(
+                messages, request.prompt, fields | optional | ({"extra_body": extra_body} if extra_body else {})
+            )
         except (openai.BadRequestError, openai.UnprocessableEntityError):  # 422: FastAPI's checks
             reply = self._create(messages, request.prompt, fields)  # its own 400 is the one shown
             self._optional_refused = True
-            names = ", ".join(["stream_options", *optional.get("extra_body", {})])
+            names = ", ".join([*(k for k in optional if k != "extra_body"), *optional.get("extra_body", {})])
             print(f"note: the engine at {self.url} refuses {names}; they are left out from now on.", file=sys.stderr)
             return reply
 
@@ -269,15 +273,18 @@ class RemoteEngine:
             fields["stop"] = list(request.stop)
         if request.logprobs is not None:
             fields |= {"logprobs": True, "top_logprobs": request.logprobs} if chat else {"logprobs": request.logprobs}
+        optional: dict = {"stream_options": {"include_usage": True}}
         options = request.chat
         if options is not None and options.tools:  # the engine renders them and parses its calls itself
-            fields |= {"tools": options.tools, "tool_choice": options.tool_choice}
-            fields |= {} if options.parallel_tool_calls else {"parallel_tool_calls": False}
+            fields |= {"tools": options.tools} | ({} if options.parallel_tool_calls else {"parallel_tool_calls": False})
+            optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
+        variables = dict(options.template_kwargs) if options is not None else {}
+        if "reasoning_effort" in variables:  # OpenAI's own field, which engines map to their templates
+            optional["reasoning_effort"] = variables.pop("reasoning_effort")
+        if variables:
+            fields["extra_body"] = {"chat_template_kwargs": variables}
         extra = {"top_k": s.top_k} if s.top_k else {}
-        if options is not None and options.template_kwargs:
-            extra["chat_template_kwargs"] = options.template_kwargs
         extra |= {"repetition_penalty": s.repetition_penalty} if s.repetition_penalty != 1.0 else {}
-        optional = {"stream_options": {"include_usage": True}}
         return fields, optional | ({"extra_body": extra} if extra else {})
 
     def _read(self, reply, request: Request, messages: list[dict] | None, started: float) -> Iterator[Event]:
@@ -288,6 +295,8 @@ class RemoteEngine:
         stops = StopStrings(request.stop)
         text, shown, pieces, pending = "", 0, 0, []
         usage, finish, first_at = None, None, None
+        raw_reasoning = raw_think_splitter(request) if messages is not None else None
+        reasoning, answer = Region(Reasoning), Region(Delta)  # whitespace at either end left out, as parsed
         try:
             for chunk in server_events(reply):
                 if isinstance(chunk.get("error"), dict):  # an error event in the stream: the engine's own message
@@ -298,8 +307,17 @@ class RemoteEngine:
                 usage = chunk.get("usage") or usage
                 choice = (chunk.get("choices") or [None])[0] or {}
                 if messages is not None:
-                    yield from reasoning_and_calls(choice.get("delta") or {})
+                    delta = choice.get("delta") or {}
+                    if any(delta.get(k) for k in ("reasoning_content", "reasoning", "tool_calls")):
+                        raw_reasoning = None  # the engine parses its answers itself
+                    yield from reasoning_and_calls(delta, reasoning)
                 piece = (choice.get("delta") or {}).get("content") if messages is not None else choice.get("text")
+                if piece and raw_reasoning is not None:
+                    split = raw_reasoning.feed(piece)
+                    yield from (e for e in split if isinstance(e, Reasoning))
+                    piece = "".join(e.text for e in split if isinstance(e, Delta))
+                elif piece and messages is not None:  # the answer after the reasoning, trimmed as a parsed one is
+                    piece = "".join(e.text for e in answer.chunk(piece))
                 if piece:
                     first_at, pieces, text = first_at or time.perf_counter(), pieces + 1, text + piece
                     pending += chunk_logprobs(choice.get("logprobs"), messages is not None)
@@ -329,6 +347,8 @@ class RemoteEngine:
             reply.close()  # the engine aborts a request whose stream is closed
         if finish is None:
             finish = "cancelled" if request.cancel is not None and request.cancel.is_set() else "stop"
+        if raw_reasoning is not None and finish != "cancelled":
+            yield from raw_reasoning.finish()  # what the splitter held back: the end of a tag that never came
         yield self._end(finish, usage, pieces, prompt_characters(request.prompt, messages), started, first_at)
 
     renders_messages = True  # chat messages go to the engine as they are (engine/chats.py passes them through)
@@ -385,11 +405,19 @@ def transport_errors() -> tuple[type[Exception], ...]:
     return tuple(errors)
 
 
-def reasoning_and_calls(delta: dict) -> Iterator[Event]:
+def raw_think_splitter(request: Request):
+    """What splits reasoning sent raw in the answer's text out of it (engine/chats.py's `ThinkSplitter`)."""
+    from .chats import ThinkSplitter  # transformers' parser: imported only where a chat needs it
+
+    kwargs = request.chat.template_kwargs if request.chat is not None else {}
+    return ThinkSplitter(opened=kwargs.get("enable_thinking") is True)
+
+
+def reasoning_and_calls(delta: dict, reasoning: Region) -> Iterator[Event]:
     """The reasoning (under either name engines send it) and tool-call pieces of a chat chunk's delta."""
-    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-    if reasoning:
-        yield Reasoning(reasoning)
+    text = delta.get("reasoning_content") or delta.get("reasoning")
+    if text:
+        yield from reasoning.chunk(text)
     for call in delta.get("tool_calls") or []:
         function = call.get("function") or {}
         yield ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"), function.get("arguments") or "")

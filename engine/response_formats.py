@@ -90,3 +90,23 @@ def response_format(tokenizer, model_type: str | None) -> tuple[dict, bool]:
         return own, True
     found = next((v for types, v in RESPONSE_FORMATS.items() if model_type in types), None)
     return (found, True) if found is not None else (THINK_TAGS, False)
+
+
+class Region:
+    """One text field of the answer (reasoning, or the answer itself) as it streams: its leading and trailing
+    whitespace left out, as the parsed message has it."""
+
+    def __init__(self, kind):
+        self.kind, self.started, self.pending = kind, False, ""
+
+    def chunk(self, text: str) -> list:
+        text = self.pending + (text if self.started else text.lstrip())
+        shown = text.rstrip()
+        self.pending = text[len(shown) :]
+        if not shown:
+            return []
+        self.started = True
+        return [self.kind(shown)]
+
+    def close(self) -> None:
+        self.pending = ""

@@ -127,15 +127,16 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
     template = resolve_template(model, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
+    parse, special_tokens = answer_parsing(model, template)
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        requests = [
-            Request(text, sampling, tuple(stop))
-            for text, stop in (apply_template(model, template, p, args.system) for p in batch)
-        ]
+        rendered = [apply_template(model, template, p, args.system) for p in batch]
+        requests = [Request(text, sampling, tuple(stop), special_tokens=special_tokens) for text, stop in rendered]
         answers = model.complete(requests)
+        if parse is not None:
+            answers = [parse(text, answer) for (text, _), answer in zip(rendered, answers)]
         ends = [answer.end for answer in answers]
         figures["encode"] += ends[0].encode_time
         figures["generate"] += max(end.total_time for end in ends)
@@ -145,6 +146,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 {
                     "prompt": prompt,
                     "response": answer.text,
+                    "reasoning": answer.reasoning,
+                    "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in answer.tool_calls],
                     "finish_reason": answer.end.finish_reason,
                     "input_tokens": answer.end.prompt_tokens,
                     "output_tokens": answer.end.completion_tokens,
@@ -155,6 +158,22 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     figures["total"] = time.perf_counter() - started
     figures["batch_size"] = args.batch_size
     return records, figures
+
+
+def answer_parsing(model, template: str):
+    """(how a local model's answers in its chat template are read into reasoning, text and tool calls: a function of
+    the prompt and the answer, whether the answers keep their special tokens for it), or (None, False) for another
+    template's answers, or an engine's, which parses its own."""
+    from conversation.multi_turn import CHAT_TEMPLATE
+
+    if template != CHAT_TEMPLATE or getattr(model, "renders_messages", False):
+        return None, False
+    from engine import ChatOptions
+    from engine.chats import AnswerParser, parsed
+
+    return (lambda prompt, answer: parsed(model, prompt, answer)), AnswerParser(
+        model, "", ChatOptions()
+    ).reads_special_tokens
 
 
 def progress(items, show: bool):
@@ -184,7 +203,9 @@ def main(argv=None) -> None:
     except UserError as error:
         fail(error)
     for record in records:
-        print(f"### {record['prompt']}\n{record['response']}\n")
+        thinking = f"Thinking:\n{record['reasoning']}\n\n" if record["reasoning"] else ""
+        calls = "".join(f"Tool call: {c['name']}({c['arguments']})\n" for c in record["tool_calls"])
+        print(f"### {record['prompt']}\n{thinking}{record['response']}\n{calls}")
     if args.output is not None:
         args.output.write_text("".join(json.dumps(r) + "\n" for r in records))
     print(report(figures))

@@ -433,7 +433,8 @@ class MetaModel(torch.nn.Module):
         strings and image transform. Raises `UserError` for what the user can fix."""
         first = requests[0]
         if any(
-            (r.sampling, tuple(r.stop), r.image_transform) != (first.sampling, tuple(first.stop), first.image_transform)
+            (r.sampling, tuple(r.stop), r.image_transform, r.special_tokens)
+            != (first.sampling, tuple(first.stop), first.image_transform, first.special_tokens)
             for r in requests
         ):
             raise UserError(
@@ -448,6 +449,7 @@ class MetaModel(torch.nn.Module):
             tuple(first.stop),
             first.cancel,
             first.image_transform,
+            first.special_tokens,
         )
         return [Answer(d.pop("text"), End(**d)) for d in details]
 
@@ -624,7 +626,14 @@ class MetaModel(torch.nn.Module):
 
     @announced
     def _batch(
-        self, prompts, images, sampling: Sampling, stop: tuple[str, ...] = (), cancel=None, image_transform=None
+        self,
+        prompts,
+        images,
+        sampling: Sampling,
+        stop: tuple[str, ...] = (),
+        cancel=None,
+        image_transform=None,
+        special_tokens: bool = False,
     ) -> list[dict]:
         """A left-padded batch's answers, each as the dict of `End`'s fields with its "text" and the batch's
         `encode_time`."""
@@ -633,7 +642,7 @@ class MetaModel(torch.nn.Module):
         encode_time = time.perf_counter() - encode_started
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
-        streams = self._streams(len(prompts), list(stop), max_new, cancel)
+        streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
         for _ in generate_tokens(
             self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled, max_new_tokens=max_new
         ):

@@ -264,3 +264,165 @@ def test_reasoning_effort_none_turns_thinking_off(qwen3, client):
         body["messages"], tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
     assert off.endswith("<think>\n\n</think>\n\n") and count == len(tokenizer.encode(off, add_special_tokens=False))
+
+
+# ----- transformers serve, on the same folder with the same forcing: an engine nobody here wrote -----
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory):
+    """`transformers serve` in this process on a Qwen3 folder (its model forced like ours), and our app on it."""
+    from bench.api_vs_serve import has_serving
+    from launchers.loading import free_port
+
+    if not has_serving():
+        pytest.skip('transformers[serving] is not installed (pip install -e ".[dev]")')
+    from transformers.cli.serve import Serve
+
+    folder = tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("peer") / "qwen3")
+    port = free_port()
+    server = Serve(force_model=str(folder), port=port, device="cpu", non_blocking=True, log_level="error")
+    try:
+        [loaded] = server._model_manager.loaded_models.values()
+        theirs = tiny_models.ForcedAnswer(loaded.model, loaded.processor, "x", END)
+        ours = MetaModel.from_pretrained(str(folder))
+        forced = tiny_models.ForcedAnswer(ours.llma, ours.tokenizer.hf, "x", END)
+        with serve(ours) as (url, _):
+            servers = {
+                "theirs": (OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0), theirs),
+                "ours": (OpenAI(base_url=url + "/v1", api_key="x", max_retries=0), forced),
+            }
+            yield servers, loaded.processor, str(folder)
+    finally:
+        server.kill_server()
+
+
+def parsed(message) -> dict:
+    extra = message.model_extra or {}
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []]
+    return {"content": message.content or "", "reasoning": extra.get("reasoning_content"), "calls": calls}
+
+
+@pytest.mark.parametrize(
+    "text, tools", [(THOUGHT_AND_ANSWER, None), ("<think>\nI need the weather.\n</think>\n\n" + CALL, [WEATHER])]
+)
+def test_the_same_answer_parsed_as_transformers_serve_parses_it(peer, text, tools):
+    servers, tokenizer, folder = peer
+    replies = {}
+    for name, (api, forced) in servers.items():
+        forced.again(text, tokenizer, END)
+        extra = {"tools": tools} if tools else {}
+        reply = api.chat.completions.create(
+            model=folder, messages=[{"role": "user", "content": "Hello there!"}], max_tokens=300, temperature=0, **extra
+        )
+        replies[name] = (parsed(reply.choices[0].message), reply.choices[0].finish_reason)
+    assert replies["ours"] == replies["theirs"], replies
+
+
+def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, tmp_path, capsys):
+    import launchers.generate
+
+    monkeypatch.setattr(launchers.generate, "load_model", lambda args: qwen3[0])
+    answer(qwen3, THOUGHT_AND_ANSWER)
+    output = tmp_path / "out.jsonl"
+    launchers.generate.main(["--prompts", "Hello there!", "--output", str(output), "--max_new_tokens", "300"])
+    printed = capsys.readouterr().out
+    assert "### Hello there!\nThinking:\nThe user greets me. I greet back.\n\nHello! How can I help?\n" in printed
+    [record] = [json.loads(line) for line in output.read_text().splitlines()]
+    assert record["reasoning"] == "The user greets me. I greet back." and record["response"] == "Hello! How can I help?"
+    answer(qwen3, CALL)
+    launchers.generate.main(["--prompts", "Weather?", "--output", str(output), "--max_new_tokens", "300"])
+    [record] = [json.loads(line) for line in output.read_text().splitlines()]
+    assert record["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+
+
+def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3, client):
+    from app_server import serve_engine
+
+    from engine.remote import RemoteEngine
+
+    _, url = client
+    with serve_engine(RemoteEngine(url + "/v1")) as front:
+        api = OpenAI(base_url=front + "/v1", api_key="unused", max_retries=0)
+        answer(qwen3, THOUGHT_AND_ANSWER)
+        message = (
+            api.chat.completions.create(model="q", messages=[{"role": "user", "content": "Hi"}]).choices[0].message
+        )
+        assert parsed(message) == {
+            "content": "Hello! How can I help?",
+            "reasoning": "The user greets me. I greet back.",
+            "calls": [],
+        }
+        answer(qwen3, CALL)
+        reply = api.chat.completions.create(
+            model="q", messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER]
+        )
+        assert parsed(reply.choices[0].message)["calls"] == [("get_weather", {"city": "Paris"})]
+        assert reply.choices[0].finish_reason == "tool_calls"
+
+
+def test_the_app_in_front_of_transformers_serve_passes_reasoning_and_calls_through(peer):
+    from app_server import serve_engine
+
+    from engine.remote import RemoteEngine
+
+    servers, tokenizer, folder = peer
+    theirs, forced = servers["theirs"]
+    with serve_engine(RemoteEngine(str(theirs.base_url).rstrip("/"))) as front:
+        api = OpenAI(base_url=front + "/v1", api_key="unused", max_retries=0)
+        forced.again("<think>\nI need the weather.\n</think>\n\n" + CALL, tokenizer, END)
+        reply = api.chat.completions.create(
+            model=folder, messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER], max_tokens=300
+        )
+        assert parsed(reply.choices[0].message) == {
+            "content": "", "reasoning": "I need the weather.", "calls": [("get_weather", {"city": "Paris"})]
+        }  # fmt: skip
+        forced.again(THOUGHT_AND_ANSWER, tokenizer, END)
+        reply = api.chat.completions.create(
+            model=folder, messages=[{"role": "user", "content": "Hi"}], reasoning_effort="high", max_tokens=300
+        )
+    assert reply.choices[0].message.content == "Hello! How can I help?"  # with reasoning_effort and tool_choice sent
+
+
+def test_reasoning_an_engine_sends_raw_is_split_out_of_the_answer():
+    from engine.chats import ThinkSplitter
+
+    def split(pieces, opened=False):
+        splitter, events = ThinkSplitter(opened), []
+        for piece in pieces:
+            events += splitter.feed(piece)
+        events += splitter.finish()
+        kinds = {"Reasoning": "", "Delta": ""}
+        for event in events:
+            kinds[type(event).__name__] += event.text
+        return kinds["Reasoning"], kinds["Delta"]
+
+    assert split(["<thi", "nk>\nHm, ", "yes.</th", "ink>\n\nYes."]) == ("Hm, yes.", "Yes.")
+    assert split(["Plain answer."]) == ("", "Plain answer.")
+    assert split(["Hm.</think>Yes."], opened=True) == ("Hm.", "Yes.")  # the prompt opened the block
+
+
+def test_langchain_completes_a_tool_round_trip(qwen3, client):
+    """LangChain's ChatOpenAI, a client nobody here wrote, binds a tool, gets the call, runs it, and gets the answer."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        return f'{{"city": "{city}", "weather": "sunny"}}'
+
+    _, url = client
+    chat = ChatOpenAI(base_url=url + "/v1", api_key="unused", model="q", temperature=0, max_retries=0)
+    bound = chat.bind_tools([get_weather])
+    messages = [HumanMessage("What is the weather in Paris?")]
+    answer(qwen3, "<think>\nI need the weather.\n</think>\n\n" + CALL)
+    called = bound.invoke(messages)
+    assert [(c["name"], c["args"]) for c in called.tool_calls] == [("get_weather", {"city": "Paris"})]
+    messages += [
+        called,
+        ToolMessage(get_weather.invoke(called.tool_calls[0]["args"]), tool_call_id=called.tool_calls[0]["id"]),
+    ]
+    answer(qwen3, "It is sunny in Paris.")
+    assert bound.invoke(messages).content == "It is sunny in Paris."

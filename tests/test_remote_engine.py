@@ -250,5 +250,13 @@ def test_generate_with_api_base_against_transformers_serve(transformers_serve, t
     records = [json.loads(line) for line in written.splitlines()]
     assert [r["prompt"] for r in records] == prompts
     for record in records:
-        assert set(record) == {"prompt", "response", "finish_reason", "input_tokens", "output_tokens"}
+        assert set(record) == {
+            "prompt",
+            "response",
+            "reasoning",
+            "tool_calls",
+            "finish_reason",
+            "input_tokens",
+            "output_tokens",
+        }
         assert record["finish_reason"] == "length" and record["response"] and record["input_tokens"] > 0

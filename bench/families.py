@@ -1,0 +1,108 @@
+"""The 2026 families for tests and benchmarks: tiny random models of their real classes with their published chat
+templates (kept under tests/chat_templates, with SOURCES.md) and special tokens, and `ForcedAnswer`, which makes such
+a model write what a trained one would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "What is the capital of France? The capital of France is Paris.",
+    "What is 12 plus 7? The answer is 19. The user asks about the weather; I call the tool.",
+    "Hello! How can I help? It is sunny in Paris. Let me think about it step by step.",
+] * 20
+TEXT_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+)
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "tests" / "chat_templates"  # their texts, and SOURCES.md
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+
+def qwen_tokenizer(chat_template: str, vocab_size: int = 400):
+    """A byte-level BPE tokenizer with Qwen's markers as Qwen ships them: <|im_start|>, <|im_end|> and
+    <|endoftext|> special, <think>, <tool_call> and their kin added but not special (they show in decoded text)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=QWEN_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=QWEN_SPECIAL[1:],
+    )
+    hf.chat_template = chat_template
+    return hf
+
+
+def save_tiny_qwen3(folder: Path, seed: int = 0, config: dict = TEXT_CONFIG) -> Path:
+    """A random Qwen3ForCausalLM (`config`'s sizes) with Qwen3's published chat template (qwen3.jinja)."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = qwen_tokenizer((TEMPLATES / "qwen3.jinja").read_text())
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        **config,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    ends = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    GenerationConfig(eos_token_id=ends, pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class ForcedAnswer:
+    """Makes a model's greedy answer `text` (then its end token): a hook on its output layer puts each next token
+    of the answer on top, for the last position of every forward pass. A tiny random model then writes what a
+    trained one would, through every real step in between (the tokenizer, the template, the parser)."""
+
+    def __init__(self, model, tokenizer, text: str, end_token: str):
+        self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+        self.step = 0
+        self.handle = model.get_output_embeddings().register_forward_hook(self._force)
+
+    def _force(self, module, inputs, output):
+        token = self.ids[min(self.step, len(self.ids) - 1)]
+        self.step += 1
+        forced = torch.full_like(output[..., -1, :], -1e4)
+        forced[..., token] = 1e4
+        output = output.clone()
+        output[..., -1, :] = forced
+        return output
+
+    def again(self, text: str | None = None, tokenizer=None, end_token: str | None = None) -> None:
+        """Answer from the start again (with a new `text` if given)."""
+        if text is not None:
+            self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+        self.step = 0
+
+    def remove(self) -> None:
+        self.handle.remove()
