@@ -20,8 +20,9 @@ from dataclasses import replace
 
 from transformers.utils.chat_parsing.response_parser import ResponseParser
 
+from conversation.multi_turn import CHAT_TEMPLATE
 from model.detokenize import StopStrings
-from prompting.messages import messages_prompt
+from prompting.messages import messages_prompt, normalized
 from user_error import UserError
 
 from .interface import (
@@ -53,12 +54,17 @@ class ChatEngine:
         return getattr(self.engine, name)
 
     def stream(self, request: Request) -> Iterator[Event]:
-        if request.messages is None or getattr(self.engine, "renders_messages", False):
+        if request.messages is None:
             yield from self.engine.stream(request)
             return
         options = request.chat or ChatOptions()
         try:
             extra = {} if self.max_upload_mb is None else {"max_mb": self.max_upload_mb}
+            if getattr(self.engine, "renders_messages", False):
+                kept, dropped = self._kept(request.messages, options, extra)
+                yield Rendered(json.dumps(kept, ensure_ascii=False, indent=1), dropped)
+                yield from self.engine.stream(replace(request, messages=kept))
+                return
             built = messages_prompt(self.engine, options.template or self.template, request.messages, options, **extra)
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
@@ -78,12 +84,35 @@ class ChatEngine:
         )
         yield from parser.events(self.engine.stream(plain), request.stop, cancel)
 
+    def _kept(self, messages: list[dict], options: ChatOptions, extra: dict) -> tuple[list[dict], int]:
+        """The messages an engine that renders them itself is sent: the oldest turns left out where the conversation
+        outgrows its context (counted as the messages it is sent; a conversation with tools goes whole), and how many
+        turns went."""
+        messages = normalized(messages)
+        if options.tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+            return messages, 0
+        dropped = messages_prompt(self.engine, CHAT_TEMPLATE, messages, options, **extra).dropped_turns
+        return without_oldest_turns(messages, dropped), dropped
+
 
 def parsed(engine: Engine, prompt: str, answer: Answer, options: ChatOptions | None = None) -> Answer:
     """A whole answer to `prompt` (its text as `AnswerParser.reads_special_tokens` asks) as reasoning, text and tool
     calls."""
     parser = AnswerParser(engine, prompt, options or ChatOptions())
     return collect(parser.events(iter([Delta(answer.text), answer.end]), (), threading.Event()))
+
+
+def without_oldest_turns(messages: list[dict], turns: int) -> list[dict]:
+    """`messages` without their first `turns` turns (a turn starts at a user message after another role's); the
+    system messages stay."""
+    starts = [
+        i for i, m in enumerate(messages) if m["role"] == "user" and (i == 0 or messages[i - 1]["role"] != "user")
+    ]
+    first_system = [m for m in messages if m["role"] == "system"]
+    if turns <= 0 or not starts:
+        return messages
+    cut = starts[min(turns, len(starts) - 1)]
+    return first_system + [m for m in messages[cut:] if m["role"] != "system"]
 
 
 class AnswerParser:

@@ -260,3 +260,17 @@ def test_generate_with_api_base_against_transformers_serve(transformers_serve, t
             "output_tokens",
         }
         assert record["finish_reason"] == "length" and record["response"] and record["input_tokens"] > 0
+
+
+def test_the_fronts_v1_leaves_out_the_oldest_turns_the_engine_cannot_hold(front):
+    """Chat messages go to the engine as messages, without the oldest turns where the conversation outgrows the
+    engine's context (counted with its /tokenize), as the page's do."""
+    from openai import OpenAI
+
+    turns = [
+        m for n in range(40) for m in (user(f"What is {n} plus {n}? " * 6), assistant(f"{n} plus {n} is {2 * n}."))
+    ]
+    api = OpenAI(base_url=front[0] + "/v1", api_key="unused", max_retries=0)
+    reply = api.chat.completions.create(model="x", messages=[*turns, user(FRANCE)], temperature=0.0, max_tokens=64)
+    assert reply.choices[0].message.content and reply.choices[0].finish_reason == "stop"  # answered, not refused
+    assert reply.usage.prompt_tokens <= 2048 - 64  # the whole conversation is about 3,900 tokens
