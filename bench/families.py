@@ -15,13 +15,12 @@ CORPUS = [
     "What is 12 plus 7? The answer is 19. The user asks about the weather; I call the tool.",
     "Hello! How can I help? It is sunny in Paris. Let me think about it step by step.",
 ] * 20
-TEXT_CONFIG = dict(
+TEXT_CONFIG = dict(  # the tiny models' sizes (tests/tiny_models.py's too)
     hidden_size=64,
     intermediate_size=192,
     num_hidden_layers=2,
     num_attention_heads=4,
     num_key_value_heads=2,
-    head_dim=16,
     max_position_embeddings=1024,
     rms_norm_eps=1e-5,
     rope_theta=10000.0,
@@ -58,7 +57,7 @@ def qwen_tokenizer(chat_template: str, vocab_size: int = 400):
     return hf
 
 
-def save_tiny_qwen3(folder: Path, seed: int = 0, config: dict = TEXT_CONFIG) -> Path:
+def save_tiny_qwen3(folder: Path, seed: int = 0, config: dict = TEXT_CONFIG | {"head_dim": 16}) -> Path:
     """A random Qwen3ForCausalLM (`config`'s sizes) with Qwen3's published chat template (qwen3.jinja)."""
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 

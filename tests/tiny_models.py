@@ -13,6 +13,9 @@ from pathlib import Path
 
 import torch
 
+# the sizes, and the 2026 families (their real classes, published templates and special tokens) with forced answers
+from bench.families import QWEN_ADDED, TEXT_CONFIG, ForcedAnswer, qwen_tokenizer, save_tiny_qwen3  # noqa: F401
+
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "What is the capital of France? The capital of France is Paris.",
@@ -22,16 +25,6 @@ CORPUS = [
     "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓",
     "A red circle and a blue square. A green triangle on a dark background.",
 ] * 20
-TEXT_CONFIG = dict(
-    hidden_size=64,
-    intermediate_size=192,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-    rms_norm_eps=1e-5,
-    rope_theta=10000.0,
-)
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -278,7 +271,3 @@ def save_tiny_llava(
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
-
-
-# the 2026 families (their real classes, published templates and special tokens) and forced answers: bench/families.py
-from bench.families import QWEN_ADDED, ForcedAnswer, qwen_tokenizer, save_tiny_qwen3  # noqa: E402, F401

@@ -53,6 +53,8 @@ CSS = """
 .conversation .thought-group:has(> [aria-busy="true"]) { border: none; background: none; padding: 0; margin: 0; }
 .conversation [role="button"][aria-busy="true"] { pointer-events: none; font-size: var(--text-sm); opacity: 0.7; }
 .conversation [role="button"][aria-busy="true"] .arrow { display: none; }
+/* the prompt panel as tall as its text (Gradio's wrapped code box keeps max_lines' height even when empty) */
+.prompt-view .cm-scroller { min-height: 0 !important; }
 @media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
 /* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
 @media (max-width: 768px) {
@@ -146,7 +148,9 @@ def sampling_controls() -> list[gr.components.Component]:
 def prompt_panel() -> gr.Code:
     """The "Prompt sent to the model" panel: the exact text, its long lines wrapped."""
     with gr.Accordion("Prompt sent to the model", open=False):
-        return gr.Code(label="Prompt", language=None, interactive=False, wrap_lines=True, lines=3, max_lines=30)
+        return gr.Code(
+            label="Prompt", language=None, interactive=False, wrap_lines=True, max_lines=20, elem_classes="prompt-view"
+        )
 
 
 def error_message(text: str) -> dict:
