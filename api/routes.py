@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from engine import Delta, End, Engine, Reasoning, Request, TokenLogprob, ToolCallDelta, checkpoint_name
 from engine.chats import ChatEngine
+from engine.interface import add_call_piece
 from engine.threaded import in_own_thread
 from prompting.messages import messages_prompt
 from user_error import UserError
@@ -290,7 +291,7 @@ class Reply:
             elif isinstance(event, Reasoning):
                 self.reasoning.append(event.text)
             elif isinstance(event, ToolCallDelta):
-                self._take_call(event)
+                add_call_piece(self.calls, event)
             elif isinstance(event, End):
                 self.end = event
                 continue
@@ -298,12 +299,6 @@ class Reply:
                 continue
             sent.append(event)
         return sent
-
-    def _take_call(self, piece: ToolCallDelta) -> None:
-        if piece.index < len(self.calls):
-            self.calls[piece.index].arguments += piece.arguments
-        else:
-            self.calls.append(ToolCallDelta(piece.index, piece.id, piece.name, piece.arguments))
 
     @property
     def finish_reason(self) -> str:

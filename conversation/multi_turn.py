@@ -217,16 +217,26 @@ class ChatTemplateConversation(_Messages):
         return not shows_probe(False) and shows_probe(True)
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
+        return self._applied(self._chat(messages, self.typed_parts), add_generation_prompt=add_generation_prompt)
+
+    def _applied(self, chat: list[dict], tools: list[dict] | None = None, **kwargs) -> str:
+        """The template applied to `chat` (dict messages, content as the template reads it); a template that refuses
+        a system role gets the system prompt in front of the first message's text instead."""
+        render = functools.partial(self.renderer.apply_chat_template, tokenize=False, **kwargs)
         try:
-            return self._apply(messages, add_generation_prompt, self.typed_parts)
+            return render(chat, tools=tools) if tools else render(chat)
         except Exception:
-            if not self.system:
+            if len(chat) < 2 or chat[0]["role"] != "system":
                 raise
-            # Some templates refuse a system role: put the system prompt before the first user message.
-            (first_role, first), rest = messages[0], messages[1:]
-            text, images = first if isinstance(first, tuple) else (first, ())
-            merged = [[first_role, (f"{self.system}\n\n{text}", images)]] + [list(m) for m in rest]
-            return self._apply(merged, add_generation_prompt, self.typed_parts, with_system=False)
+            system, first = _text(chat[0]["content"]), chat[1]["content"]
+            if isinstance(first, list):
+                at = next((i for i, p in enumerate(first) if p.get("type") == "text"), len(first))
+                text = first[at]["text"] if at < len(first) else ""
+                merged = [*first[:at], {"type": "text", "text": f"{system}\n\n{text}"}, *first[at + 1 :]]
+            else:
+                merged = f"{system}\n\n{first}"
+            chat = [{**chat[1], "content": merged}, *chat[2:]]
+            return render(chat, tools=tools) if tools else render(chat)
 
     def _derive_stop_symbols(self) -> list[str]:
         """What the template writes right after an answer and before the next question: its end-of-turn marker
@@ -266,22 +276,7 @@ class ChatTemplateConversation(_Messages):
         chat = [self._typed(message) for message in messages]
         if self.system and not any(m["role"] == "system" for m in chat):
             chat.insert(0, {"role": "system", "content": self._content(self.system, self.typed_parts)})
-        render = functools.partial(
-            self.renderer.apply_chat_template, tokenize=False, add_generation_prompt=True, **template_kwargs
-        )
-        try:
-            return render(chat, tools=tools) if tools else render(chat)
-        except Exception:
-            if chat[0]["role"] != "system" or len(chat) < 2 or chat[1]["role"] != "user":
-                raise
-            # Some templates refuse a system role: put the system prompt before the first user message.
-            system, first = chat[0]["content"], chat[1]["content"]
-            if isinstance(first, list):
-                merged = [{"type": "text", "text": _text(system) + "\n\n"}, *first]
-            else:
-                merged = f"{_text(system)}\n\n{first}"
-            chat = [{**chat[1], "content": merged}, *chat[2:]]
-            return render(chat, tools=tools) if tools else render(chat)
+        return self._applied(chat, tools, add_generation_prompt=True, **template_kwargs)
 
     def _typed(self, message: dict) -> dict:
         """A message with its content as the template reads it (typed parts, or a string)."""

@@ -11,18 +11,19 @@ itself (engine/remote.py).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import secrets
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from transformers.utils.chat_parsing.response_parser import ResponseParser
 
 from conversation.multi_turn import CHAT_TEMPLATE
 from model.detokenize import StopStrings
-from prompting.messages import messages_prompt, normalized
+from prompting.messages import kept_turns, messages_prompt, normalized
 from user_error import UserError
 
 from .interface import (
@@ -65,12 +66,12 @@ class ChatEngine:
                 yield Rendered(json.dumps(kept, ensure_ascii=False, indent=1), dropped)
                 yield from self.engine.stream(replace(request, messages=kept))
                 return
-            built = messages_prompt(self.engine, options.template or self.template, request.messages, options, **extra)
+            built = messages_prompt(self.engine, self.template, request.messages, options, **extra)
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
             return
         yield Rendered(built.text, built.dropped_turns)
-        parser = AnswerParser(self.engine, built.text, options)
+        parser = AnswerParser(self.answer_format, built.text, options)
         cancel = request.cancel or threading.Event()
         plain = replace(
             request,
@@ -79,10 +80,14 @@ class ChatEngine:
             images=built.images or None,
             messages=None,
             chat=None,
-            special_tokens=parser.reads_special_tokens,
+            special_tokens=self.answer_format.reads_special_tokens,
             cancel=cancel,
         )
         yield from parser.events(self.engine.stream(plain), request.stop, cancel)
+
+    @functools.cached_property
+    def answer_format(self) -> AnswerFormat:
+        return AnswerFormat.of(self.engine)
 
     def _kept(self, messages: list[dict], options: ChatOptions, extra: dict) -> tuple[list[dict], int]:
         """The messages an engine that renders them itself is sent: the oldest turns left out where the conversation
@@ -92,48 +97,48 @@ class ChatEngine:
         if options.tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             return messages, 0
         dropped = messages_prompt(self.engine, CHAT_TEMPLATE, messages, options, **extra).dropped_turns
-        return without_oldest_turns(messages, dropped), dropped
+        return (kept_turns(messages, dropped) if dropped else messages), dropped
 
 
-def parsed(engine: Engine, prompt: str, answer: Answer, options: ChatOptions | None = None) -> Answer:
-    """A whole answer to `prompt` (its text as `AnswerParser.reads_special_tokens` asks) as reasoning, text and tool
-    calls."""
-    parser = AnswerParser(engine, prompt, options or ChatOptions())
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How a model writes its answers: its response template, whether that is the model's own format (read with the
+    special tokens in the text) rather than `THINK_TAGS`, and its tokenizer (to count reasoning tokens)."""
+
+    template: dict
+    reads_special_tokens: bool
+    tokenizer: object
+
+    @staticmethod
+    def of(engine: Engine) -> AnswerFormat:
+        renderer = engine.chat_renderer
+        template, own = response_format(renderer, engine.summary().get("model_type"))
+        return AnswerFormat(template, own and renderer is not None, engine.tokenizer)
+
+
+def parsed(form: AnswerFormat, prompt: str, answer: Answer, options: ChatOptions | None = None) -> Answer:
+    """A whole answer to `prompt` (its text as `form.reads_special_tokens` asks) as reasoning, text and tool calls."""
+    parser = AnswerParser(form, prompt, options or ChatOptions())
     return collect(parser.events(iter([Delta(answer.text), answer.end]), (), threading.Event()))
-
-
-def without_oldest_turns(messages: list[dict], turns: int) -> list[dict]:
-    """`messages` without their first `turns` turns (a turn starts at a user message after another role's); the
-    system messages stay."""
-    starts = [
-        i for i, m in enumerate(messages) if m["role"] == "user" and (i == 0 or messages[i - 1]["role"] != "user")
-    ]
-    first_system = [m for m in messages if m["role"] == "system"]
-    if turns <= 0 or not starts:
-        return messages
-    cut = starts[min(turns, len(starts) - 1)]
-    return first_system + [m for m in messages[cut:] if m["role"] != "system"]
 
 
 class AnswerParser:
     """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
     answer and tool-call events, as it grows."""
 
-    def __init__(self, engine: Engine, prompt: str, options: ChatOptions):
-        renderer = engine.chat_renderer
-        template, own = response_format(renderer, engine.summary().get("model_type"))
+    def __init__(self, form: AnswerFormat, prompt: str, options: ChatOptions):
+        template = form.template
         if options.tool_choice == "none" and "tool_calls" in template.get("fields", {}):
             template = copy.deepcopy(template)  # calls stay text in the answer
             del template["fields"]["tool_calls"]
-        self.reads_special_tokens = own and renderer is not None
         self.parser = ResponseParser(template, prefix=prompt, tools=options.tools)
-        self.tokenizer = engine.tokenizer
+        self.tokenizer = form.tokenizer
         self.parallel = options.parallel_tool_calls
         self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
         self.calls = 0
         self.broken = False  # a call could not be read: the rest is answer text
         self.call_text = ""  # the call being written, as the model writes it
-        self.reasoning_text = ""
+        self.reasoning_text = ""  # what was sent as reasoning, to count its tokens
         self.raw = ""  # the answer as the model wrote it, for the terminal when a call cannot be read
 
     def events(self, inner: Iterator[Event], stops: tuple[str, ...], cancel: threading.Event) -> Iterator[Event]:
@@ -181,21 +186,15 @@ class AnswerParser:
     def _parsed(self, events: list[dict]) -> list[Event]:
         out: list[Event] = []
         for event in events:
-            field = event.get("field")
-            if field in self.fields:
-                region = self.fields[field]
-                if event["type"] == "region_chunk":
-                    out.extend(region.chunk(event["text"]))
-                    if field == "reasoning_content":
-                        self.reasoning_text += event["text"]
-                elif event["type"] == "region_close":
-                    region.close()
-            elif field == "tool_calls" and event["type"] == "region_open":
+            if event.get("field") != "tool_calls":
+                out.extend(_text_events([event], self.fields))
+            elif event["type"] == "region_open":
                 self.call_text = ""
-            elif field == "tool_calls" and event["type"] == "region_chunk":
+            elif event["type"] == "region_chunk":
                 self.call_text += event["text"]
-            elif field == "tool_calls" and event["type"] == "region_close":
+            elif event["type"] == "region_close":
                 out.extend(self._call(event.get("value")))
+        self.reasoning_text += "".join(e.text for e in out if isinstance(e, Reasoning))
         return out
 
     def _call(self, value) -> list[Event]:

@@ -71,7 +71,6 @@ class ChatOptions:
     tool_choice: str = "auto"  # "auto", or "none": tools still rendered, the answer not parsed for calls
     parallel_tool_calls: bool = True  # False: the first call only
     template_kwargs: dict = field(default_factory=dict)  # the template's own variables (enable_thinking, ...)
-    template: str | None = None  # the conversation template (default: the engine's)
     answer_tokens: int = 256  # room kept for the answer when the oldest turns must go
 
 
@@ -226,6 +225,14 @@ def checkpoint_name(summary: dict) -> str:
     return ", ".join(Path(folder).name for folder in str(summary.get("path", "")).split(", "))
 
 
+def add_call_piece(calls: list[ToolCallDelta], piece: ToolCallDelta) -> None:
+    """Add a streamed piece of a tool call to `calls`, the whole calls so far (by index)."""
+    if piece.index < len(calls):
+        calls[piece.index].arguments += piece.arguments
+    else:
+        calls.append(replace(piece))
+
+
 def collect(events: Iterator[Event]) -> Answer:
     """A stream read to its end, as one answer (its reasoning and tool calls apart)."""
     text, reasoning, calls, end = [], [], [], None
@@ -234,10 +241,8 @@ def collect(events: Iterator[Event]) -> Answer:
             text.append(event.text)
         elif isinstance(event, Reasoning):
             reasoning.append(event.text)
-        elif isinstance(event, ToolCallDelta) and event.index < len(calls):
-            calls[event.index].arguments += event.arguments
         elif isinstance(event, ToolCallDelta):
-            calls.append(replace(event))
+            add_call_piece(calls, event)
         elif isinstance(event, End):
             end = event
     end = end or End.failed("The answer ended without its last event.")

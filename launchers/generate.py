@@ -168,12 +168,10 @@ def answer_parsing(model, template: str):
 
     if template != CHAT_TEMPLATE or getattr(model, "renders_messages", False):
         return None, False
-    from engine import ChatOptions
-    from engine.chats import AnswerParser, parsed
+    from engine.chats import AnswerFormat, parsed
 
-    return (lambda prompt, answer: parsed(model, prompt, answer)), AnswerParser(
-        model, "", ChatOptions()
-    ).reads_special_tokens
+    form = AnswerFormat.of(model)
+    return (lambda prompt, answer: parsed(form, prompt, answer)), form.reads_special_tokens
 
 
 def progress(items, show: bool):

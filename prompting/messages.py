@@ -48,34 +48,44 @@ def messages_prompt(
     kwargs = template_variables(engine, options)
 
     @functools.cache
-    def render(start: int) -> tuple[str, tuple]:
-        kept = [m for m in messages if m["role"] == "system"] + [m for m in messages[start:] if m["role"] != "system"]
-        parts, images = _with_images(kept, max_mb)
+    def render(dropped: int) -> tuple[str, tuple]:
+        parts, images = _with_images(kept_turns(messages, dropped), max_mb)
         return conv.render_messages(parts, options.tools, **kwargs), tuple(images)
 
-    def length(start: int) -> int:
-        text, images = render(start)
+    def length(dropped: int) -> int:
+        text, images = render(dropped)
         return engine.prompt_length(text, list(images) or None)
 
-    cuts = [i for i, m in enumerate(messages) if m["role"] == "user" and i > first_turn(messages)]
     budget = engine.max_seq_len - min(options.answer_tokens, engine.max_seq_len // 2)
-    start = first_turn(messages)
-    if shorten and length(start) > budget:
-        start = next((cut for cut in cuts if length(cut) <= budget), cuts[-1] if cuts else start)
-    text, images = render(start)
-    tokens = length(start)
+    turns = len(turn_starts(messages))
+    dropped = 0
+    if shorten and length(0) > budget:
+        dropped = next((n for n in range(1, turns) if length(n) <= budget), max(turns - 1, 0))
+    text, images = render(dropped)
+    tokens = length(dropped)
     if shorten and tokens >= engine.max_seq_len:
         system = ", system prompt" if any(m["role"] == "system" for m in messages) else ""
         raise UserError(
             f"This message needs {tokens} tokens (with the template{system}{' and image' if images else ''}) but the "
             f"model's context holds {engine.max_seq_len}; shorten it or split it over several messages."
         )
-    dropped = sum(1 for m in messages[first_turn(messages) : start] if m["role"] == "user")
     return ChatPrompt(text, list(conv.stop_symbols), dropped, list(images))
 
 
-def first_turn(messages: list[dict]) -> int:
-    return next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+def turn_starts(messages: list[dict]) -> list[int]:
+    """Where each turn starts: at a user message that follows another role's (a tool call and its results stay
+    inside one turn)."""
+    return [i for i, m in enumerate(messages) if m["role"] == "user" and (i == 0 or messages[i - 1]["role"] != "user")]
+
+
+def kept_turns(messages: list[dict], dropped: int) -> list[dict]:
+    """The system messages, then the conversation without its `dropped` oldest turns (the last turn always stays)."""
+    starts = turn_starts(messages)
+    if dropped <= 0 or not starts:
+        start = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    else:
+        start = starts[min(dropped, len(starts) - 1)]
+    return [m for m in messages if m["role"] == "system"] + [m for m in messages[start:] if m["role"] != "system"]
 
 
 def normalized(messages: list[dict]) -> list[dict]:

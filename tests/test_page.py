@@ -39,10 +39,7 @@ def user_texts(page) -> list[str]:
 
 
 def wait_for_list(page, titles: list[str]) -> None:
-    deadline = time.time() + 15
-    while chat_list(page) != titles and time.time() < deadline:
-        time.sleep(0.1)
-    assert chat_list(page) == titles
+    assert eventually(lambda: chat_list(page) == titles, timeout=15), chat_list(page)
 
 
 def eventually(check, timeout: float = 10.0) -> bool:

@@ -119,9 +119,11 @@ def model_panel(model: Engine) -> str:
 def shown_prompt(model: Engine, text: str, images: int) -> str:
     """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
     model's processor puts in front for each image, so that the panel shows where the images went."""
-    facts = model.summary()
+    if not images:
+        return text
+    facts = model.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
     marker, token = facts.get("image_marker", ""), facts.get("image_token", "")
-    if images and marker and token and token not in text:
+    if marker and token and token not in text:
         return marker * images + text
     return text
 
