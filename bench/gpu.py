@@ -107,7 +107,7 @@ def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> flo
         model.prepare_inputs([prompt]),
         Sampling(temperature=0.0),
         decide,
-        compiled=model.compiled,
+        static=model.compiled,
         max_new_tokens=new_tokens,
     ):
         pass
@@ -142,41 +142,26 @@ class CudagraphSkips(logging.Handler):
         return "; ".join(self.reasons) if self.reasons else "used (no skip logged)"
 
 
-def with_cudnn_attention(run):
-    """`run` with cuDNN attention allowed, as PyTorch has it by default (model/meta.py turns it off: a plan per new
-    length). Measured after the warm-up, when every length has its plan: what cuDNN gives once warm."""
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    torch.backends.cuda.enable_cudnn_sdp(True)
-    try:
-        return run()
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
-
-
-def measure(model: MetaModel, compiled: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
-    runs = {
-        "gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
-        "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
-        "gpu_stream_cudnn_tok_s": lambda: with_cudnn_attention(lambda: stream_decode_rate(model, prompt, new_tokens)),
-        "gpu_compile_tok_s": lambda: stream_decode_rate(compiled, prompt, new_tokens),
-        "gpu_compile_forward_tok_s": lambda: compiled_forward_rate(compiled, prompt, new_tokens),
-    }
-    with eos_ignored(model), CudagraphSkips() as skips:
-        for name, run in runs.items():  # warm up; twice, so the compiled graph is built and recorded
+def measure(runs: dict, repeats: int, device: torch.device) -> dict:
+    """The median of `repeats` interleaved runs of each rate in `runs`, after one warm-up each (two for
+    `--compile`'s, whose first run compiles and whose second records its graph); and how long `--compile`'s first
+    answer took, compiling included."""
+    results = {}
+    with CudagraphSkips() as skips:
+        for name, run in runs.items():
             started = time.perf_counter()
             run()
             if name == "gpu_compile_tok_s":  # what compiling adds to a user's first answer
-                first_compiled_answer_s = time.perf_counter() - started
-            run()
+                results["gpu_compile_first_answer_s"] = time.perf_counter() - started
+                run()
         rates = {name: [] for name in runs}
         for _ in range(repeats):  # interleaved
             for name, run in runs.items():
                 rates[name].append(run())
-    return {
-        **{name: statistics.median(values) for name, values in rates.items()},
-        "gpu_compile_first_answer_s": first_compiled_answer_s,
-        "compile_cudagraphs": skips.verdict(model.device),
-    }
+    results.update({name: statistics.median(values) for name, values in rates.items()})
+    if "gpu_compile_tok_s" in runs:
+        results["compile_cudagraphs"] = skips.verdict(device)
+    return results
 
 
 def demo_model_rates(device: str, dtype: torch.dtype, new_tokens: int = 64, later: int = 5) -> dict:
@@ -193,7 +178,10 @@ def demo_model_rates(device: str, dtype: torch.dtype, new_tokens: int = 64, late
 
 
 def quantized(model: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
-    """Decode tokens/s and weight bytes of `model` saved and loaded back in 4 and 8 bits (bitsandbytes)."""
+    """Decode tokens/s and weight bytes of `model` saved and loaded back in 4 and 8 bits (bitsandbytes), with the
+    plain launch's CUDA graphs and without; then other 4- and 8-bit kernels on the same weights (torchao's
+    weight-only int4 and int8, if installed), each with the CUDA graphs: the candidates for `--quant`'s compute path.
+    8 bits decode 64 tokens a run, once: eagerly they decode about 10 a second."""
     results = {"gpu_weights_gb": weight_bytes(model.llma) / 1e9}
     with tempfile.TemporaryDirectory(prefix="bench-gpu-quant-") as folder:
         model.llma.save_pretrained(folder)
@@ -202,15 +190,68 @@ def quantized(model: MetaModel, prompt: str, new_tokens: int, repeats: int) -> d
             loaded = MetaModel.from_pretrained(
                 folder, quant=bits, device=model.device.type, max_seq_len=model.max_seq_len
             )
-            with eos_ignored(loaded):
-                stream_decode_rate(loaded, prompt, new_tokens)  # warm up
-                rates = [stream_decode_rate(loaded, prompt, new_tokens) for _ in range(repeats)]
-            results[f"gpu_quant{bits}_tok_s"] = statistics.median(rates)
+            results.update(
+                _graphs_and_eager(
+                    loaded,
+                    f"gpu_quant{bits}",
+                    prompt,
+                    *((new_tokens, repeats) if bits == 4 else (min(64, new_tokens), 1)),
+                )
+            )
             results[f"gpu_quant{bits}_weights_gb"] = weight_bytes(loaded.llma) / 1e9
             del loaded
-            if model.device.type == "cuda":
-                torch.cuda.empty_cache()
+            _free_memory(model.device)
+        for name, config in _torchao_configs().items():
+            try:
+                results.update(_torchao_rates(folder, model, name, config, prompt, new_tokens, repeats))
+            except Exception as error:  # noqa: BLE001 (a candidate that fails is reported, not fatal)
+                results[f"{name}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            _free_memory(model.device)
     return results
+
+
+def _graphs_and_eager(model: MetaModel, name: str, prompt: str, new_tokens: int, repeats: int) -> dict:
+    eager = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, cuda_graphs=False)
+    runs = {f"{name}_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens)}
+    runs[f"{name}_eager_tok_s"] = lambda: stream_decode_rate(eager, prompt, new_tokens)
+    with eos_ignored(model):
+        results = measure(runs, repeats, model.device)
+    if model.graphs is not None:
+        results[f"{name}_graphs"] = str(model.graphs.forward.recorded())
+    return results
+
+
+def _torchao_configs() -> dict:
+    try:
+        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+    except ImportError:
+        return {}
+    return {
+        "gpu_torchao_int4": Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"),
+        "gpu_torchao_int8": Int8WeightOnlyConfig(),
+    }
+
+
+def _torchao_rates(folder, model: MetaModel, name: str, config, prompt: str, new_tokens: int, repeats: int) -> dict:
+    """Decode tokens/s of the checkpoint in `folder` with torchao's `config` on every linear layer but the output
+    layer (bitsandbytes leaves it too), and the GPU memory its weights take."""
+    from torchao.quantization import quantize_
+
+    before = torch.cuda.memory_allocated(model.device)
+    loaded = MetaModel.from_pretrained(folder, device=model.device.type, max_seq_len=model.max_seq_len)
+    quantize_(loaded.llma, config, filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and "lm_head" not in fqn)
+    _free_memory(model.device)
+    results = {f"{name}_weights_gb": (torch.cuda.memory_allocated(model.device) - before) / 1e9}
+    results.update(_graphs_and_eager(loaded, name, prompt, new_tokens, 1))
+    return results
+
+
+def _free_memory(device: torch.device) -> None:
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def save(results: dict, out: Path) -> None:
@@ -298,19 +339,53 @@ def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: in
 PARTS = ("demo", "decode", "quant", "batching")
 
 
-def decode_figures(model: MetaModel, prompt: str, new_tokens: int, repeats: int, megabytes: int) -> tuple[dict, str]:
-    """Bare generate, stream_generate and --compile on `model`, and the bandwidth limit they are held against; also
-    that limit's terms, in words."""
-    compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, compile=True)
-    results = measure(model, compiled, prompt, new_tokens, repeats)
-    del compiled
+def first_answer_seconds(llma, tokenizer, max_seq_len: int, prompt: str, new_tokens: int) -> float:
+    """Seconds from weights already on the device to the end of the first answer of the plain launch (a new
+    `MetaModel` over them, as `demos/generate.py` makes one): recording its CUDA graphs included."""
+    started = time.perf_counter()
+    model = MetaModel(llma, tokenizer, max_seq_len=max_seq_len)
+    with eos_ignored(model):
+        stream_decode_rate(model, prompt, new_tokens)
+    synchronize(model.device)
+    return time.perf_counter() - started
+
+
+def decode_figures(
+    model: MetaModel, prompt: str, new_tokens: int, repeats: int, megabytes: int, with_compile: bool
+) -> tuple[dict, str]:
+    """The plain launch (CUDA graphs where the device has them), the same without CUDA graphs, bare generate and
+    --compile on `model`, and the bandwidth limit they are held against; also that limit's terms, in words.
+    `model` must not have answered yet: its first answer is timed first."""
+    results = {
+        "gpu_default_first_answer_s": first_answer_seconds(
+            model.llma, model.tokenizer, model.max_seq_len, prompt, new_tokens
+        )
+    }
+    eager = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, cuda_graphs=False)
+    runs = {
+        "gpu_generate_tok_s": lambda: bare_decode_rate(model, prompt, new_tokens),
+        "gpu_stream_tok_s": lambda: stream_decode_rate(model, prompt, new_tokens),
+        "gpu_eager_tok_s": lambda: stream_decode_rate(eager, prompt, new_tokens),
+    }
+    if with_compile:
+        compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, compile=True)
+        runs["gpu_compile_tok_s"] = lambda: stream_decode_rate(compiled, prompt, new_tokens)
+        runs["gpu_compile_forward_tok_s"] = lambda: compiled_forward_rate(compiled, prompt, new_tokens)
+    with eos_ignored(model):  # and `eager` and `compiled`, which share its model and tokenizer
+        results.update(measure(runs, repeats, model.device))
     read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
     bandwidth = copy_bandwidth(model.device, megabytes)
     results["gpu_limit_tok_s"] = bandwidth / read_per_token
     results["stream_over_generate"] = results["gpu_stream_tok_s"] / results["gpu_generate_tok_s"]
-    results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
-    results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
-    return results, f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {read_per_token / 1e9:.2f} GB read per token"
+    results["gpu_stream_over_limit"] = results["gpu_stream_tok_s"] / results["gpu_limit_tok_s"]
+    results["gpu_stream_over_eager"] = results["gpu_stream_tok_s"] / results["gpu_eager_tok_s"]
+    if with_compile:
+        results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
+        results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
+    graphs = model.graphs.forward.recorded() if model.graphs is not None else None
+    words = f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {read_per_token / 1e9:.2f} GB read per token; "
+    words += f"CUDA graphs: {model.info['cuda_graphs']}" + (f" {graphs}" if graphs else "")
+    return results, words
 
 
 def main(argv=None) -> None:
@@ -327,6 +402,11 @@ def main(argv=None) -> None:
         "and merge them into gpu_results.json",
     )
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
+    p.add_argument(
+        "--no_compile",
+        action="store_true",
+        help="leave --compile out of the decode part (its first answer alone takes minutes); its last figures stay",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         device, dtype, shape, prompt_tokens, new_tokens, repeats = "cpu", torch.float32, "tiny", 16, 8, 1
@@ -361,7 +441,9 @@ def main(argv=None) -> None:
         model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
         prompt = prompt_of(model, prompt_tokens)
     if "decode" in parts:
-        figures, limit = decode_figures(model, prompt, new_tokens, repeats, 16 if args.smoke else 2048)
+        figures, limit = decode_figures(
+            model, prompt, new_tokens, repeats, 16 if args.smoke else 2048, with_compile=not args.no_compile
+        )
         results.update(figures)
         results["measured"]["decode"] = f"{today}, {versions}; {limit}"
         save(results, out)

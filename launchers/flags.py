@@ -154,6 +154,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "about 4 minutes for a 7B model on an H100 the first time)",
     )
     p.add_argument(
+        "--no_cuda_graphs",
+        action="store_true",
+        help="on a GPU, run each decode step eagerly instead of replaying it from a CUDA graph (the graphs are "
+        "recorded in the first answer of each length, in well under a second; they keep a static KV cache "
+        "per length in use)",
+    )
+    p.add_argument(
         "--n_gpus",
         type=int,
         default=1,

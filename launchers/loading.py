@@ -29,6 +29,7 @@ MODEL_FLAGS = (
     "quant",
     "device",
     "compile",
+    "no_cuda_graphs",
     "gpu_ids",
     "trust_remote_code",
 )
@@ -213,6 +214,7 @@ def load_shard(
         device=device or args.device,
         quant=args.quant,
         compile=args.compile,
+        cuda_graphs=not getattr(args, "no_cuda_graphs", False),
         mp_group=mp_group,
         trust_remote_code=args.trust_remote_code,
         prefix_caches=PrefixCaches(

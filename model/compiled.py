@@ -1,4 +1,5 @@
-"""`--compile`: the decode steps through a compiled forward over pooled static KV caches (gpt-fast's recipe)."""
+"""Decode steps over pooled static KV caches: `--compile`'s (a compiled forward, gpt-fast's recipe) and, on CUDA, the
+plain launch's (the eager forward replayed from CUDA graphs, model/graphs.py)."""
 
 from __future__ import annotations
 
@@ -11,32 +12,26 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import StaticLayer
 
 
-class CompiledDecoding:
-    """`--compile`: decode steps run a `torch.compile`d forward over a preallocated (static) KV cache.
+class StaticDecoding:
+    """Decode steps through `forward` over a preallocated (static) KV cache, pooled per batch size and length.
 
-    This is gpt-fast's recipe: every decode step of a request has the same shapes (one token per row, a cache of
-    fixed length, one full-length attention mask), so on CUDA it replays as a CUDA graph, recorded once per shape.
-    Each step attends over the whole static cache, so a request gets one sized to what it may hold (its prompt and
-    answer), rounded up to a power of two from 256, at most `max_cache_len`: a short answer does not read thousands
-    of empty positions every step. The forward is compiled with the batch size and cache length dynamic, so no
-    new length compiles it again (batch size 1, which torch specializes, gets a graph of its own). The prefill
-    stays eager, over a dynamic cache as without `--compile` (prompt lengths vary), and is copied into the static
-    cache for the decode steps. Static caches are pooled per batch size and length and reused, so their addresses
-    stay fixed for the recorded graphs; a request that finds none free gets a new one.
+    Every decode step of a request has the same shapes (one token per row, a cache of fixed length, one
+    full-length attention mask), so on CUDA it replays as a CUDA graph, recorded once per shape. Each step attends
+    over the whole static cache, so a request gets one sized to what it may hold (its prompt and answer), rounded
+    up to a power of two from 256, at most `max_cache_len`: a short answer does not read thousands of empty
+    positions every step. The prefill stays eager, over a dynamic cache (prompt lengths vary), and is copied into
+    the static cache for the decode steps. Static caches are pooled per batch size and length and reused, so their
+    addresses stay fixed for the recorded graphs; a request that finds none free gets a new one.
     """
 
     SHORTEST = 256  # tokens: the smallest static cache a request gets
-    # gpt-fast's settings: CUDA graphs (what transformers' default mode, "reduce-overhead", gives) and inductor's
-    # coordinate descent tuning, which turns a batch-1 matrix multiply on a GPU into a tuned reduction kernel
-    # instead of a cuBLAS call. torch.compile takes a mode or options, not both.
-    OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+    name = "static KV cache"
+    optional = False  # whether an answer may decode without it where its static cache does not fit in memory
 
-    def __init__(self, model, max_cache_len: int):
-        from transformers import CompileConfig
-
+    def __init__(self, model, max_cache_len: int, forward):
         self.model = model
         self.max_cache_len = max_cache_len
-        self.forward = model.get_compiled_call(CompileConfig(dynamic=True, mode=None, options=self.OPTIONS))
+        self.forward = forward
         # Each decode step is queued before the last step's tokens are read back only where the device runs ahead
         # of Python (CUDA). On the CPU a forward pass runs as it is called: queuing it first would show every token,
         # the first one too, a step late and spend a step after a stop.
@@ -103,3 +98,22 @@ class CompiledDecoding:
         full[:, : attention_mask.shape[1]] = attention_mask
         while True:
             yield full
+
+
+class CompiledDecoding(StaticDecoding):
+    """`--compile`: decode steps run a `torch.compile`d forward (gpt-fast's recipe). The forward is compiled with the
+    batch size and cache length dynamic, so no new length compiles it again (batch size 1, which torch specializes,
+    gets a graph of its own)."""
+
+    name = "torch.compile, static KV cache"
+    # gpt-fast's settings: CUDA graphs (what transformers' default mode, "reduce-overhead", gives) and inductor's
+    # coordinate descent tuning, which turns a batch-1 matrix multiply on a GPU into a tuned reduction kernel
+    # instead of a cuBLAS call. torch.compile takes a mode or options, not both.
+    OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+
+    def __init__(self, model, max_cache_len: int):
+        from transformers import CompileConfig
+
+        super().__init__(
+            model, max_cache_len, model.get_compiled_call(CompileConfig(dynamic=True, mode=None, options=self.OPTIONS))
+        )

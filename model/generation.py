@@ -4,7 +4,7 @@ Short steps in the style of gpt-fast: `prefill` the prompt, `decode_one` token, 
 `generate_tokens`, a loop that yields each step's tokens and asks one `decide` callback whether to stop.
 `AnswerStream` (model/answer_stream.py) turns one row's tokens into answer text and is where every stop decision
 for that row is taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it on one rank and share
-it. `--compile`'s decode steps are model/compiled.py's.
+it. The decode steps over a static cache (`--compile`'s, and on CUDA the CUDA graphs') are model/compiled.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import secrets
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from transformers.generation.logits_process import (
 
 from engine.interface import Sampling
 
-from .compiled import CompiledDecoding
+from .compiled import StaticDecoding
 from .vision_inputs import FamilyInputs
 
 
@@ -155,7 +156,7 @@ def generate_tokens(
     sampling: Sampling,
     decide: Callable[[torch.Tensor], bool],
     cache=None,
-    compiled: CompiledDecoding | None = None,
+    static: StaticDecoding | None = None,
     max_new_tokens: int | None = None,
     observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> Iterator[torch.Tensor]:
@@ -164,22 +165,27 @@ def generate_tokens(
     `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
     cancel, length) costs no further forward pass. Closing this generator also stops the model. `cache`, a
     session's dynamic cache, holds the prompt's first `inputs.cached` tokens and, after, every token fed.
-    With `compiled` the decode steps run compiled over a pooled static cache sized for `max_new_tokens` (None: the
-    longest); on CUDA each is queued before the tokens it follows are read back (the GPU never waits for `decide`;
-    a stop costs that one queued step, whose token is fed too, and `decide` must not change the tokens, so no
-    lockstep). `observe(logits, tokens)`, if given, sees each step's logits and the tokens sampled from them, before
-    `decide` does (log-probabilities are computed there).
+    With `static` the decode steps run through its forward (compiled, or replayed from CUDA graphs) over a pooled
+    static cache sized for `max_new_tokens` (None: the longest); on CUDA each is queued before the tokens it
+    follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, whose token is fed
+    too, and `decide` must not change the tokens, so no lockstep). Where the GPU has no room left for the CUDA
+    graphs' static cache, the answer decodes eagerly over its dynamic cache. `observe(logits, tokens)`, if given,
+    sees each step's logits and the tokens sampled from them, before `decide` does (log-probabilities are computed
+    there).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
-    cache = cache if kept else DynamicCache(config=None if compiled is not None else model.config)
+    cache = cache if kept else DynamicCache(config=None if static is not None else model.config)
     logits = prefill(model, inputs, cache)
     with ExitStack() as stack:
-        if compiled is not None:
-            length = compiled.cache_length(inputs.input_ids.shape[1] + (max_new_tokens or compiled.max_cache_len))
-            cache = stack.enter_context(compiled.cache(cache, length, copy_back=kept))
-            forward, masks = compiled.forward, compiled.decode_masks(inputs.attention_mask, length)
+        static_cache = None
+        if static is not None:
+            length = static.cache_length(inputs.input_ids.shape[1] + (max_new_tokens or static.max_cache_len))
+            static_cache = _static_cache(stack, static, cache, length, kept)
+        if static_cache is not None:
+            cache, forward, masks = static_cache, static.forward, static.decode_masks(inputs.attention_mask, length)
         else:
+            static = None
             forward, masks = model, growing_masks(inputs.attention_mask)
         yield from _token_loop(
             forward,
@@ -190,9 +196,25 @@ def generate_tokens(
             cache,
             cache_keyword(model),
             masks,
-            compiled is not None and compiled.queues_ahead,
+            static is not None and static.queues_ahead,
             observe,
         )
+
+
+def _static_cache(stack: ExitStack, static: StaticDecoding, prefilled, length: int, copy_back: bool):
+    """A pooled static cache holding what `prefilled` holds, for as long as `stack` is open; None where it does not
+    fit in the GPU's memory and `static` can do without (the CUDA graphs: the answer decodes eagerly instead)."""
+    try:
+        return stack.enter_context(static.cache(prefilled, length, copy_back))
+    except torch.OutOfMemoryError:
+        if not static.optional:
+            raise
+        print(
+            f"note: no GPU memory left for a {length}-token static cache: this answer decodes without CUDA graphs.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
 
 
 def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:

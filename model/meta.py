@@ -17,10 +17,11 @@ from engine.interface import ACCESSORY_SAMPLING, Answer, Delta, End, Event, Requ
 
 from .answer_stream import AnswerStream, batch_decider
 from .batching import ContinuousBatcher, paged_cache_tokens, why_unbatchable
-from .compiled import CompiledDecoding
+from .compiled import CompiledDecoding, StaticDecoding
 from .errors import UserError, described
 from .footprint import weight_bytes
 from .generation import ModelInputs, generate_tokens
+from .graphs import GraphedDecoding
 from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
@@ -77,10 +78,12 @@ class MetaModel(torch.nn.Module):
         lockstep: Lockstep | None = None,
         prefix_caches: PrefixCaches | None = None,
         followers=None,
+        cuda_graphs: bool = True,
     ):
         """`prefix_caches`: the conversations' KV caches kept between turns (default: 8 sessions); `lockstep` and
         `followers`: tensor parallel's (model/parallel.py): the ranks that decide each step together, and on rank 0
-        of the launchers' layout the other ranks each generation is announced to."""
+        of the launchers' layout the other ranks each generation is announced to; `cuda_graphs`: on one GPU without
+        `compile`, replay the decode steps from CUDA graphs (model/graphs.py)."""
         super().__init__()
         if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
             raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
@@ -90,13 +93,23 @@ class MetaModel(torch.nn.Module):
         self.max_seq_len = max_seq_len
         self.info = dict(info or {})
         self.compiled = CompiledDecoding(llma, max_seq_len) if compile else None
+        why_no_graphs = self._why_no_cuda_graphs(cuda_graphs, compile, lockstep)
+        self.graphs = GraphedDecoding(llma, max_seq_len) if why_no_graphs is None else None
+        if self.graphs is not None and not self.graphs.keeps_sessions:  # a layer of another kind than StaticLayer
+            why_no_graphs = (
+                "its sliding-window layers count their cache's length in Python, which a graph cannot replay"
+            )
+            self.graphs = None
         self.prefix_caches = prefix_caches if prefix_caches is not None else PrefixCaches()
         self.lockstep = lockstep
         self.followers = followers
         self.batcher: ContinuousBatcher | None = None  # see `start_batching`
         self._answers_lock = threading.Lock()
         self._answers_in_flight = 0
-        self.info["compile"] = "torch.compile, static KV cache" if compile else "off"
+        self.info["compile"] = CompiledDecoding.name if compile else "off"
+        self.info["cuda_graphs"] = (
+            "on: decode steps replayed per cache length" if self.graphs else f"off: {why_no_graphs}"
+        )
         self.info["batching"] = "off"
         if processor is not None:
             llma.image_size = self.image_size  # the guide reads model.llma.image_size
@@ -119,6 +132,7 @@ class MetaModel(torch.nn.Module):
         trust_remote_code: bool = False,
         prefix_caches: PrefixCaches | None = None,
         followers=None,
+        cuda_graphs: bool = True,
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
@@ -126,7 +140,7 @@ class MetaModel(torch.nn.Module):
         `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
         answers are slow while it compiles, unless `compile_decoding()` ran first; worth it on a GPU).
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
-        `prefix_caches`, `followers`: see `MetaModel`.
+        `prefix_caches`, `followers`, `cuda_graphs`: see `MetaModel`.
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(
@@ -155,9 +169,28 @@ class MetaModel(torch.nn.Module):
             lockstep,
             prefix_caches,
             followers,
+            cuda_graphs,
         )
 
     # ----- what the model is -----
+
+    @property
+    def static(self) -> StaticDecoding | None:
+        """How the decode steps run over a static cache, if they do: `--compile`'s, or the CUDA graphs'."""
+        return self.compiled or self.graphs
+
+    def _why_no_cuda_graphs(self, wanted: bool, compile: bool, lockstep: Lockstep | None) -> str | None:
+        if not wanted:
+            return "--no_cuda_graphs"
+        if self.llma.device.type != "cuda":
+            return "not on a GPU"
+        if compile:
+            return "--compile records its own"
+        if lockstep is not None:
+            return "not with tensor parallel (--n_gpus) yet"
+        if len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1:
+            return "not with the layers spread over GPUs"
+        return None
 
     @property
     def sees_images(self) -> bool:
@@ -188,6 +221,7 @@ class MetaModel(torch.nn.Module):
             "context": self.max_seq_len,
             "sees_images": self.sees_images,
             "compiled": self.compiled is not None,
+            "cuda_graphs": self.graphs is not None,
             "batching": self.info["batching"],
             # what stands for an image in a prompt that has no marker of its own (the processor puts it in front)
             "image_marker": image_marker(self.processor) if self.sees_images else "",
@@ -221,7 +255,7 @@ class MetaModel(torch.nn.Module):
                 inputs,
                 Sampling(temperature=0.0),
                 lambda _: next(count, None) is None,  # noqa: B023 (used within this iteration)
-                compiled=self.compiled,
+                static=self.compiled,
                 max_new_tokens=tokens,
             ):
                 pass
@@ -582,7 +616,7 @@ class MetaModel(torch.nn.Module):
         joins_batch = False
         observe = None if logprobs is None else self._logprob_recorder(stream, logprobs)
         steps = generate_tokens(
-            self.llma, inputs, sampling, self._decider([stream]), cache, self.compiled, stream.max_new_tokens, observe
+            self.llma, inputs, sampling, self._decider([stream]), cache, self.static, stream.max_new_tokens, observe
         )
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
@@ -605,7 +639,7 @@ class MetaModel(torch.nn.Module):
             cache = None  # a forward pass that failed may have left the cache half written
             raise
         finally:
-            steps.close()  # a compiled turn copies its keys and values back into `cache` as it closes
+            steps.close()  # a turn over a static cache copies its keys and values back into `cache` as it closes
             self._keep_cache(session, inputs, cache, sampled, pixels_key)
         return joins_batch
 
@@ -644,7 +678,7 @@ class MetaModel(torch.nn.Module):
         max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
         streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
         for _ in generate_tokens(
-            self.llma, inputs, sampling, self._decider(streams), compiled=self.compiled, max_new_tokens=max_new
+            self.llma, inputs, sampling, self._decider(streams), static=self.static, max_new_tokens=max_new
         ):
             pass
         return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]
@@ -654,7 +688,7 @@ class MetaModel(torch.nn.Module):
         a new one, and the key to keep it under after this turn (see `PrefixCaches.take` for keys ending in "/*")."""
         if (
             session is None
-            or (self.compiled is not None and not self.compiled.keeps_sessions)
+            or (self.static is not None and not self.static.keeps_sessions)
             or not self._prompt_is_causal
         ):
             return None, None
@@ -694,7 +728,7 @@ class MetaModel(torch.nn.Module):
         if session is None or cache is None:
             return
         # the cache holds the prompt and the answer up to the last token fed: a token goes through the model only
-        # after it is decided on, so the last one did not, unless its step was queued ahead (--compile on CUDA)
+        # after it is decided on, so the last one did not, unless its step was queued ahead (a static cache on CUDA)
         ids, held = inputs.input_ids[0].tolist() + sampled, cache.get_seq_length()
         if held <= len(ids):
             self.prefix_caches.put(session, CachedPrefix(ids[:held], cache, pixels_key))

@@ -44,7 +44,8 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     for name in (
         "gpu_generate_tok_s",
         "gpu_stream_tok_s",
-        "gpu_stream_cudnn_tok_s",
+        "gpu_eager_tok_s",
+        "gpu_default_first_answer_s",
         "gpu_compile_tok_s",
         "gpu_compile_forward_tok_s",
         "gpu_compile_first_answer_s",
@@ -52,6 +53,7 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
         "demo_first_answer_tok_s",
         "demo_later_answers_tok_s",
         "gpu_quant4_tok_s",
+        "gpu_quant4_eager_tok_s",
         "gpu_quant8_tok_s",
         "gpu_batching_crowd_tok_s",
         "gpu_transformers_cb_tok_s",

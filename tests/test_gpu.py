@@ -1,19 +1,20 @@
 """CUDA paths, run where a GPU is visible (CI has none: these skip there). `pytest tests/test_gpu.py` on a GPU
 machine repeats the checks first run by hand on an H100 (2026-11-22): the launcher in bf16 and with --quant,
 torchrun over NCCL, accelerate's device map, and images, sessions and Stop through the API;
---compile's answers on CUDA since 2026-11-24."""
+--compile's answers on CUDA since 2026-11-24; the plain launch's CUDA graphs since 2026-11-26. Only the launcher
+tests need the app's own dependencies (gradio): the rest run with torch and transformers alone."""
 
 import json
 import threading
 
 import pytest
 import torch
-from app_server import TORCHRUN, generate
 from PIL import Image, ImageDraw
 
 from conversation import default_conversation
 from launchers.flags import DEMO_MODEL
 from model import MetaModel
+from model.compiled import StaticDecoding
 from templates import format_prompt
 
 PROMPTS = ["What is the capital of France?", "Who are you?"]
@@ -26,6 +27,8 @@ pytestmark = [
 
 @pytest.mark.parametrize("flags", [["--dtype", "bf16"], ["--quant", "4"], ["--quant", "8"]], ids=" ".join)
 def test_launcher_on_cuda(tmp_path, flags):
+    from app_server import generate
+
     written = generate(tmp_path, "out", "--prompts", *PROMPTS, "--device", "cuda", *flags)
     records = [json.loads(line) for line in written.splitlines()]
     assert records[0]["response"].strip() == "The capital of France is Paris."
@@ -33,6 +36,8 @@ def test_launcher_on_cuda(tmp_path, flags):
 
 
 def test_torchrun_one_rank_over_nccl_writes_what_one_process_writes(tmp_path):
+    from app_server import TORCHRUN, generate
+
     flags = ["--prompts", *PROMPTS, "--device", "cuda"]
     one_rank = [*TORCHRUN[:-1], "1"]
     assert generate(tmp_path, "torchrun", *flags, launcher=one_rank) == generate(tmp_path, "alone", *flags)
@@ -62,12 +67,43 @@ def last(model: MetaModel, prompt: str, **kwargs) -> str:
     return list(model.stream_generate(prompt, max_gen_len=40, **kwargs))[-1]["text"]
 
 
-def test_cuda_answers_as_the_cpu_does_and_stop_stops():
+@pytest.mark.parametrize("cuda_graphs", [True, False], ids=["graphs", "eager"])
+def test_cuda_answers_as_the_cpu_does_and_stop_stops(cuda_graphs):
     on_cpu = answers(MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cpu", dtype="fp32"))
-    model = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32")
+    model = MetaModel.from_pretrained(
+        str(DEMO_MODEL), with_visual=True, device="cuda", dtype="fp32", cuda_graphs=cuda_graphs
+    )
     assert answers(model) == on_cpu
     assert not torch.backends.cuda.cudnn_sdp_enabled()  # see model/meta.py: avoid_cudnn_attention
+    assert (model.graphs is not None) == cuda_graphs, model.info["cuda_graphs"]
+    if cuda_graphs:  # every step replayed: none fell back to eager
+        assert model.graphs.forward.recorded() == {"graphs": [(1, 256)], "eager": []}
     assert_cancel_stops(model)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_cuda_graphs_give_eager_tokens_in_two_length_buckets(dtype):
+    """Greedy answers replayed from CUDA graphs have the tokens of eager steps, for a prompt whose static cache is
+    256 tokens long and one whose cache is 512, asked twice (the second time replayed only). In fp32 against the
+    plain eager path (a dynamic cache); in bf16, where attending over a longer masked cache may round differently,
+    against eager steps over the same static cache: the kernels the graphs replay, so the very same tokens."""
+    eager = MetaModel.from_pretrained(str(DEMO_MODEL), device="cuda", dtype=dtype, cuda_graphs=False)
+    graphed = MetaModel(eager.llma, eager.tokenizer, max_seq_len=eager.max_seq_len)
+    if dtype == "bf16":
+        eager.graphs = StaticDecoding(eager.llma, eager.max_seq_len, eager.llma)  # static cache, steps not recorded
+    questions = ["What is the capital of France?", "Summarize this. " + "The sky is blue and the sea is deep. " * 15]
+    prompts = [format_prompt({"instruction": question}, sys_name="alpaca") for question in questions]
+    lengths = [graphed.graphs.cache_length(len(graphed.tokenizer.encode(p, bos=True)) + 64) for p in prompts]
+    assert lengths == [256, 512]
+
+    def tokens(model):
+        return [list(model.stream_generate(p, max_gen_len=64))[-1]["token_ids"] for p in prompts]
+
+    expected = tokens(eager)
+    assert tokens(graphed) == expected
+    assert tokens(graphed) == expected
+    assert sorted(graphed.graphs.forward.recorded()["graphs"]) == [(1, 256), (1, 512)]
+    assert_cancel_stops(graphed)
 
 
 def test_compiled_cuda_answers_as_eager_does_and_stop_stops():

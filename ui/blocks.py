@@ -111,6 +111,7 @@ def model_panel(model: Engine) -> str:
             f"device {facts.get('device', '')} · quantization {facts.get('quant', 'none')} · weights "
             f"{facts['weight_mib']:,.0f} MiB"
             + (" · compiled decoding" if facts["compiled"] else "")
+            + (" · CUDA graphs" if facts.get("cuda_graphs") else "")
             + f" · batching: {escape(str(facts.get('batching', 'off')))}"
         )
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
