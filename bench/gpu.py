@@ -89,9 +89,10 @@ def stream_decode_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
     return last["decode_tokens_per_second"]
 
 
-def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
-    """Decode tokens/s of `--compile`'s token loop when no token is read back (greedy, no stop checks, no text): the
-    device's own pace. Next to `gpu_compile_tok_s` it shows what reading each token back and streaming it costs."""
+def forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
+    """Decode tokens/s of the token loop over `model`'s static cache (`--compile`'s, or the CUDA graphs') when no
+    token is read back (greedy, no stop checks, no text): the device's own pace. Next to the streamed rate it shows
+    what reading each token back and streaming it costs."""
     steps, started = 0, 0.0
 
     def decide(tokens) -> bool:  # never looks at the tokens, so nothing waits for the device
@@ -107,7 +108,7 @@ def compiled_forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> flo
         model.prepare_inputs([prompt]),
         Sampling(temperature=0.0),
         decide,
-        static=model.compiled,
+        static=model.static,
         max_new_tokens=new_tokens,
     ):
         pass
@@ -246,6 +247,45 @@ def _torchao_rates(folder, model: MetaModel, name: str, config, prompt: str, new
     return results
 
 
+def step_variants(model: MetaModel, prompt: str, new_tokens: int, repeats: int) -> dict:
+    """Where the CUDA graphs' decode step loses time against the bandwidth limit: the plain launch's rate next to
+    the same with each RMSNorm as torch's one fused kernel (`F.rms_norm`) instead of transformers' seven, and with
+    cuDNN attention allowed (one plan per cache length, made in the eager warm-up step). A probe: neither is used."""
+    import functools
+
+    def fused_rms_norm(norm, hidden):
+        return torch.nn.functional.rms_norm(hidden, (hidden.shape[-1],), norm.weight, norm.variance_epsilon)
+
+    norms = [m for m in model.llma.modules() if type(m).__name__ == "LlamaRMSNorm"]
+    plain = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len)
+    fused = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len)
+    cudnn = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len)
+
+    def with_fused_norms(run):
+        for norm in norms:
+            norm.forward = functools.partial(fused_rms_norm, norm)
+        try:
+            return run()
+        finally:
+            for norm in norms:
+                del norm.forward
+
+    def with_cudnn(run):
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        try:
+            return run()
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(False)
+
+    runs = {
+        "gpu_probe_plain_tok_s": lambda: stream_decode_rate(plain, prompt, new_tokens),
+        "gpu_probe_fused_norm_tok_s": lambda: with_fused_norms(lambda: stream_decode_rate(fused, prompt, new_tokens)),
+        "gpu_probe_cudnn_tok_s": lambda: with_cudnn(lambda: stream_decode_rate(cudnn, prompt, new_tokens)),
+    }
+    with eos_ignored(model):
+        return measure(runs, repeats, model.device)
+
+
 def _free_memory(device: torch.device) -> None:
     import gc
 
@@ -336,7 +376,7 @@ def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: in
     }
 
 
-PARTS = ("demo", "decode", "quant", "batching")
+PARTS = ("demo", "decode", "quant", "batching", "probe")
 
 
 def first_answer_seconds(llma, tokenizer, max_seq_len: int, prompt: str, new_tokens: int) -> float:
@@ -370,7 +410,9 @@ def decode_figures(
     if with_compile:
         compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, compile=True)
         runs["gpu_compile_tok_s"] = lambda: stream_decode_rate(compiled, prompt, new_tokens)
-        runs["gpu_compile_forward_tok_s"] = lambda: compiled_forward_rate(compiled, prompt, new_tokens)
+        runs["gpu_compile_forward_tok_s"] = lambda: forward_rate(compiled, prompt, new_tokens)
+    if model.graphs is not None:
+        runs["gpu_graphs_forward_tok_s"] = lambda: forward_rate(model, prompt, new_tokens)
     with eos_ignored(model):  # and `eager` and `compiled`, which share its model and tokenizer
         results.update(measure(runs, repeats, model.device))
     read_per_token = weight_bytes(model.llma) - weight_bytes(model.llma.get_input_embeddings())
@@ -398,7 +440,7 @@ def main(argv=None) -> None:
         choices=PARTS,
         default=None,
         help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8; "
-        "batching: 8 answers at once with continuous batching) "
+        "batching: 8 answers at once with continuous batching; probe: where the CUDA graphs' step loses time) "
         "and merge them into gpu_results.json",
     )
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
@@ -436,7 +478,7 @@ def main(argv=None) -> None:
         results.update(demo_model_rates(device, dtype))
         results["measured"]["demo"] = f"{today}, {versions}"
         save(results, out)
-    if {"decode", "quant", "batching"} & set(parts):
+    if {"decode", "quant", "batching", "probe"} & set(parts):
         max_seq_len = prompt_tokens + new_tokens + 16
         model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
         prompt = prompt_of(model, prompt_tokens)
@@ -450,6 +492,10 @@ def main(argv=None) -> None:
     if "batching" in parts:
         results.update(batching_figures(model, prompt, new_tokens, 2 if args.smoke else 8, repeats))
         results["measured"]["batching"] = f"{today}, {versions}; 8 clients, each a thread of the model's process"
+        save(results, out)
+    if "probe" in parts:
+        results.update(step_variants(model, prompt, new_tokens, repeats))
+        results["measured"]["probe"] = f"{today}, {versions}"
         save(results, out)
     if "quant" in parts:
         results.update(quantized(model, prompt, new_tokens, repeats))
