@@ -2,19 +2,23 @@
 
 First, the built-in demo model in the GPU's dtype, loaded as `demos/generate.py` loads it: the decode rate of its
 first answer (every sequence length new to the process) and of later ones. Then a Llama-2-7B-shaped random model
-in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): decode tokens/s of bare `model.generate`, of
-our `stream_generate` (also with cuDNN attention allowed, once warm), and of `stream_generate` with `--compile`
-(static KV cache + torch.compile), against the limit: the bytes read per decode step (every weight but the
-embedding table) over the device-to-device copy bandwidth measured here; also `--compile`'s token loop with no token
-read back (the device's own pace), whether it ran as CUDA graphs (inductor's skip reasons), and how long the first
-`--compile` answer took, compiling included. Then the 7B model saved to disk and loaded back with `--quant 4` and
-`--quant 8`, as a user's checkpoint would be: decode tokens/s and the weights' bytes next to bf16's (skip with
---no_quant). Then 8 greedy answers at once with continuous batching, each on a thread of its own as the app's
-clients are served: total tokens/s over one answer alone, over transformers' own continuous batching
+in bf16, batch 1, a 128-token prompt, 256 new tokens (EOS ignored): how long the plain launch's first answer takes
+from the weights being on the GPU (its CUDA graph recorded on the way); decode tokens/s of bare `model.generate`,
+of our `stream_generate` in the plain launch (CUDA graphs) and without CUDA graphs (`--no_cuda_graphs`), and, unless
+--no_compile, with `--compile` (static KV cache + torch.compile), against the limit: the bytes read per decode step
+(every weight but the embedding table) over the device-to-device copy bandwidth measured here; also the token loop
+with no token read back (the device's own pace), whether `--compile` ran as CUDA graphs (inductor's skip reasons),
+and how long its first answer took, compiling included. `probe` measures two variants of the graphs' step (fused
+RMSNorm, cuDNN attention) that the app does not use. Then the 7B model saved to disk and loaded back with
+`--quant 4` and `--quant 8`, as a user's checkpoint would be, with and without CUDA graphs, next to torchao's
+weight-only int4 and int8 on the same weights where torchao is installed: decode tokens/s and the weights' bytes
+(skip with --no_quant). Then 8 greedy answers at once with continuous batching, each on a thread of its own as the
+app's clients are served: total tokens/s over one answer alone, over transformers' own continuous batching
 (`generate_batch`), and how many of the 8 answers have the tokens each has alone (bf16 batched kernels may differ).
-Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only demo|decode|quant|batching`
-runs some parts and merges them into gpu_results.json, which records when, where and with which versions each part
-was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only demo|decode|quant|batching|
+probe` runs some parts and merges them into gpu_results.json, which records when, where and with which versions each
+part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
+bench/gpu_check.sh is the one prepared run of a lent GPU machine.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ step runs eagerly (it is the warm-up CUDA asks for), then the same step is recor
 A graph bakes in the addresses of the tensors it reads and writes, so each one keeps its own input buffers, which
 each replay first fills, and the cache it was recorded over (the pool keeps its caches for good). Graphs share one
 memory pool: the steps they record run one at a time, and each step's logits are copied out before the next.
-A step that cannot be recorded (an operation that reads a value back to the host, such as bitsandbytes' 8-bit
-outlier search) runs eagerly from then on, and the terminal says why, once.
+A model whose step cannot be recorded (an operation in it reads a value back to the host, as bitsandbytes' 8-bit
+outlier search does: `MetaModel` does not try that one) decodes eagerly over its static caches from the first
+failure on, and the terminal says why, once.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class DecodeGraphs:
     def __init__(self, model):
         self.model = model
         self._recorded: dict[tuple, _Recorded | None] = {}  # None: could not be recorded, runs eagerly
+        self.failed = False  # a step could not be recorded: every step runs eagerly
         self._lock = threading.Lock()
         self._pool = None  # the memory pool every graph records into (made with the first)
         self._stream = None  # the side stream graphs are warmed up and recorded on
@@ -82,7 +84,7 @@ class DecodeGraphs:
         recorded = self._recorded.get(key, False)
         if recorded is False:
             return self._first_step(key, kwargs, tensors)
-        if recorded is None:
+        if recorded is None or (self.failed and recorded is False):
             return self.model(**kwargs)
         return recorded.replay(tensors)
 
@@ -120,10 +122,12 @@ class DecodeGraphs:
         try:
             with torch.cuda.graph(graph, pool=self._pool, stream=stream, capture_error_mode="thread_local"):
                 logits = self.model(**{**kwargs, **inputs}).logits
-        except Exception as error:  # noqa: BLE001 (any failure to record means: run this step eagerly)
+        except Exception as error:  # noqa: BLE001 (any failure to record means: run the steps eagerly)
+            self.failed = True
             print(
-                f"note: a decode step could not be recorded as a CUDA graph ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else ''}); it runs eagerly.",
+                "note: this model's decode step could not be recorded as a CUDA graph "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                "it decodes without them, as with --no_cuda_graphs.",
                 file=sys.stderr,
                 flush=True,
             )

@@ -190,6 +190,8 @@ class MetaModel(torch.nn.Module):
             return "not with tensor parallel (--n_gpus) yet"
         if len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1:
             return "not with the layers spread over GPUs"
+        if any(type(module).__name__ == "Linear8bitLt" for module in self.llma.modules()):
+            return "bitsandbytes' 8-bit layers look for outliers on the host at each step, which a graph cannot record"
         return None
 
     @property

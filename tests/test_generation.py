@@ -445,3 +445,16 @@ def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
     for _ in range(2):  # the second turn would find the first one's cache, if one were kept
         got = stream(compiled, prompt, max_gen_len=12, session="mistral")[-1]
         assert got["cached_tokens"] == 0 and got["text"] == stream(eager, prompt, max_gen_len=12)[-1]["text"]
+
+
+def test_cuda_graphs_are_off_where_they_cannot_run_and_the_model_line_says_why():
+    """The plain launch replays its decode steps from CUDA graphs only on one GPU (tests/test_gpu.py runs them);
+    elsewhere, and with --no_cuda_graphs, the model's facts say why not."""
+    from launchers.flags import parser
+    from launchers.loading import load_model
+
+    model = load_model(parser("test").parse_args(["--no_cuda_graphs"]))
+    assert model.graphs is None and model.info["cuda_graphs"] == "off: --no_cuda_graphs"
+    on_the_cpu = MetaModel(model.llma, model.tokenizer)
+    assert on_the_cpu.graphs is None and on_the_cpu.info["cuda_graphs"] == "off: not on a GPU"
+    assert on_the_cpu.summary()["cuda_graphs"] is False
