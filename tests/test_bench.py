@@ -40,7 +40,7 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     assert "gpu_quant4_tok_s" not in json.loads((tmp_path / "gpu_results.json").read_text())
     run_script("bench/gpu.py", "--smoke", "--only", "quant", "--out", str(tmp_path))  # --only merges
     results = json.loads((tmp_path / "gpu_results.json").read_text())
-    assert set(results["measured"]) == {"demo", "decode", "quant", "batching"}
+    assert set(results["measured"]) == {"demo", "decode", "quant", "batching", "probe"}
     for name in (
         "gpu_generate_tok_s",
         "gpu_stream_tok_s",
@@ -54,6 +54,7 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
         "demo_later_answers_tok_s",
         "gpu_quant4_tok_s",
         "gpu_quant4_eager_tok_s",
+        "gpu_probe_fused_norm_tok_s",
         "gpu_quant8_tok_s",
         "gpu_batching_crowd_tok_s",
         "gpu_transformers_cb_tok_s",
