@@ -25,7 +25,6 @@ class StaticDecoding:
     """
 
     SHORTEST = 256  # tokens: the smallest static cache a request gets
-    name = "static KV cache"
     optional = False  # whether an answer may decode without it where its static cache does not fit in memory
 
     def __init__(self, model, max_cache_len: int, forward):

@@ -29,7 +29,6 @@ from .compiled import StaticDecoding
 class GraphedDecoding(StaticDecoding):
     """Decode steps replayed from CUDA graphs over pooled static caches (`--no_cuda_graphs` turns it off)."""
 
-    name = "CUDA graphs, static KV cache"
     optional = True  # an answer whose static cache does not fit decodes eagerly, as with --no_cuda_graphs
 
     def __init__(self, model, max_cache_len: int):
@@ -82,10 +81,10 @@ class DecodeGraphs:
         tensors = {name: value for name, value in kwargs.items() if isinstance(value, torch.Tensor)}
         key = self._key(kwargs, tensors)
         recorded = self._recorded.get(key, False)
+        if recorded is None or (recorded is False and self.failed):
+            return self.model(**kwargs)
         if recorded is False:
             return self._first_step(key, kwargs, tensors)
-        if recorded is None or (self.failed and recorded is False):
-            return self.model(**kwargs)
         return recorded.replay(tensors)
 
     @staticmethod
