@@ -188,11 +188,16 @@ class MetaModel(torch.nn.Module):
             return "--compile records its own"
         if lockstep is not None:
             return "not with tensor parallel (--n_gpus) yet"
-        if len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1:
+        if self._spread_over_devices:
             return "not with the layers spread over GPUs"
         if any(type(module).__name__ == "Linear8bitLt" for module in self.llma.modules()):
             return "bitsandbytes' 8-bit layers look for outliers on the host at each step, which a graph cannot record"
         return None
+
+    @property
+    def _spread_over_devices(self) -> bool:
+        """Whether accelerate's device map put the layers on more than one device."""
+        return len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1
 
     @property
     def sees_images(self) -> bool:
@@ -298,7 +303,7 @@ class MetaModel(torch.nn.Module):
             return "not with tensor parallel yet"
         if self.compiled is not None:
             return "not with --compile"
-        if len(set(getattr(self.llma, "hf_device_map", {}).values())) > 1:
+        if self._spread_over_devices:
             return "not with the layers spread over GPUs"
         if not hasattr(self.llma, "init_continuous_batching"):
             return f"{type(self.llma).__name__} has no continuous batching in transformers"
