@@ -31,6 +31,18 @@ ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is inst
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
+# the keys of each record `demos/generate.py --output` writes
+GENERATE_RECORD_KEYS = {
+    "prompt",
+    "response",
+    "reasoning",
+    "tool_calls",
+    "finish_reason",
+    "input_tokens",
+    "output_tokens",
+}
+
+
 def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
     """What `demos/generate.py --output FILE *flags` (run by `launcher`) writes to FILE."""
     output = tmp_path / f"{name}.jsonl"

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from app_server import GENERATE_RECORD_KEYS
 
 from launchers import generate
 from launchers.flags import DEMO_MODEL
@@ -22,15 +23,7 @@ def test_prompts_to_jsonl_twice_the_same(tmp_path, capsys):
     records = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()  # no timings in the file
     assert [r["prompt"] for r in records] == ["What is the capital of France?", "Hello!", "Who are you?"]
-    assert set(records[0]) == {
-        "prompt",
-        "response",
-        "reasoning",
-        "tool_calls",
-        "finish_reason",
-        "input_tokens",
-        "output_tokens",
-    }
+    assert set(records[0]) == GENERATE_RECORD_KEYS
     assert records[0]["response"] == "The capital of France is Paris." and records[0]["finish_reason"] == "stop"
     assert "###" not in "".join(r["response"] for r in records)  # the chat template's separator ends answers
     for figure in (

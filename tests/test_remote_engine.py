@@ -11,7 +11,15 @@ import threading
 import time
 
 import pytest
-from app_server import generate, launched, serve, serve_engine, stopped_mid_answer, wait_for_pieces
+from app_server import (
+    GENERATE_RECORD_KEYS,
+    generate,
+    launched,
+    serve,
+    serve_engine,
+    stopped_mid_answer,
+    wait_for_pieces,
+)
 from gradio_client import Client, handle_file
 
 from bench.api_vs_serve import has_serving, openai_server, save_chat_llama
@@ -250,15 +258,7 @@ def test_generate_with_api_base_against_transformers_serve(transformers_serve, t
     records = [json.loads(line) for line in written.splitlines()]
     assert [r["prompt"] for r in records] == prompts
     for record in records:
-        assert set(record) == {
-            "prompt",
-            "response",
-            "reasoning",
-            "tool_calls",
-            "finish_reason",
-            "input_tokens",
-            "output_tokens",
-        }
+        assert set(record) == GENERATE_RECORD_KEYS
         assert record["finish_reason"] == "length" and record["response"] and record["input_tokens"] > 0
 
 
