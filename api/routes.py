@@ -26,7 +26,6 @@ from engine import Delta, End, Engine, Reasoning, Request, TokenLogprob, ToolCal
 from engine.chats import ChatEngine
 from engine.interface import add_call_piece
 from engine.threaded import in_own_thread
-from prompting.messages import messages_prompt
 from user_error import UserError
 
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
@@ -57,7 +56,7 @@ class OpenAIAPI:
         api_keys: list[str] | None = None,
     ):
         self.engine, self.template, self.image_transform = (
-            ChatEngine(engine, template, max_upload_mb),
+            ChatEngine.over(engine, template, max_upload_mb),
             template,
             image_transform,
         )
@@ -101,9 +100,7 @@ class OpenAIAPI:
     def _count(self, body: dict) -> int:
         if "messages" not in body:
             return self.engine.prompt_length(completion_prompt(body))
-        options = chat_options(body, answer_tokens=0)
-        built = messages_prompt(self.engine, self.template, chat_messages(body), options, self.max_upload_mb, False)
-        return self.engine.prompt_length(built.text, built.images or None, self.image_transform)
+        return self.engine.count(chat_messages(body), chat_options(body, answer_tokens=0))
 
     async def models(self, http: HTTPRequest) -> Response:
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
@@ -272,8 +271,9 @@ class ChatTemplateConversation(_Messages):
     def render_messages(self, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
         """The prompt for OpenAI-style `messages` (roles system, user, assistant, tool; a content a string or typed
         parts, an image part being {"type": "image"}; assistant messages with `tool_calls` and
-        `reasoning_content`), with the generation prompt, `tools` and the template's own variables."""
-        chat = [self._typed(message) for message in messages]
+        `reasoning_content`), with the generation prompt, `tools` and the template's own variables. An empty system
+        message is no system prompt."""
+        chat = [self._typed(m) for m in messages if m.get("role") != "system" or _text(m.get("content") or "")]
         if self.system and not any(m["role"] == "system" for m in chat):
             chat.insert(0, {"role": "system", "content": self._content(self.system, self.typed_parts)})
         return self._applied(chat, tools, add_generation_prompt=True, **template_kwargs)
@@ -300,42 +300,6 @@ class ChatTemplateConversation(_Messages):
         return self.stop_symbols[0]
 
 
-class EngineMessagesConversation(_Messages):
-    """A conversation whose chat template a serving engine applies (engine/remote.py): the prompt is the chat
-    messages themselves, as JSON, in OpenAI's shape. An image is a part `{"type": "image_url", "image_url":
-    {"url": "<image N>"}}`, N counting the conversation's images from 1 in order; the engine's side puts the image's
-    data in its place. The engine ends an answer at its own end-of-turn, so there are no stop symbols here."""
-
-    roles = ("user", "assistant")
-    stop_symbols: list[str] = []
-    response_end_signal = ""
-
-    def __init__(self, system: str = ""):
-        self.system = system
-        self.messages: list = []
-
-    def chat(self) -> list[dict]:
-        """The messages, the last open answer left out."""
-        chat = [{"role": "system", "content": self.system}] if self.system else []
-        images = 0
-        for role, message in self.messages:
-            if message is None:
-                continue
-            text, attached = message if isinstance(message, tuple) else (message, ())
-            if not attached:
-                chat.append({"role": role, "content": text})
-                continue
-            parts = []
-            for _ in attached:
-                images += 1
-                parts.append({"type": "image_url", "image_url": {"url": f"<image {images}>"}})
-            chat.append({"role": role, "content": [*parts, {"type": "text", "text": text}]})
-        return chat
-
-    def get_prompt(self) -> str:
-        return json.dumps(self.chat(), ensure_ascii=False, indent=1)
-
-
 def _text(content) -> str:
     """The text of a content: a string, or the text parts of a list."""
     if isinstance(content, str):
@@ -353,10 +317,7 @@ def template_names(tokenizer=None) -> list[str]:
 
 def get_conversation(name: str, tokenizer=None, system: str | None = None, sees_images: bool = False):
     """A fresh conversation for a template name (an Accessory name or `chat_template`). `tokenizer` renders the
-    chat template: a tokenizer, or a vision model's processor (`sees_images`); or, with `applied_by_engine` set, it
-    stands for a serving engine that applies its own (the prompt is then the messages)."""
-    if name == CHAT_TEMPLATE and getattr(tokenizer, "applied_by_engine", False):
-        return EngineMessagesConversation(system or "")
+    chat template: a tokenizer, or a vision model's processor (`sees_images`)."""
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return ChatTemplateConversation(tokenizer, system or "", sees_images)
     if name not in conv_templates:

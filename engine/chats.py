@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from transformers.utils.chat_parsing.response_parser import ResponseParser
 
 from conversation.multi_turn import CHAT_TEMPLATE
+from launchers.flags import MAX_UPLOAD_MB
 from model.detokenize import StopStrings
-from prompting.messages import kept_turns, messages_prompt, normalized
+from prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_images
 from user_error import UserError
 
 from .interface import (
@@ -45,11 +46,17 @@ log = logging.getLogger(__name__)
 
 
 class ChatEngine:
-    """`engine` with chat messages rendered in `template` (the launcher's) and answers parsed (see the module)."""
+    """`engine` with chat messages rendered in their request's template (else `template`, the launcher's) and answers
+    parsed (see the module)."""
 
     def __init__(self, engine: Engine, template: str, max_upload_mb: float | None = None):
         self.engine, self.template = engine, template
-        self.max_upload_mb = max_upload_mb
+        self.max_upload_mb = MAX_UPLOAD_MB if max_upload_mb is None else max_upload_mb
+
+    @staticmethod
+    def over(engine: Engine, template: str, max_upload_mb: float | None = None) -> ChatEngine:
+        """`engine` as a `ChatEngine` (itself where it is one already)."""
+        return engine if isinstance(engine, ChatEngine) else ChatEngine(engine, template, max_upload_mb)
 
     def __getattr__(self, name):  # every other part of the interface is the engine's
         return getattr(self.engine, name)
@@ -58,22 +65,53 @@ class ChatEngine:
         if request.messages is None:
             yield from self.engine.stream(request)
             return
-        options = request.chat or ChatOptions()
         try:
-            extra = {} if self.max_upload_mb is None else {"max_mb": self.max_upload_mb}
-            if getattr(self.engine, "renders_messages", False):
-                kept, dropped = self._kept(request.messages, options, extra)
-                yield Rendered(json.dumps(kept, ensure_ascii=False, indent=1), dropped)
-                yield from self.engine.stream(replace(request, messages=kept))
-                return
-            built = messages_prompt(self.engine, self.template, request.messages, options, **extra)
+            rendered, sent, parser = self.prepared(request)
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
             return
-        yield Rendered(built.text, built.dropped_turns)
-        parser = AnswerParser(self.answer_format, built.text, options)
-        cancel = request.cancel or threading.Event()
-        plain = replace(
+        yield rendered
+        events = self.engine.stream(sent)
+        yield from events if parser is None else parser.events(events, request.stop, sent.cancel)
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers (the engine's batch) to raw prompts and to chat messages alike; a request that cannot be
+        rendered gets its sentence as an "error" answer."""
+        prepared: list = []
+        for request in requests:
+            try:
+                prepared.append(self.prepared(request) if request.messages is not None else (None, request, None))
+            except UserError as error:
+                prepared.append(Answer("", End.failed(str(error), caller_error=True)))
+        sent = [p[1] for p in prepared if isinstance(p, tuple)]
+        answers = iter(self.engine.complete(sent) if sent else [])
+        out = []
+        for item, request in zip(prepared, requests):
+            if isinstance(item, Answer):
+                out.append(item)
+            elif item[2] is None:
+                out.append(next(answers))
+            else:
+                out.append(item[2].whole(next(answers), request.stop))
+        return out
+
+    def count(self, messages: list[dict], options: ChatOptions) -> int:
+        """The tokens of `messages` (all of them, whatever their length) in their template: /tokenize's count."""
+        if self._renders_itself(options):
+            return self.engine.messages_length(with_images(answerable(messages), self.max_upload_mb)[0], options.tools)
+        built = messages_prompt(self.engine, self._template(options), messages, options, self.max_upload_mb, False)
+        return built.tokens
+
+    def prepared(self, request: Request) -> tuple[Rendered, Request, AnswerParser | None]:
+        """(the `Rendered` event, the request the engine is sent, the parser of its answer: None where the engine
+        renders the messages and parses its answers itself); a conversation that cannot be rendered raises
+        `UserError`."""
+        options = request.chat or ChatOptions()
+        if self._renders_itself(options):
+            kept, dropped, tokens, images = self._kept(request.messages, options)
+            return Rendered(shown_messages(kept), dropped, tokens, images), replace(request, messages=kept), None
+        built = messages_prompt(self.engine, self._template(options), request.messages, options, self.max_upload_mb)
+        sent = replace(
             request,
             prompt=built.text,
             stop=tuple(built.stop_symbols),  # the caller's own stop strings are looked for in the answer text only
@@ -81,23 +119,57 @@ class ChatEngine:
             messages=None,
             chat=None,
             special_tokens=self.answer_format.reads_special_tokens,
-            cancel=cancel,
+            cancel=request.cancel or threading.Event(),
         )
-        yield from parser.events(self.engine.stream(plain), request.stop, cancel)
+        parser = AnswerParser(self.answer_format, built.text, options)
+        return Rendered(built.text, built.dropped_turns, built.tokens, len(built.images)), sent, parser
+
+    def _template(self, options: ChatOptions) -> str:
+        return options.template or self.template
+
+    def _renders_itself(self, options: ChatOptions) -> bool:
+        """Whether the engine applies its own chat template (engine/remote.py), and this request asks for it."""
+        return self._template(options) == CHAT_TEMPLATE and getattr(self.engine, "renders_messages", False)
 
     @functools.cached_property
     def answer_format(self) -> AnswerFormat:
         return AnswerFormat.of(self.engine)
 
-    def _kept(self, messages: list[dict], options: ChatOptions, extra: dict) -> tuple[list[dict], int]:
-        """The messages an engine that renders them itself is sent: the oldest turns left out where the conversation
-        outgrows its context (counted as the messages it is sent; a conversation with tools goes whole), and how many
-        turns went."""
-        messages = normalized(messages)
-        if options.tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
-            return messages, 0
-        dropped = messages_prompt(self.engine, CHAT_TEMPLATE, messages, options, **extra).dropped_turns
-        return (kept_turns(messages, dropped) if dropped else messages), dropped
+    def _kept(self, messages: list[dict], options: ChatOptions) -> tuple[list[dict], int, int, int]:
+        """(the messages an engine that renders them itself is sent, images decoded; how many of the oldest turns
+        were left out where the conversation outgrows its context; its tokens; its images)."""
+        messages, images = with_images(answerable(messages), self.max_upload_mb)
+        if images and not self.engine.sees_images:
+            raise UserError(
+                "This model cannot see images (start the app with --vision if the engine's model sees them); send "
+                "the message without an image."
+            )
+        length = functools.cache(
+            lambda dropped: self.engine.messages_length(kept_turns(messages, dropped), options.tools)
+        )
+        dropped, tokens = fitted(self.engine, messages, options.answer_tokens, length)
+        kept = kept_turns(messages, dropped)
+        return kept, dropped, tokens, sum(p.get("type") == "image" for m in kept for p in _parts(m))
+
+
+def shown_messages(messages: list[dict]) -> str:
+    """Messages as "Prompt sent to the model" shows them: JSON, each image as `<image N>`."""
+    count = 0
+
+    def shown(part):
+        nonlocal count
+        if not (isinstance(part, dict) and part.get("type") == "image"):
+            return part
+        count += 1
+        return {"type": "image_url", "image_url": {"url": f"<image {count}>"}}
+
+    out = [{**m, "content": [shown(p) for p in m["content"]]} if _parts(m) else m for m in messages]
+    return json.dumps(out, ensure_ascii=False, indent=1)
+
+
+def _parts(message: dict) -> list:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
 
 
 @dataclass(frozen=True)
@@ -114,12 +186,6 @@ class AnswerFormat:
         renderer = engine.chat_renderer
         template, own = response_format(renderer, engine.summary().get("model_type"))
         return AnswerFormat(template, own and renderer is not None, engine.tokenizer)
-
-
-def parsed(form: AnswerFormat, prompt: str, answer: Answer, options: ChatOptions | None = None) -> Answer:
-    """A whole answer to `prompt` (its text as `form.reads_special_tokens` asks) as reasoning, text and tool calls."""
-    parser = AnswerParser(form, prompt, options or ChatOptions())
-    return collect(parser.events(iter([Delta(answer.text), answer.end]), (), threading.Event()))
 
 
 class AnswerParser:
@@ -140,6 +206,10 @@ class AnswerParser:
         self.call_text = ""  # the call being written, as the model writes it
         self.reasoning_text = ""  # what was sent as reasoning, to count its tokens
         self.raw = ""  # the answer as the model wrote it, for the terminal when a call cannot be read
+
+    def whole(self, answer: Answer, stops: tuple[str, ...] = ()) -> Answer:
+        """A whole answer's text parsed (the caller's `stops` cut it)."""
+        return collect(self.events(iter([Delta(answer.text), answer.end]), stops, threading.Event()))
 
     def events(self, inner: Iterator[Event], stops: tuple[str, ...], cancel: threading.Event) -> Iterator[Event]:
         """`inner`'s events with its text parsed; a stop string of the caller's found in the answer ends it."""

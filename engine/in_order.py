@@ -64,6 +64,10 @@ class InArrivalOrder:
     def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
         return self.engine.prompt_length(prompt, images, image_transform)
 
+    def messages_length(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """An engine that renders messages itself (engine/remote.py): their tokens."""
+        return self.engine.messages_length(messages, tools)
+
     def drop_sessions(self, browser_session: str) -> None:
         self.engine.drop_sessions(browser_session)
 

@@ -72,6 +72,7 @@ class ChatOptions:
     parallel_tool_calls: bool = True  # False: the first call only
     template_kwargs: dict = field(default_factory=dict)  # the template's own variables (enable_thinking, ...)
     answer_tokens: int = 256  # room kept for the answer when the oldest turns must go
+    template: str | None = None  # the conversation template (an Accessory name or "chat_template"); None: the app's
 
 
 @dataclass
@@ -132,12 +133,14 @@ class ToolCallDelta:
 
 @dataclass
 class Rendered:
-    """The prompt the engine made of a request's messages (first event of such a request): its text, how many of
-    the oldest turns were left out to fit the context, its length in tokens (0 where unknown)."""
+    """The prompt the engine made of a request's messages (first event of such a request): its text (for an engine
+    that applies its own template, the messages it is sent, as JSON), how many of the oldest turns were left out to
+    fit the context, its length in tokens, and how many images it shows."""
 
     text: str
     dropped_turns: int = 0
     prompt_tokens: int = 0
+    images: int = 0
 
 
 @dataclass

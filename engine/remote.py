@@ -1,9 +1,9 @@
 """An engine that is another server: vLLM, SGLang, TGI, `transformers serve` or another local-chat, reached over the
 OpenAI protocol at `--api_base` (the launchers load no model then). What the page and /v1 offer works against it.
 
-- Chat prompts go as chat-completions messages (conversation/'s `EngineMessagesConversation`: the engine applies its
-  own chat template, and the page's "Prompt sent to the model" shows the messages); raw prompts (the Single-turn tab,
-  Accessory's templates) go to `/v1/completions`. Images go as `data:` URLs.
+- Chat messages go to `/v1/chat/completions` as they are (the engine applies its own chat template; engine/chats.py
+  leaves out the oldest turns that do not fit); raw prompts (the Single-turn tab, Accessory's templates) go to
+  `/v1/completions`. Images go as `data:` URLs.
 - Stop (or a client gone) closes the request's stream: vLLM, SGLang, TGI and local-chat abort a request whose client
   leaves. Stop strings are cut here too, exactly as the local engines cut them, whatever the engine does with them.
 - The context is what `/v1/models` says (vLLM's `max_model_len`, local-chat's `context_length`), else unknown (the
@@ -30,6 +30,7 @@ import httpx
 
 from model.detokenize import StopStrings
 from model.errors import described
+from prompting.chat import message_text
 from prompting.images import png_bytes, png_data_url
 from user_error import UserError
 
@@ -42,7 +43,7 @@ TEMPLATE_TOKENS = 256  # more than any chat template adds around a short convers
 CHARS_PER_TOKEN = 4.0  # the estimate of a prompt's tokens until the engine's first usage says better
 UNKNOWN_CONTEXT = 1 << 20  # an engine that does not say its context: never shortened here, its own 400 shows
 CONTEXT_FIELDS = ("max_model_len", "context_length", "max_context_length", "max_total_tokens", "context_window")
-IMAGE_PLACEHOLDER = re.compile(r"<image (\d+)>")
+IMAGES_NEED_MESSAGES = "Images go to the engine with its chat template: choose the template chat_template."
 
 
 class EngineTemplate:
@@ -104,7 +105,7 @@ class RemoteEngine:
         self._chars_per_token = CHARS_PER_TOKEN
         self._optional_refused = False  # the engine refused top_k / repetition_penalty / stream_options once
         self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {self._key}"})
-        self.counts_with_tokenize = self._tokenize("Hi") is not None
+        self.counts_with_tokenize = self._tokenize({"prompt": "Hi"}) is not None
 
     # ----- facts -----
 
@@ -160,49 +161,50 @@ class RemoteEngine:
     # ----- prompt lengths -----
 
     def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
-        """The prompt's tokens: counted by the engine's /tokenize where it has one, else estimated. A prompt without
-        images that surely fits in half the context (no tokenizer makes more tokens than UTF-8 bytes, and the
-        template adds less than `TEMPLATE_TOKENS`) is only estimated: counting it would cost a round trip to the
-        engine before every answer, and nothing is decided by its exact length (see prompting/chat.py)."""
-        surely_fits = not images and len(prompt.encode()) + TEMPLATE_TOKENS <= self.max_seq_len // 2
-        counting = self.counts_with_tokenize and not surely_fits
-        messages = self._messages(prompt, images if counting else None)  # images encoded only to be sent
-        counted = self._tokenize(prompt, messages) if counting else None
-        return counted if counted is not None else self.estimated_tokens(prompt_characters(prompt, messages))
+        """A raw prompt's tokens: counted by the engine's /tokenize where it has one, else estimated (see
+        `messages_length`)."""
+        if images:
+            raise UserError(IMAGES_NEED_MESSAGES)
+        return self._length(len(prompt.encode()), len(prompt), lambda: {"prompt": prompt})
+
+    def messages_length(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """The tokens of chat messages (image parts decoded, as engine/chats.py hands them over) with the engine's
+        template and `tools`: counted by its /tokenize, else estimated."""
+        texts = [json.dumps(tools)] if tools else []
+        texts += [message_text(m.get("content")) + str(m.get("reasoning_content") or "") for m in messages]
+        images = any(isinstance(p, dict) and p.get("type") == "image" for m in messages for p in parts(m))
+        size = sum(len(t.encode()) for t in texts) + (self.max_seq_len if images else 0)
+
+        def body() -> dict:
+            return {
+                "messages": wire_messages(messages),
+                "add_generation_prompt": True,
+                **({"tools": tools} if tools else {}),
+            }
+
+        return self._length(size, sum(map(len, texts)), body)
+
+    def _length(self, size: int, characters: int, body) -> int:
+        """A prompt's tokens, counted where it may not fit: one of `size` bytes (no tokenizer makes more tokens than
+        UTF-8 bytes, and a template adds less than `TEMPLATE_TOKENS`) that surely fits in half the context is only
+        estimated, from its `characters`: counting it would cost a round trip to the engine before every answer, and
+        nothing is decided by its exact length (see prompting/messages.py)."""
+        surely_fits = size + TEMPLATE_TOKENS <= self.max_seq_len // 2
+        counted = self._tokenize(body()) if self.counts_with_tokenize and not surely_fits else None
+        return counted if counted is not None else self.estimated_tokens(characters)
 
     def estimated_tokens(self, characters: int) -> int:
         return math.ceil(characters / self._chars_per_token)
 
-    def _tokenize(self, prompt: str, messages: list[dict] | None = None) -> int | None:
-        """The engine's count of a prompt (vLLM's and SGLang's /tokenize, beside /v1), or None."""
+    def _tokenize(self, body: dict) -> int | None:
+        """The engine's count of a prompt or of messages (vLLM's and SGLang's /tokenize, beside /v1), or None."""
         root = re.sub(r"/v1$", "", self.api_base)
-        body = {"model": self.model}
-        body |= {"messages": messages, "add_generation_prompt": True} if messages is not None else {"prompt": prompt}
         try:
-            reply = self._http.post(root + "/tokenize", json=body)
+            reply = self._http.post(root + "/tokenize", json={"model": self.model} | body)
             count = reply.json().get("count") if reply.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
         return count if isinstance(count, int) else None
-
-    def _messages(self, prompt: str, images) -> list[dict] | None:
-        """The chat messages a chat prompt stands for (`<image N>` placeholders filled with the images' data), or
-        None for a raw prompt."""
-        if not prompt.startswith("["):
-            return None
-        try:
-            messages = json.loads(prompt)
-        except ValueError:
-            return None
-        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-            return None
-        images = list(images or [])
-        for message in messages:
-            for part in message["content"] if isinstance(message.get("content"), list) else []:
-                url = part.get("image_url", {}).get("url", "") if part.get("type") == "image_url" else ""
-                if (found := IMAGE_PLACEHOLDER.fullmatch(url)) and int(found[1]) <= len(images):
-                    part["image_url"]["url"] = png_data_url(png_bytes(images[int(found[1]) - 1]))
-        return messages
 
     # ----- answers -----
 
@@ -215,11 +217,9 @@ class RemoteEngine:
         import openai
 
         started = time.perf_counter()
-        messages = request.messages if request.messages is not None else self._messages(request.prompt, request.images)
+        messages = wire_messages(request.messages) if request.messages is not None else None
         if request.images and messages is None:
-            yield End.failed(
-                "Images go to the engine with its chat template: choose the template chat_template.", caller_error=True
-            )
+            yield End.failed(IMAGES_NEED_MESSAGES, caller_error=True)
             return
         try:
             reply = self._open(request, messages)
@@ -463,9 +463,28 @@ def prompt_characters(prompt: str, messages: list[dict] | None) -> int:
     """A prompt's size in characters, as the estimate of its tokens counts it: a chat's message texts only."""
     if messages is None:
         return len(prompt)
-    texts = [m["content"] if isinstance(m["content"], str) else "" for m in messages]
-    texts += [p.get("text", "") for m in messages if isinstance(m["content"], list) for p in m["content"]]
-    return sum(len(t) for t in texts)
+    return sum(len(message_text(m.get("content"))) for m in messages)
+
+
+def parts(message: dict) -> list:
+    content = message.get("content")
+    return content if isinstance(content, list) else []
+
+
+def wire_messages(messages: list[dict]) -> list[dict]:
+    """Chat messages as they are sent: each decoded image part (`{"type": "image", "image": PIL image}`, as
+    prompting/messages.py's `with_images` makes them) as a `data:` URL."""
+    urls: dict[int, str] = {}
+
+    def sent(part):
+        image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
+        if image is None or isinstance(image, str):
+            return part
+        if id(image) not in urls:
+            urls[id(image)] = png_data_url(png_bytes(image))
+        return {"type": "image_url", "image_url": {"url": urls[id(image)]}}
+
+    return [{**m, "content": [sent(p) for p in m["content"]]} if parts(m) else m for m in messages]
 
 
 def engine_message(error) -> str:

@@ -111,8 +111,9 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
-    from engine import Request, Sampling
-    from prompting import apply_template, check_system, resolve_template
+    from engine import Sampling
+    from engine.chats import ChatEngine
+    from prompting import check_system, resolve_template
 
     prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
     sampling = Sampling(
@@ -127,16 +128,15 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
     template = resolve_template(model, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
-    parse, special_tokens = answer_parsing(model, template)
+    engine = ChatEngine(model, template)
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        rendered = [apply_template(model, template, p, args.system) for p in batch]
-        requests = [Request(text, sampling, tuple(stop), special_tokens=special_tokens) for text, stop in rendered]
-        answers = model.complete(requests)
-        if parse is not None:
-            answers = [parse(text, answer) for (text, _), answer in zip(rendered, answers)]
+        answers = engine.complete([prompt_request(template, p, args.system, sampling) for p in batch])
+        refused = next((a.end.error for a in answers if a.end.caller_error), None)
+        if refused:
+            raise UserError(refused)
         ends = [answer.end for answer in answers]
         figures["encode"] += ends[0].encode_time
         figures["generate"] += max(end.total_time for end in ends)
@@ -160,18 +160,19 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     return records, figures
 
 
-def answer_parsing(model, template: str):
-    """(how a local model's answers in its chat template are read into reasoning, text and tool calls: a function of
-    the prompt and the answer, whether the answers keep their special tokens for it), or (None, False) for another
-    template's answers, or an engine's, which parses its own."""
-    from conversation.multi_turn import CHAT_TEMPLATE
+def prompt_request(template: str, prompt: str, system: str | None, sampling):
+    """The engine request for one prompt: the raw prompt, or a single-turn template's; else one user message (after
+    `system`'s) in the conversation `template`, whose answer the engine parses into reasoning, text and tool calls."""
+    from engine import ChatOptions, Request
+    from prompting import single_turn_prompt
+    from single_turn_templates import TEMPLATE_NAMES
 
-    if template != CHAT_TEMPLATE or getattr(model, "renders_messages", False):
-        return None, False
-    from engine.chats import AnswerFormat, parsed
-
-    form = AnswerFormat.of(model)
-    return (lambda prompt, answer: parsed(form, prompt, answer)), form.reads_special_tokens
+    if template in TEMPLATE_NAMES:
+        return Request(single_turn_prompt(prompt, "", template), sampling)
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": prompt}
+    ]
+    return Request(messages=messages, sampling=sampling, chat=ChatOptions(template=template, answer_tokens=0))
 
 
 def progress(items, show: bool):

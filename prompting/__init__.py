@@ -3,7 +3,6 @@
 from .chat import (
     EMPTY_MESSAGE,
     ChatPrompt,
-    apply_template,
     chat_prompt,
     check_system,
     conversation_templates,
@@ -21,7 +20,6 @@ from .images import checked_image, image_from_data_url, open_upload, png_bytes, 
 __all__ = [
     "EMPTY_MESSAGE",
     "ChatPrompt",
-    "apply_template",
     "chat_prompt",
     "check_system",
     "checked_image",

@@ -52,12 +52,18 @@ def default_template(model: Engine, asked: str | None = None) -> str:
             raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
         return asked
     chosen = CHAT_TEMPLATE if CHAT_TEMPLATE in names else "default"
-    conversation(model, chosen)  # a template that fails says so now, not at the first message
+    if not renders_itself(model, chosen):
+        conversation(model, chosen)  # a template that fails says so now, not at the first message
     return chosen
 
 
 def default_system(model: Engine, template: str) -> str:
-    return conversation(model, template).system
+    return "" if renders_itself(model, template) else conversation(model, template).system
+
+
+def renders_itself(model: Engine, template: str) -> bool:
+    """Whether `template` is the chat template of an engine that applies it itself (engine/remote.py)."""
+    return template == CHAT_TEMPLATE and getattr(model.chat_renderer, "applied_by_engine", False)
 
 
 def message_text(content) -> str:
@@ -127,6 +133,7 @@ class ChatPrompt:
     stop_symbols: list[str]
     dropped_turns: int = 0  # the oldest question-answer pairs left out so that the prompt fits the context
     images: list = field(default_factory=list)  # the images the prompt shows, in the order of their markers
+    tokens: int = 0  # the prompt's length in tokens
 
 
 def chat_prompt(
@@ -183,7 +190,7 @@ def chat_prompt(
             f"{model.max_seq_len}; "
             "shorten it or split it over several messages."
         )
-    return ChatPrompt(prompt, list(conv.stop_symbols), start, list(images))
+    return ChatPrompt(prompt, list(conv.stop_symbols), start, list(images), tokens)
 
 
 def question_parts(question) -> tuple[str, list]:
@@ -192,21 +199,28 @@ def question_parts(question) -> tuple[str, list]:
 
 
 def history_cuts(model: Engine, pairs: list[list]) -> Iterator[int]:
-    """Where the history may start when it must be shortened, earliest first: after the first turn that ends
-    past each eighth of the context (counting the turns' own tokens), and last after every turn.
+    """Where the history may start when it must be shortened (see `block_cuts`)."""
+    encode = model.tokenizer.encode
+    lengths = [len(encode(question_parts(q)[0] + a, bos=False, eos=False)) for q, a in pairs]
+    return block_cuts(lengths, model.max_seq_len)
+
+
+def block_cuts(lengths: list[int], context: int) -> Iterator[int]:
+    """How many of the oldest turns (of these token `lengths`) may be left out when a conversation must be shortened,
+    fewest first: the turns up to the first that ends past each eighth of the `context`, and last all of them.
 
     The cuts of a conversation stay where they are as it grows, so one at its limit loses a block of turns now
     and then rather than one turn every time: between cuts its prompts share their start, and the session's KV
     cache keeps serving them.
     """
-    step = max(1, model.max_seq_len // 8)
+    step = max(1, context // 8)
     total, mark = 0, step
-    for index, (question, answer) in enumerate(pairs):
-        total += len(model.tokenizer.encode(question_parts(question)[0] + answer, bos=False, eos=False))
-        if total >= mark and index + 1 < len(pairs):
+    for index, length in enumerate(lengths):
+        total += length
+        if total >= mark and index + 1 < len(lengths):
             yield index + 1
             mark = (total // step + 1) * step
-    yield len(pairs)
+    yield len(lengths)
 
 
 def single_turn_prompt(instruction: str, input_text: str, template: str) -> str:
@@ -249,11 +263,3 @@ def check_system(template: str, system: str | None) -> None:
             f"--system needs a conversation template, and {template!r} is a single-turn one; pass "
             "--template default (or chat_template, ...) with it, or leave --system out."
         )
-
-
-def apply_template(model: Engine, template: str, prompt: str, system: str | None = None) -> tuple[str, list[str]]:
-    """The text the model gets for one prompt in `template` (single-turn or conversation), and its stop symbols."""
-    if template in TEMPLATE_NAMES:
-        return single_turn_prompt(prompt, "", template), []
-    chat = chat_prompt(model, template, system, [], prompt)
-    return chat.text, chat.stop_symbols

@@ -7,6 +7,8 @@ tool call and its results always stay together.
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterator
 
 from conversation.multi_turn import CHAT_TEMPLATE
 from engine.interface import ChatOptions, Engine
@@ -16,6 +18,7 @@ from user_error import UserError
 from .chat import (
     IMAGE_PART_TYPES,
     ChatPrompt,
+    block_cuts,
     chat_prompt,
     conversation,
     merged_roles,
@@ -39,37 +42,79 @@ def messages_prompt(
     """The prompt answering `messages` (checked, normalized) in `template`, shortened to leave room for
     `options.answer_tokens`; a conversation that cannot fit, or turns the template cannot render, raise `UserError`.
     `shorten=False` keeps every turn, whatever its length (to count it)."""
-    messages = normalized(messages)
-    if not messages or messages[-1]["role"] not in ("user", "tool"):
-        raise UserError('The last message must be the user\'s or a tool result (role "user" or "tool").')
-    if template != CHAT_TEMPLATE or getattr(engine.chat_renderer, "applied_by_engine", False):
+    messages = answerable(messages)
+    if template != CHAT_TEMPLATE:
         return _turns_prompt(engine, template, messages, options, max_mb, shorten)
     conv = conversation(engine, CHAT_TEMPLATE)
     kwargs = template_variables(engine, options)
 
     @functools.cache
     def render(dropped: int) -> tuple[str, tuple]:
-        parts, images = _with_images(kept_turns(messages, dropped), max_mb)
+        parts, images = with_images(kept_turns(messages, dropped), max_mb)
         return conv.render_messages(parts, options.tools, **kwargs), tuple(images)
 
     def length(dropped: int) -> int:
         text, images = render(dropped)
         return engine.prompt_length(text, list(images) or None)
 
-    budget = engine.max_seq_len - min(options.answer_tokens, engine.max_seq_len // 2)
-    turns = len(turn_starts(messages))
-    dropped = 0
-    if shorten and length(0) > budget:
-        dropped = next((n for n in range(1, turns) if length(n) <= budget), max(turns - 1, 0))
+    dropped, tokens = fitted(engine, messages, options.answer_tokens, length) if shorten else (0, length(0))
     text, images = render(dropped)
+    return ChatPrompt(text, list(conv.stop_symbols), dropped, list(images), tokens)
+
+
+def answerable(messages: list[dict]) -> list[dict]:
+    """The messages `normalized`, checked to end with what a model answers: a user message or a tool result."""
+    messages = normalized(messages)
+    if not messages or messages[-1]["role"] not in ("user", "tool"):
+        raise UserError('The last message must be the user\'s or a tool result (role "user" or "tool").')
+    return messages
+
+
+def fitted(engine: Engine, messages: list[dict], answer_tokens: int, length) -> tuple[int, int]:
+    """(how many of the oldest turns of `messages` to leave out, the prompt's tokens then) so that the prompt
+    (`length(dropped)` tokens) leaves room for `answer_tokens` (at most half the context), cut where `block_cuts`
+    says; a last turn that cannot fit alone is one sentence."""
+    context = engine.max_seq_len
+    budget = context - min(answer_tokens, context // 2)
+    dropped = 0
+    if length(0) > budget:
+        cuts = list(turn_cuts(engine, messages))
+        dropped = next((n for n in cuts if length(n) <= budget), cuts[-1])
     tokens = length(dropped)
-    if shorten and tokens >= engine.max_seq_len:
+    if tokens >= context:
         system = ", system prompt" if any(m["role"] == "system" for m in messages) else ""
+        images = " and image" if any(has_image(m) for m in kept_turns(messages, dropped)) else ""
         raise UserError(
-            f"This message needs {tokens} tokens (with the template{system}{' and image' if images else ''}) but the "
-            f"model's context holds {engine.max_seq_len}; shorten it or split it over several messages."
+            f"This message needs {tokens} tokens (with the template{system}{images}) but the model's context holds "
+            f"{context}; shorten it or split it over several messages."
         )
-    return ChatPrompt(text, list(conv.stop_symbols), dropped, list(images))
+    return dropped, tokens
+
+
+def turn_cuts(engine: Engine, messages: list[dict]) -> Iterator[int]:
+    """How many of the oldest turns may be left out, fewest first (prompting/chat.py's `block_cuts`, counting the
+    turns' own text); the last turn always stays."""
+    starts = turn_starts(messages)
+    bounds = [next((i for i, m in enumerate(messages) if m["role"] != "system"), 0), *starts[1:]]
+    encode = engine.tokenizer.encode
+    lengths = [len(encode(turn_text(messages[a:b]), bos=False, eos=False)) for a, b in zip(bounds, bounds[1:])]
+    return block_cuts(lengths, engine.max_seq_len)
+
+
+def turn_text(messages: list[dict]) -> str:
+    """The text of a turn's messages (their content, reasoning and calls), to count its tokens."""
+    texts = []
+    for message in messages:
+        if message["role"] == "system":
+            continue
+        texts.append(message_text(message.get("content")) + str(message.get("reasoning_content") or ""))
+        texts.extend(json.dumps(call, ensure_ascii=False) for call in message.get("tool_calls") or [])
+    return "\n".join(texts)
+
+
+def has_image(message: dict) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES for p in content)
 
 
 def turn_starts(messages: list[dict]) -> list[int]:
@@ -149,9 +194,9 @@ def template_reads(engine: Engine) -> set[str]:
         return set()
 
 
-def _with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
-    """The messages with each image part as {"type": "image"} (decoded with the upload checks), and the images in
-    order."""
+def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
+    """The messages with each image part decoded (with the upload checks) as {"type": "image", "image": PIL image},
+    its text parts as {"type": "text", "text"}, and the images in order."""
     out, images = [], []
     for message in messages:
         content = message.get("content")
@@ -160,9 +205,10 @@ def _with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]
             continue
         parts = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:  # a model that cannot see says so
-                images.extend(message_images([part], max_mb))
-                parts.append({"type": "image"})
+            if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                image = message_images([part], max_mb)[0]
+                images.append(image)
+                parts.append({"type": "image", "image": image})
             else:
                 parts.append({"type": "text", "text": message_text(part)})
         out.append({**message, "content": parts})
@@ -172,8 +218,7 @@ def _with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]
 def _turns_prompt(
     engine: Engine, template: str, messages: list[dict], options: ChatOptions, max_mb: float, shorten: bool
 ) -> ChatPrompt:
-    """The prompt of a template that takes user and assistant turns only: Accessory's (they know no tools), or the
-    messages as JSON for an engine that applies its own (counted for /tokenize)."""
+    """The prompt of a template that takes user and assistant turns only: Accessory's (they know no tools)."""
     tool_turns = any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
     if options.tools or tool_turns:
         raise UserError(

@@ -24,13 +24,13 @@ from gradio_client import Client, handle_file
 
 from bench.api_vs_serve import has_serving, openai_server, save_chat_llama
 from demo_model import data as demo_data
-from engine import Delta, End, Request, Sampling
+from engine import ChatOptions, Delta, End, Request, Sampling
+from engine.chats import ChatEngine
 from engine.remote import RemoteEngine
 from launchers import browser
 from launchers.flags import DEMO_MODEL
 from launchers.loading import free_port
 from model import MetaModel
-from prompting import chat_prompt
 from user_error import UserError
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -115,15 +115,15 @@ def test_the_fronts_own_v1_and_the_engines_tokenize(front, engine):
 def test_the_engines_context_limits_the_conversation(front):
     """Counted with the engine's /tokenize: a conversation longer than the engine's context loses its oldest turns,
     and a message too long for it alone is one sentence."""
-    remote = front[1]
+    chats = ChatEngine(front[1], "chat_template")
     turns = [
         m for n in range(40) for m in (user(f"What is {n} plus {n}? " * 6), assistant(f"{n} plus {n} is {2 * n}."))
     ]
-    built = chat_prompt(remote, "chat_template", None, turns, FRANCE, 256)
-    assert built.dropped_turns > 0
-    assert remote.prompt_length(built.text) <= remote.max_seq_len - 256
+    rendered, sent, _ = chats.prepared(Request(messages=[*turns, user(FRANCE)], chat=ChatOptions(answer_tokens=256)))
+    assert rendered.dropped_turns > 0 and sent.messages == [*turns[2 * rendered.dropped_turns :], user(FRANCE)]
+    assert front[1].messages_length(sent.messages) == rendered.prompt_tokens <= front[1].max_seq_len - 256
     with pytest.raises(UserError, match=r"needs \d+ tokens .* context holds 2048"):
-        chat_prompt(remote, "chat_template", None, [], "plus " * 3000, 256)
+        chats.prepared(Request(messages=[user("plus " * 3000)], chat=ChatOptions(answer_tokens=256)))
 
 
 def test_stop_at_the_front_stops_the_engine_within_two_steps(demo):

@@ -15,21 +15,22 @@ from html import escape
 
 import gradio as gr
 
-from engine import Engine, Request, Sampling, checkpoint_name
+from engine import ChatOptions, Engine, Request, Sampling, checkpoint_name
+from engine.chats import ChatEngine
 from history import Store
 from launchers.flags import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
 from model.prefix_cache import session_key
 from prompting import (
     EMPTY_MESSAGE,
-    chat_prompt,
     conversation_templates,
     default_system,
     default_template,
-    message_images,
+    history_pairs,
     message_text,
     open_upload,
     single_turn_prompt,
 )
+from prompting.chat import history_system, question_parts
 from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
@@ -200,6 +201,16 @@ def dropped_turns_notice(turns: int, context: int) -> dict:
     }
 
 
+def tell_dropped_turns(history: list[dict], turns: int, context: int) -> None:
+    """Put the dropped-turns note before the answer (the last message), once for each new cut, not at every turn."""
+    if not turns:
+        return
+    notice = dropped_turns_notice(turns, context)
+    told = (m["content"] for m in reversed(history) if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE)
+    if notice["content"] != next(told, None):
+        history.insert(len(history) - 1, notice)
+
+
 def is_notice(message: dict) -> bool:
     return bool((message.get("metadata") or {}).get("title"))
 
@@ -246,7 +257,8 @@ class ChatTab:
         single_turn: bool = False,
         max_upload_mb: float = MAX_UPLOAD_MB,
     ):
-        self.model, self.cancels, self.saved, self.single_turn = model, cancels, saved, single_turn
+        self.model = ChatEngine.over(model, template, max_upload_mb)  # chat messages rendered, answers parsed
+        self.cancels, self.saved, self.single_turn = cancels, saved, single_turn
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
         self.saving = saved.on and not single_turn
@@ -267,31 +279,35 @@ class ChatTab:
             conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
             settings = page_sampling(*sampling)
             messages = self.saved.for_the_model(owner, conversation, model_view(history))
-            past = [] if self.single_turn else messages[:-1]  # single-turn: each question alone
-            last = messages[-1]["content"]
-            attached = message_images(last) if isinstance(last, list) else []
-            chat = chat_prompt(
-                self.model, template, system, past, message_text(last), settings.max_new_tokens, None, attached
-            )
+            messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+            if self.single_turn:  # each question alone
+                messages = messages[-1:]
+            if not message_text(messages[-1]["content"]).strip():
+                raise UserError(EMPTY_MESSAGE)
         except UserError as error:
             yield history + [error_message(str(error))], "", conversation, listed
             return
-        if chat.dropped_turns:
-            notice = dropped_turns_notice(chat.dropped_turns, self.model.max_seq_len)
-            told = (m["content"] for m in reversed(history) if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE)
-            if notice["content"] != next(told, None):
-                history.append(notice)  # once for each new cut, not at every turn
-        history.append({"role": "assistant", "content": ""})
-        prompt = shown_prompt(self.model, chat.text, len(chat.images))
-        yield history, prompt, conversation, listed
+        system_message = [{"role": "system", "content": system}] if system is not None else []
         cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
         answer = Request(
-            chat.text, settings, tuple(chat.stop_symbols), chat.images or None, transform, session=cache, cancel=cancel
+            sampling=settings,
+            image_transform=transform,
+            session=cache,
+            cancel=cancel,
+            messages=system_message + messages,
+            chat=ChatOptions(template=template, answer_tokens=settings.max_new_tokens),
         )
-        line, failed = "", False
-        async for text, line, error in answer_updates(self.model, answer):
-            failed = error is not None
-            history[-1] = error_message(error) if failed else {"role": "assistant", "content": text.strip()}
+        history.append({"role": "assistant", "content": ""})
+        yield history, gr.skip(), conversation, listed
+        prompt, line, failed = gr.skip(), "", False
+        async for update in answer_updates(self.model, answer):
+            if update.rendered is not None and not isinstance(prompt, str):
+                prompt = shown_prompt(self.model, update.rendered.text, update.rendered.images)
+                tell_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
+            line, failed = update.line, update.error is not None
+            history[-1] = (
+                error_message(update.error) if failed else {"role": "assistant", "content": update.text.strip()}
+            )
             # the figures (or the place in the queue) under the answer
             yield history + ([stats_notice(line)] if line and not failed else []), prompt, conversation, gr.skip()
         if line and not failed:
@@ -717,8 +733,8 @@ class SingleTurnTab:
         except UserError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        async for text, line, error in answer_updates(self.model, Request(prompt, settings, cancel=cancel)):
-            yield (ERROR_MARK + error) if error else text.strip(), line, prompt
+        async for update in answer_updates(self.model, Request(prompt, settings, cancel=cancel)):
+            yield (ERROR_MARK + update.error) if update.error else update.text.strip(), update.line, prompt
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, "single"))
@@ -757,10 +773,37 @@ def api_error(sentence: str) -> gr.Error:
 
 async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
     """The growing answer for an API caller; an error ends the call as that one sentence."""
-    async for text, _, error in answer_updates(engine, request):
-        if error:
-            raise api_error(error)
-        yield text.strip()
+    async for update in answer_updates(engine, request):
+        if update.error:
+            raise api_error(update.error)
+        yield update.text.strip()
+
+
+def api_messages(history: list, message: str, image, system: str | None, max_mb: float) -> list[dict]:
+    """The /chat API's arguments as chat messages: `system` (else the history's last system message), the history's
+    turns (messages, or older clients' [question, answer] pairs), then `message`; `image` goes with the first
+    question."""
+    if not (message or "").strip():
+        raise UserError(EMPTY_MESSAGE)
+    system = system if system is not None else history_system(history)
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    for question, answer in history_pairs(history, max_mb):
+        text, images = question_parts(question)
+        messages += [user_message(text, images), {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": message})
+    if image is not None:
+        first = next(m for m in messages if m["role"] == "user")
+        first["content"] = [{"type": "image", "image": image}, *parts_of(first["content"])]
+    return messages
+
+
+def user_message(text: str, images: list) -> dict:
+    parts = [{"type": "image", "image": image} for image in images]
+    return {"role": "user", "content": [*parts, {"type": "text", "text": text}] if parts else text}
+
+
+def parts_of(content) -> list:
+    return content if isinstance(content, list) else [{"type": "text", "text": content}]
 
 
 def api_chat(
@@ -770,6 +813,8 @@ def api_chat(
     image_transform: str,
     max_upload_mb: float = MAX_UPLOAD_MB,
 ):
+    model = ChatEngine.over(model, launcher_template, max_upload_mb)
+
     async def chat(
         message: str,
         history: list[dict],
@@ -797,19 +842,16 @@ def api_chat(
                 )
             picture = open_upload(path, max_upload_mb)
             settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
-            prompt = chat_prompt(
-                model, template or launcher_template, system, history, message, settings.max_new_tokens, picture
-            )
+            messages = api_messages(history, message, picture, system, max_upload_mb)
         except UserError as error:
             raise api_error(str(error))
         answer = Request(
-            prompt.text,
-            settings,
-            tuple(prompt.stop_symbols),
-            prompt.images or None,
-            image_transform,
+            sampling=settings,
+            image_transform=image_transform,
             session=key,
             cancel=cancel,
+            messages=messages,
+            chat=ChatOptions(template=template or launcher_template, answer_tokens=settings.max_new_tokens),
         )
         async for text in api_answer(model, answer):
             yield text
@@ -856,6 +898,7 @@ def build_app(
     ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route."""
     template = default_template(model, template)
+    model = ChatEngine.over(model, template, max_upload_mb)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))

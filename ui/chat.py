@@ -5,28 +5,47 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
-from engine import Delta, End, Engine, Queued, Request
+from engine import Delta, End, Engine, Queued, Reasoning, Rendered, Request
 from engine.threaded import in_own_thread
 from model.prefix_cache import in_session
 
 UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page, at the least
 
 
-async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[tuple[str, str, str | None]]:
-    """(answer so far, figures line, error sentence or None) as `request`'s answer grows, at most every
-    `UPDATE_INTERVAL` seconds; the last update has the answer's figures, or its error."""
-    text = ""
+@dataclass
+class AnswerUpdate:
+    """An answer as it stands: its text, its reasoning, the figures line (or the place in the queue), its error
+    sentence, and the prompt the engine rendered (once it has)."""
+
+    text: str = ""
+    reasoning: str = ""
+    line: str = ""
+    error: str | None = None
+    rendered: Rendered | None = None
+
+
+async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[AnswerUpdate]:
+    """`request`'s answer as it grows, at most every `UPDATE_INTERVAL` seconds; the last update has the answer's
+    figures, or its error."""
+    update = AnswerUpdate()
     async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL):
-        line, error = "", None
+        update.line = ""
         for event in events:
             if isinstance(event, Delta):
-                text += event.text
+                update.text += event.text
+            elif isinstance(event, Reasoning):
+                update.reasoning += event.text
+            elif isinstance(event, Rendered):
+                update.rendered = event
             elif isinstance(event, Queued):
-                line = queue_line(event)
+                update.line = queue_line(event)
+            elif isinstance(event, End) and event.finish_reason == "error":
+                update.error = event.error
             elif isinstance(event, End):
-                line, error = (stats_line(event), None) if event.finish_reason != "error" else ("", event.error)
-        yield text, line, error
+                update.line = stats_line(event)
+        yield update
 
 
 def stats_line(end: End) -> str:
