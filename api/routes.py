@@ -1,10 +1,11 @@
 """The OpenAI-compatible API: /v1/chat/completions, /v1/completions and /v1/models beside the page, on its host
 and port (Starlette routes handed to Gradio's FastAPI app), over the same engine as the page.
 
-Chat requests are built into prompts by prompting/ as the page's are (the launcher's template; the oldest turns left
-out whole when the conversation outgrows the context), and reuse the KV cache of the earlier turns of a conversation
-by its longest cached token prefix (the "v1/*" pool of model/prefix_cache.py). Every answer waits in the one queue
-of the page and the API (engine/in_order.py). A client that goes away, streaming or not, cancels its answer.
+Chat requests go to the engine as messages, as the page's do (engine/chats.py renders them in the launcher's
+template, the oldest turns left out whole when the conversation outgrows the context, and parses the answer), and
+reuse the KV cache of the earlier turns of a conversation by its longest cached token prefix (the "v1/*" pool of
+model/prefix_cache.py). Every answer waits in the one queue of the page and the API (engine/in_order.py).
+A client that goes away, streaming or not, cancels its answer.
 """
 
 from __future__ import annotations

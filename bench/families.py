@@ -31,9 +31,10 @@ QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 
-def qwen_tokenizer(chat_template: str, vocab_size: int = 400):
+def qwen_tokenizer(chat_template: str, vocab_size: int = 400, specials: tuple[str, ...] = ()):
     """A byte-level BPE tokenizer with Qwen's markers as Qwen ships them: <|im_start|>, <|im_end|> and
-    <|endoftext|> special, <think>, <tool_call> and their kin added but not special (they show in decoded text)."""
+    <|endoftext|> special (and `specials`: a vision model's), <think>, <tool_call> and their kin added but not special
+    (they show in decoded text)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -43,7 +44,9 @@ def qwen_tokenizer(chat_template: str, vocab_size: int = 400):
     tok.train_from_iterator(
         CORPUS,
         trainers.BpeTrainer(
-            vocab_size=400, special_tokens=QWEN_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            vocab_size=400,
+            special_tokens=QWEN_SPECIAL + list(specials),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED])
@@ -51,7 +54,7 @@ def qwen_tokenizer(chat_template: str, vocab_size: int = 400):
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=QWEN_SPECIAL[1:],
+        additional_special_tokens=QWEN_SPECIAL[1:] + list(specials),
     )
     hf.chat_template = chat_template
     return hf

@@ -72,7 +72,10 @@ class ChatEngine:
             return
         yield rendered
         events = self.engine.stream(sent)
-        yield from events if parser is None else parser.events(events, request.stop, sent.cancel)
+        try:
+            yield from events if parser is None else parser.events(events, request.stop, sent.cancel)
+        finally:
+            events.close()  # a reader that leaves stops the model at its next step
 
     def complete(self, requests: list[Request]) -> list[Answer]:
         """Whole answers (the engine's batch) to raw prompts and to chat messages alike; a request that cannot be

@@ -426,3 +426,93 @@ def test_langchain_completes_a_tool_round_trip(qwen3, client):
     ]
     answer(qwen3, "It is sunny in Paris.")
     assert bound.invoke(messages).content == "It is sunny in Paris."
+
+
+# ----- Qwen3-VL: the same through a vision model's processor, with an image -----
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl(tmp_path_factory):
+    import vlm_families
+
+    model = MetaModel.from_pretrained(str(vlm_families.build("qwen3_vl", tmp_path_factory.mktemp("qwen3_vl") / "m")))
+    forced = tiny_models.ForcedAnswer(model.llma, model.processor.tokenizer, "x", END)
+    yield model, forced
+    forced.remove()
+
+
+def red_square_question(text: str) -> dict:
+    from PIL import Image
+
+    from prompting import png_bytes, png_data_url
+
+    url = png_data_url(png_bytes(Image.new("RGB", (64, 64), (220, 20, 20))))
+    return {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+    }
+
+
+def test_qwen3_vl_prompt_with_an_image_and_tools_is_its_processors_own(qwen3_vl):
+    model, forced = qwen3_vl
+    forced.again("Hi.", model.processor.tokenizer, END)
+    messages = [{"role": "system", "content": "Be brief."}, red_square_question("What is this?")]
+    rendered = events_of(model, messages, tools=[WEATHER])[0]
+    expected = model.processor.apply_chat_template(
+        [messages[0], {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}],
+        tools=[WEATHER],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert rendered.text == expected and rendered.images == 1 and "<|image_pad|>" in expected
+    assert "get_weather" in expected and rendered.prompt_tokens > len(model.processor.tokenizer.encode(expected))
+
+
+def test_qwen3_vl_reasoning_and_a_tool_round_trip_through_v1(qwen3_vl):
+    model, forced = qwen3_vl
+    tokenizer = model.processor.tokenizer
+    specials = tokenizer.all_special_tokens + tiny_models.QWEN_ADDED
+    question = [red_square_question("What color is it, and what is the weather in Paris?")]
+    with serve(model) as (url, _):
+        api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        forced.again(THOUGHT_AND_ANSWER, tokenizer, END)
+        message = api.chat.completions.create(model="q", messages=question).choices[0].message
+        assert message.content == "Hello! How can I help?"
+        assert message.model_extra["reasoning_content"] == "The user greets me. I greet back."
+        assert not any(s in message.content + message.model_extra["reasoning_content"] for s in specials)
+
+        forced.again(THOUGHT_AND_ANSWER, tokenizer, END)
+        chunks = [c.choices[0].delta for c in api.chat.completions.create(model="q", messages=question, stream=True)]
+        assert "".join(d.content or "" for d in chunks) == "Hello! How can I help?"
+        assert (
+            "".join((d.model_extra or {}).get("reasoning", "") for d in chunks) == "The user greets me. I greet back."
+        )
+
+        forced.again(CALL, tokenizer, END)
+        choice = api.chat.completions.create(model="q", messages=question, tools=[WEATHER]).choices[0]
+        [call] = choice.message.tool_calls
+        assert choice.finish_reason == "tool_calls" and call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Paris"} and not choice.message.content
+
+        follow_up = question + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"weather": "sunny"}'},
+        ]
+        forced.again("It is red, and sunny in Paris.", tokenizer, END)
+        reply = api.chat.completions.create(model="q", messages=follow_up, tools=[WEATHER])
+        assert reply.choices[0].message.content == "It is red, and sunny in Paris."
+    # the next turn's prompt is the template's rendering of the parsed reply
+    expected = model.processor.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "image"}, {"type": "text", "text": question[0]["content"][1]["text"]}],
+            },
+            {**follow_up[1], "content": ""},
+            follow_up[2],
+        ],
+        tools=[WEATHER],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert events_of(model, follow_up, tools=[WEATHER])[0].text == expected and '"city": "Paris"' in expected

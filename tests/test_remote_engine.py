@@ -77,6 +77,23 @@ def test_two_turns_through_the_front(front):
     assert "Lima" in client.predict(instruction="What is the capital of Peru?", api_name="/single_turn")  # completions
 
 
+def test_a_single_turn_instruction_that_is_a_json_list_stays_a_raw_prompt(front, monkeypatch):
+    """Only chat messages go to the engine's chat endpoint: a raw prompt is never read as messages, whatever it
+    holds."""
+    sent = []
+    create = RemoteEngine._create
+
+    def recorded(self, messages, prompt, fields):
+        sent.append((messages, prompt))
+        return create(self, messages, prompt, fields)
+
+    monkeypatch.setattr(RemoteEngine, "_create", recorded)
+    instruction = json.dumps([{"role": "user", "content": "What is the capital of Peru?"}])
+    client = Client(front[0], verbose=False)
+    client.predict(instruction=instruction, template="None", max_gen_len=8, api_name="/single_turn")
+    assert sent == [(None, instruction)]
+
+
 def test_image_questions_through_the_front(front, tmp_path):
     """The drawn picture reaches the engine's model as a data: URL: it names the shape's colour (one of six colours by
     chance), and a second turn still sees the image."""

@@ -256,6 +256,40 @@ def _qwen_vl(version: str):
     return model, processor, template("qwen2_vl"), "processor"
 
 
+def _qwen3_vl():
+    """Qwen3-VL (Instruct): Qwen3's markers and tool calls, with its vision tokens."""
+    import transformers as tf
+
+    from bench.families import qwen_tokenizer
+
+    vision_tokens = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    tok = qwen_tokenizer(template("qwen3_vl"), specials=vision_tokens)
+    ids = dict(
+        zip(
+            ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"),
+            map(tok.convert_tokens_to_ids, vision_tokens),
+        )
+    )
+    text = text_config(tok, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]})
+    vision = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=64,
+        patch_size=16,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        num_position_embeddings=64,
+        deepstack_visual_indexes=[1],
+    )
+    model = tf.Qwen3VLForConditionalGeneration(tf.Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
+    sizes = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
+    sizes["size"] = {"shortest_edge": 32 * 32, "longest_edge": 64 * 64 * 4}
+    processor = images_only(tf.Qwen3VLProcessor)(image_processor=tf.Qwen2VLImageProcessorPil(**sizes), tokenizer=tok)
+    return model, processor, template("qwen3_vl"), "processor"
+
+
 def _idefics3():
     from transformers import (
         Idefics3Config,
@@ -457,6 +491,7 @@ BUILDERS = {
     "llava_next": _llava_next,
     "qwen2_vl": lambda: _qwen_vl("2"),
     "qwen2_5_vl": lambda: _qwen_vl("2.5"),
+    "qwen3_vl": _qwen3_vl,
     "idefics3": _idefics3,
     "gemma3": _gemma3,
     "mllama": _mllama,

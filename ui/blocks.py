@@ -1,7 +1,9 @@
 """The Gradio app: Chat, Vision chat and Single-turn tabs over one engine, and the /chat and /single_turn API.
 
-Every tab and the API build their prompts with prompting/ and read the engine's events (engine/interface.py) on a
-thread of their own (`ui.chat.answer_updates`), so the model computes while Gradio sends the update before. A
+The chat and the /chat API send chat messages (with the chosen template) to the engine, which renders them
+(engine/chats.py: the prompt comes back first, as `Rendered`, and the answer parsed, its reasoning apart); the
+Single-turn tab sends a raw prompt. All read the engine's events (engine/interface.py) on a thread of their own
+(`ui.chat.answer_updates`), so the model computes while Gradio sends the update before. A
 per-session cancel flag is read before each forward pass, and a handler that Gradio closes stops its stream after
 the current step, so Stop, a new message or a closed tab end the answer on the server within a decode step or two.
 Gradio does not limit how many answers run at once: the engine it is given (engine/in_order.py) serves the page's
