@@ -9,14 +9,17 @@ from collections.abc import AsyncIterator, Iterator
 _END = object()
 
 
-async def in_own_thread(events: Iterator, update_interval: float = 0.0) -> AsyncIterator[list]:
+async def in_own_thread(
+    events: Iterator, update_interval: float = 0.0, instant: tuple[type, ...] = ()
+) -> AsyncIterator[list]:
     """The items of `events`, made on a thread of its own, handed over in batches: each batch holds what the thread
     made since the consumer last looked, so nothing is lost while the consumer was busy.
 
     Gradio runs a plain generator by sending each `next()` to a worker thread and back, and the model waits idle
     during both hops and while Gradio sends the piece: on the demo model that halved the pieces/s a client saw.
     Here one thread runs the stream from start to end, so the model works while the batch before is being sent.
-    `update_interval` spaces the batches (the first comes at once): sending one update per token cost Gradio's
+    `update_interval` spaces the batches (the first comes at once, and so does the one after a batch made only of
+    `instant` items: the prompt's rendering, a place in the queue): sending one update per token cost Gradio's
     event loop a quarter of the process's time (the GIL), which the model then lacked. When the consumer stops
     (Stop, a closed tab, a client gone, an error), the thread closes the stream after its current step: the model
     does at most one more forward pass (a cancel flag ends it sooner). An exception in the stream is raised here.
@@ -62,7 +65,7 @@ async def in_own_thread(events: Iterator, update_interval: float = 0.0) -> Async
                 raise error
             if items and items[-1] is _END:  # the thread's last word
                 return
-            if made and update_interval:
+            if made and update_interval and not all(isinstance(item, instant) for item in made):
                 await asyncio.sleep(max(0.0, sent + update_interval - loop.time()))
     finally:
         consumer_gone.set()

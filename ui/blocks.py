@@ -778,7 +778,8 @@ async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
     async for update in answer_updates(engine, request):
         if update.error:
             raise api_error(update.error)
-        yield update.text.strip()
+        if update.text or update.line:  # not the prompt's rendering alone, nor reasoning alone
+            yield update.text.strip()
 
 
 def api_messages(history: list, message: str, image, system: str | None, max_mb: float) -> list[dict]:

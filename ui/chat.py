@@ -30,7 +30,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
     """`request`'s answer as it grows, at most every `UPDATE_INTERVAL` seconds; the last update has the answer's
     figures, or its error."""
     update = AnswerUpdate()
-    async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL):
+    async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL, instant=(Rendered, Queued)):
         update.line = ""
         for event in events:
             if isinstance(event, Delta):
