@@ -342,3 +342,30 @@ def test_the_app_in_front_of_an_engine_chats_and_stops(browser, demo):
             assert not last_bot_text(page).endswith("/path/to/checkpoint.")
         finally:
             interrupted(front)
+
+
+def test_a_reasoning_models_answer_shows_without_its_thinking(browser, tmp_path):
+    """A tiny Qwen3 with its published template, forced to think then answer: the chat shows the answer alone (no
+    tags, no thinking), and "Prompt sent to the model" shows the template's rendering."""
+    import tiny_models
+
+    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path / "qwen3")))
+    forced = tiny_models.ForcedAnswer(
+        model.llma, model.tokenizer.hf, "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?", "<|im_end|>"
+    )
+    try:
+        with serve(model) as (url, _):
+            page = open_page(browser, url)
+            page.evaluate(RECORD_BOT_TEXTS)
+            send(page, "Hello there!")
+            answer = wait_for_answer(page, lambda t: t.endswith("How can I help?"))
+            page.locator("button", has_text="Prompt sent to the model").first.click()
+            time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "reasoning-model.png"), full_page=True)
+            prompt = page.locator(".prompt-view").first.inner_text()
+            seen = page.evaluate("window.botTexts")
+    finally:
+        forced.remove()
+    assert answer == "Hello! How can I help?"
+    assert not any("think" in t or "greets" in t for t in seen), seen
+    assert "<|im_start|>user\nHello there!<|im_end|>\n<|im_start|>assistant" in prompt
