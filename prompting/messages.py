@@ -53,6 +53,7 @@ def messages_prompt(
         parts, images = with_images(kept_turns(messages, dropped), max_mb)
         return conv.render_messages(parts, options.tools, **kwargs), tuple(images)
 
+    @functools.cache
     def length(dropped: int) -> int:
         text, images = render(dropped)
         return engine.prompt_length(text, list(images) or None)

@@ -200,6 +200,18 @@ def _qwen_tokenizer():
     )
 
 
+# the vision tower of the tiny Qwen2.5-VL and Qwen3-VL
+QWEN_VISION = dict(
+    depth=2,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    out_hidden_size=64,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+)
+
+
 def _qwen_vl(version: str):
     import transformers as tf
 
@@ -230,19 +242,7 @@ def _qwen_vl(version: str):
         model = tf.Qwen2VLForConditionalGeneration(config)
         processor_class, image_class = tf.Qwen2VLProcessor, tf.Qwen2VLImageProcessor
     else:
-        vision = dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            out_hidden_size=64,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            in_channels=3,
-            window_size=56,
-            fullatt_block_indexes=[1],
-        )
+        vision = QWEN_VISION | dict(patch_size=14, in_channels=3, window_size=56, fullatt_block_indexes=[1])
         config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
         model = tf.Qwen2_5_VLForConditionalGeneration(config)
         processor_class, image_class = tf.Qwen2_5_VLProcessor, tf.Qwen2VLImageProcessor
@@ -271,18 +271,7 @@ def _qwen3_vl():
         )
     )
     text = text_config(tok, head_dim=16, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]})
-    vision = dict(
-        depth=2,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        out_hidden_size=64,
-        patch_size=16,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        num_position_embeddings=64,
-        deepstack_visual_indexes=[1],
-    )
+    vision = QWEN_VISION | dict(patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[1])
     model = tf.Qwen3VLForConditionalGeneration(tf.Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
     sizes = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
     sizes["size"] = {"shortest_edge": 32 * 32, "longest_edge": 64 * 64 * 4}
