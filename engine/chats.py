@@ -216,7 +216,7 @@ class AnswerParser:
 
     def events(self, inner: Iterator[Event], stops: tuple[str, ...], cancel: threading.Event) -> Iterator[Event]:
         """`inner`'s events with its text parsed; a stop string of the caller's found in the answer ends it."""
-        stop = _AnswerStops(stops)
+        stop, logprobs = _AnswerStops(stops), _AnswerLogprobs()
         yield from self._parsed(self.parser.initial_events)
         for event in inner:
             if isinstance(event, Delta):
@@ -226,10 +226,10 @@ class AnswerParser:
                 parsed = stop.cut(self._feed(event.text))
                 if stop.hit:
                     cancel.set()
-                yield from _with_logprobs(parsed, event.logprobs)
+                yield from logprobs.attached(parsed, event.logprobs)
             elif isinstance(event, End):
                 if not stop.hit:
-                    yield from stop.cut(self._feed(None), at_end=True)
+                    yield from logprobs.attached(stop.cut(self._feed(None), at_end=True), [])
                 yield self._end(event, stop.hit)
                 return
             else:
@@ -312,15 +312,27 @@ def _text_events(events: list[dict], fields: dict) -> list[Event]:
     return out
 
 
-def _with_logprobs(events: list[Event], logprobs: list) -> list[Event]:
-    """The step's log-probabilities go with its first answer text (reasoning and calls carry none)."""
-    if not logprobs:
+class _AnswerLogprobs:
+    """The log-probabilities of the answer's tokens, each step's given to the answer text it became: a token whose
+    text the parser holds back (a line break inside the answer) keeps them until that text is sent; the tokens of
+    the reasoning, of tool calls, and of the tags and whitespace before the answer carry none."""
+
+    def __init__(self):
+        self.pending: list = []
+        self.answering = False  # the answer's text has begun
+
+    def attached(self, events: list[Event], logprobs: list) -> list[Event]:
+        if not logprobs and not self.pending:  # none asked for (or none left to give)
+            self.answering = self.answering or any(isinstance(e, Delta) for e in events)
+            return events
+        self.pending += logprobs
+        at = next((i for i, e in enumerate(events) if isinstance(e, Delta)), None)
+        if at is not None:
+            events[at] = Delta(events[at].text, self.pending)
+            self.pending, self.answering = [], True
+        elif events or not self.answering:
+            self.pending = []  # reasoning or a call, or what came before the answer
         return events
-    for i, event in enumerate(events):
-        if isinstance(event, Delta):
-            events[i] = Delta(event.text, logprobs)
-            break
-    return events
 
 
 class _AnswerStops:

@@ -119,6 +119,21 @@ def test_reasoning_comes_apart_from_a_clean_answer(qwen3, client):
     assert order == sorted(order, key=["reasoning", "content"].index)  # all the reasoning before the answer
 
 
+def test_logprobs_cover_the_answers_tokens(qwen3, client):
+    """Each of the answer's tokens once, none of the reasoning's or of the tags around it, a line break held back by
+    the parser included: the tokens' texts make the answer's."""
+    api, _ = client
+    for stream in (False, True):
+        answer(qwen3, "<think>\nR.\n</think>\n\nHello!\nHow can I help?")
+        reply = api.chat.completions.create(
+            model="q", messages=[{"role": "user", "content": "Hi"}], logprobs=True, top_logprobs=1, stream=stream
+        )
+        choices = [c.choices[0] for c in reply] if stream else [reply.choices[0]]
+        content = "".join((c.delta if stream else c.message).content or "" for c in choices)
+        tokens = [t.token for c in choices if c.logprobs for t in c.logprobs.content or []]
+        assert content == "Hello!\nHow can I help?" and "".join(tokens) == content, tokens
+
+
 def test_a_tool_call_round_trip(qwen3, client):
     api, url = client
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
