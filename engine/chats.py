@@ -24,7 +24,8 @@ from transformers.utils.chat_parsing.response_parser import ResponseParser
 from conversation.multi_turn import CHAT_TEMPLATE
 from launchers.flags import MAX_UPLOAD_MB
 from model.detokenize import StopStrings
-from prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_images
+from prompting.chat import IMAGE_PART_TYPES, image_parts
+from prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
 from user_error import UserError
 
 from .interface import (
@@ -101,7 +102,7 @@ class ChatEngine:
     def count(self, messages: list[dict], options: ChatOptions) -> int:
         """The tokens of `messages` (all of them, whatever their length) in their template: /tokenize's count."""
         if self._renders_itself(options):
-            return self.engine.messages_length(with_images(answerable(messages), self.max_upload_mb)[0], options.tools)
+            return self.engine.messages_length(self._for_the_engine(messages), options.tools)
         built = messages_prompt(self.engine, self._template(options), messages, options, self.max_upload_mb, False)
         return built.tokens
 
@@ -139,20 +140,25 @@ class ChatEngine:
         return AnswerFormat.of(self.engine)
 
     def _kept(self, messages: list[dict], options: ChatOptions) -> tuple[list[dict], int, int, int]:
-        """(the messages an engine that renders them itself is sent, images decoded; how many of the oldest turns
-        were left out where the conversation outgrows its context; its tokens; its images)."""
-        messages, images = with_images(answerable(messages), self.max_upload_mb)
-        if images and not self.engine.sees_images:
-            raise UserError(
-                "This model cannot see images (start the app with --vision if the engine's model sees them); send "
-                "the message without an image."
-            )
+        """(the messages an engine that renders them itself is sent; how many of the oldest turns were left out where
+        the conversation outgrows its context; its tokens; its images)."""
+        messages = self._for_the_engine(messages)
         length = functools.cache(
             lambda dropped: self.engine.messages_length(kept_turns(messages, dropped), options.tools)
         )
         dropped, tokens = fitted(self.engine, messages, options.answer_tokens, length)
         kept = kept_turns(messages, dropped)
-        return kept, dropped, tokens, sum(p.get("type") == "image" for m in kept for p in _parts(m))
+        return kept, dropped, tokens, sum(len(image_parts(m)) for m in kept)
+
+    def _for_the_engine(self, messages: list[dict]) -> list[dict]:
+        """Messages checked for an engine that renders them itself, their images as `data:` URLs."""
+        messages = with_data_urls(answerable(messages), self.max_upload_mb)
+        if not self.engine.sees_images and any(image_parts(m) for m in messages):
+            raise UserError(
+                "This model cannot see images (start the app with --vision if the engine's model sees them); send "
+                "the message without an image."
+            )
+        return messages
 
 
 def shown_messages(messages: list[dict]) -> str:
@@ -161,18 +167,13 @@ def shown_messages(messages: list[dict]) -> str:
 
     def shown(part):
         nonlocal count
-        if not (isinstance(part, dict) and part.get("type") == "image"):
+        if not (isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES):
             return part
         count += 1
         return {"type": "image_url", "image_url": {"url": f"<image {count}>"}}
 
-    out = [{**m, "content": [shown(p) for p in m["content"]]} if _parts(m) else m for m in messages]
+    out = [{**m, "content": [shown(p) for p in m["content"]]} if image_parts(m) else m for m in messages]
     return json.dumps(out, ensure_ascii=False, indent=1)
-
-
-def _parts(message: dict) -> list:
-    content = message.get("content")
-    return content if isinstance(content, list) else []
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,7 @@ import httpx
 
 from model.detokenize import StopStrings
 from model.errors import described
-from prompting.chat import message_text
-from prompting.images import png_bytes, png_data_url
+from prompting.chat import image_parts, message_text
 from user_error import UserError
 
 from .interface import Answer, Delta, End, Event, Reasoning, Request, Sampling, TokenLogprob, ToolCallDelta, collect
@@ -165,32 +164,25 @@ class RemoteEngine:
         `messages_length`)."""
         if images:
             raise UserError(IMAGES_NEED_MESSAGES)
-        return self._length(len(prompt.encode()), len(prompt), lambda: {"prompt": prompt})
+        return self._length(len(prompt.encode()), len(prompt), {"prompt": prompt})
 
     def messages_length(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        """The tokens of chat messages (image parts decoded, as engine/chats.py hands them over) with the engine's
+        """The tokens of chat messages (images as `data:` URLs, as engine/chats.py hands them over) with the engine's
         template and `tools`: counted by its /tokenize, else estimated."""
         texts = [json.dumps(tools)] if tools else []
         texts += [message_text(m.get("content")) + str(m.get("reasoning_content") or "") for m in messages]
-        images = any(isinstance(p, dict) and p.get("type") == "image" for m in messages for p in parts(m))
+        images = any(image_parts(m) for m in messages)
         size = sum(len(t.encode()) for t in texts) + (self.max_seq_len if images else 0)
-
-        def body() -> dict:
-            return {
-                "messages": wire_messages(messages),
-                "add_generation_prompt": True,
-                **({"tools": tools} if tools else {}),
-            }
-
+        body = {"messages": messages, "add_generation_prompt": True, **({"tools": tools} if tools else {})}
         return self._length(size, sum(map(len, texts)), body)
 
-    def _length(self, size: int, characters: int, body) -> int:
+    def _length(self, size: int, characters: int, body: dict) -> int:
         """A prompt's tokens, counted where it may not fit: one of `size` bytes (no tokenizer makes more tokens than
         UTF-8 bytes, and a template adds less than `TEMPLATE_TOKENS`) that surely fits in half the context is only
         estimated, from its `characters`: counting it would cost a round trip to the engine before every answer, and
         nothing is decided by its exact length (see prompting/messages.py)."""
         surely_fits = size + TEMPLATE_TOKENS <= self.max_seq_len // 2
-        counted = self._tokenize(body()) if self.counts_with_tokenize and not surely_fits else None
+        counted = self._tokenize(body) if self.counts_with_tokenize and not surely_fits else None
         return counted if counted is not None else self.estimated_tokens(characters)
 
     def estimated_tokens(self, characters: int) -> int:
@@ -217,7 +209,7 @@ class RemoteEngine:
         import openai
 
         started = time.perf_counter()
-        messages = wire_messages(request.messages) if request.messages is not None else None
+        messages = request.messages
         if request.images and messages is None:
             yield End.failed(IMAGES_NEED_MESSAGES, caller_error=True)
             return
@@ -464,27 +456,6 @@ def prompt_characters(prompt: str, messages: list[dict] | None) -> int:
     if messages is None:
         return len(prompt)
     return sum(len(message_text(m.get("content"))) for m in messages)
-
-
-def parts(message: dict) -> list:
-    content = message.get("content")
-    return content if isinstance(content, list) else []
-
-
-def wire_messages(messages: list[dict]) -> list[dict]:
-    """Chat messages as they are sent: each decoded image part (`{"type": "image", "image": PIL image}`, as
-    prompting/messages.py's `with_images` makes them) as a `data:` URL."""
-    urls: dict[int, str] = {}
-
-    def sent(part):
-        image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
-        if image is None or isinstance(image, str):
-            return part
-        if id(image) not in urls:
-            urls[id(image)] = png_data_url(png_bytes(image))
-        return {"type": "image_url", "image_url": {"url": urls[id(image)]}}
-
-    return [{**m, "content": [sent(p) for p in m["content"]]} if parts(m) else m for m in messages]
 
 
 def engine_message(error) -> str:

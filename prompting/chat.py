@@ -79,6 +79,14 @@ def message_text(content) -> str:
     return "" if content is None else str(content)
 
 
+def image_parts(message: dict) -> list[dict]:
+    """The image parts of a message's content (none where the content is a string)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES]
+
+
 def message_images(content, max_mb: float = MAX_UPLOAD_MB) -> list[Image.Image]:
     """The images among a message's parts: OpenAI-style `{"type": "image_url", "image_url": {"url": "data:..."}}`
     (or `{"type": "image", "url": ...}`), decoded with the upload checks. Outside addresses are never fetched."""

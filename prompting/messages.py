@@ -21,10 +21,12 @@ from .chat import (
     block_cuts,
     chat_prompt,
     conversation,
+    image_parts,
     merged_roles,
     message_images,
     message_text,
 )
+from .images import png_bytes, png_data_url
 
 # the answer's fields an earlier assistant message may carry back, under either name clients use
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -84,7 +86,7 @@ def fitted(engine: Engine, messages: list[dict], answer_tokens: int, length) -> 
     tokens = length(dropped)
     if tokens >= context:
         system = ", system prompt" if any(m["role"] == "system" for m in messages) else ""
-        images = " and image" if any(has_image(m) for m in kept_turns(messages, dropped)) else ""
+        images = " and image" if any(image_parts(m) for m in kept_turns(messages, dropped)) else ""
         raise UserError(
             f"This message needs {tokens} tokens (with the template{system}{images}) but the model's context holds "
             f"{context}; shorten it or split it over several messages."
@@ -111,11 +113,6 @@ def turn_text(messages: list[dict]) -> str:
         texts.append(message_text(message.get("content")) + str(message.get("reasoning_content") or ""))
         texts.extend(json.dumps(call, ensure_ascii=False) for call in message.get("tool_calls") or [])
     return "\n".join(texts)
-
-
-def has_image(message: dict) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES for p in content)
 
 
 def turn_starts(messages: list[dict]) -> list[int]:
@@ -214,6 +211,19 @@ def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
                 parts.append({"type": "text", "text": message_text(part)})
         out.append({**message, "content": parts})
     return out, images
+
+
+def with_data_urls(messages: list[dict], max_mb: float) -> list[dict]:
+    """The messages as an engine that renders them itself is sent them: each image decoded with the upload checks
+    (`with_images`), then sent as a PNG `data:` URL part, encoded once."""
+    decoded, _ = with_images(messages, max_mb)
+    return [{**m, "content": [_data_url_part(p) for p in m["content"]]} if image_parts(m) else m for m in decoded]
+
+
+def _data_url_part(part: dict) -> dict:
+    if part.get("type") != "image":
+        return part
+    return {"type": "image_url", "image_url": {"url": png_data_url(png_bytes(part["image"]))}}
 
 
 def _turns_prompt(

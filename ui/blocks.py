@@ -303,7 +303,7 @@ class ChatTab:
         yield history, gr.skip(), conversation, listed
         prompt, line, failed = gr.skip(), "", False
         async for update in answer_updates(self.model, answer):
-            if update.rendered is not None and not isinstance(prompt, str):
+            if update.rendered is not None:
                 prompt = shown_prompt(self.model, update.rendered.text, update.rendered.images)
                 tell_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
             line, failed = update.line, update.error is not None
@@ -778,7 +778,7 @@ async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
     async for update in answer_updates(engine, request):
         if update.error:
             raise api_error(update.error)
-        if update.text or update.line:  # not the prompt's rendering alone, nor reasoning alone
+        if update.text or update.line:  # not the prompt's rendering alone, nor reasoning alone (not shown here)
             yield update.text.strip()
 
 
@@ -901,7 +901,6 @@ def build_app(
     ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route."""
     template = default_template(model, template)
-    model = ChatEngine.over(model, template, max_upload_mb)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))

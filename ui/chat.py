@@ -7,7 +7,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine import Delta, End, Engine, Queued, Reasoning, Rendered, Request
+from engine import Delta, End, Engine, Queued, Rendered, Request
 from engine.threaded import in_own_thread
 from model.prefix_cache import in_session
 
@@ -16,11 +16,10 @@ UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page
 
 @dataclass
 class AnswerUpdate:
-    """An answer as it stands: its text, its reasoning, the figures line (or the place in the queue), its error
-    sentence, and the prompt the engine rendered (once it has)."""
+    """An answer as it stands: its text, the figures line (or the place in the queue), its error sentence, and the
+    prompt the engine rendered (in the update that brings it)."""
 
     text: str = ""
-    reasoning: str = ""
     line: str = ""
     error: str | None = None
     rendered: Rendered | None = None
@@ -31,12 +30,10 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
     figures, or its error."""
     update = AnswerUpdate()
     async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL, instant=(Rendered, Queued)):
-        update.line = ""
+        update.line, update.rendered = "", None
         for event in events:
             if isinstance(event, Delta):
                 update.text += event.text
-            elif isinstance(event, Reasoning):
-                update.reasoning += event.text
             elif isinstance(event, Rendered):
                 update.rendered = event
             elif isinstance(event, Queued):
