@@ -5,6 +5,7 @@ a model write what a trained one would.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -89,7 +90,8 @@ class ForcedAnswer:
     def __init__(self, model, tokenizer, text: str, end_token: str):
         self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
         self.step = 0
-        self.handle = model.get_output_embeddings().register_forward_hook(self._force)
+        self.layer = model.get_output_embeddings()
+        self.handle = self.layer.register_forward_hook(self._force)
 
     def _force(self, module, inputs, output):
         token = self.ids[min(self.step, len(self.ids) - 1)]
@@ -108,3 +110,12 @@ class ForcedAnswer:
 
     def remove(self) -> None:
         self.handle.remove()
+
+    @contextmanager
+    def paused(self):
+        """The model answers as it would (unforced) inside the block."""
+        self.handle.remove()
+        try:
+            yield
+        finally:
+            self.handle = self.layer.register_forward_hook(self._force)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
@@ -293,11 +294,41 @@ class ChatTemplateConversation(_Messages):
                 ]
         elif self.typed_parts and message.get("role") in ("system", "user"):
             content = [{"type": "text", "text": content}]
-        return {**message, "content": content}
+        return {**message, "content": content, **_thinking(message), **_calls_as_objects(message)}
 
     @property
     def response_end_signal(self) -> str:
         return self.stop_symbols[0]
+
+
+def _thinking(message: dict) -> dict:
+    """An assistant message's reasoning also as `thinking`, where gpt-oss's template reads it (it refuses reasoning
+    beside a content in a message with tool calls: there the content stays alone)."""
+    reasoning = message.get("reasoning_content")
+    if not reasoning or (message.get("content") and message.get("tool_calls")):
+        return {}
+    return {"thinking": reasoning}
+
+
+def _calls_as_objects(message: dict) -> dict:
+    """An assistant message's tool calls with their arguments as objects, as the published templates read them
+    (OpenAI's clients send them as JSON text: gpt-oss's template would quote them again, Qwen3.5's cannot list them)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return {}
+    return {"tool_calls": [_call_as_object(c) for c in calls]}
+
+
+def _call_as_object(call: dict) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return call
+    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
 
 
 def _text(content) -> str:

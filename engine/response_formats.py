@@ -1,10 +1,13 @@
 """How each family writes its reasoning and tool calls: transformers' declarative response templates, read by
 `tokenizer.get_response_parser` (transformers/utils/chat_parsing).
 
-A checkpoint's own `response_template` (its tokenizer config) comes first; else the entry for its `model_type` below,
-copied from the fallbacks of transformers' own server (`_RESPONSE_TEMPLATE_FALLBACKS` in
-transformers/cli/serving/utils.py, private, and importing it pulls in FastAPI; tests/test_reasoning.py checks that
-the copies still equal it); else `THINK_TAGS`: a `<think>...</think>` block is reasoning, the rest is the answer.
+A checkpoint's own `response_template` (its tokenizer config) comes first; else the first of `FAMILY_FORMATS` whose
+marker its chat template holds (the DeepSeek-R1 distills are Qwen2 and Llama models with DeepSeek's template), else
+the entry for its `model_type`: transformers' own server's fallbacks (`RESPONSE_FORMATS`, copied from
+`_RESPONSE_TEMPLATE_FALLBACKS` in transformers/cli/serving/utils.py, private, and importing it pulls in FastAPI;
+tests/test_reasoning.py checks that the copies still equal it), then ours for the families it has none for
+(`FAMILY_FORMATS`, each tested against its published template in tests/test_families.py); else `THINK_TAGS`: a
+`<think>...</think>` block is reasoning, the rest is the answer.
 """
 
 from __future__ import annotations
@@ -71,6 +74,99 @@ RESPONSE_FORMATS: dict[tuple[str, ...], dict] = {
     },
 }
 
+
+def _call(name: str = "{name}") -> dict:
+    """A tool call's value: the function named `name` (a capture of the call's opening), its JSON as arguments."""
+    return {"type": "function", "function": {"name": name, "arguments": "{content}"}}
+
+
+# gpt-oss's harmony format: each message of the answer is `<|channel|>CHANNEL<|message|>TEXT<|end|>`, the next opening
+# with `<|start|>assistant`; `analysis` is the reasoning, `final` (or `commentary` with no recipient) the answer, and a
+# call is a `commentary` message to `functions.NAME` (the recipient before or after the channel), ended by `<|call|>`.
+HARMONY = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|start|>assistant",
+    "fields": {
+        "reasoning_content": {
+            "open": "<|channel|>analysis<|message|>",
+            "close": ["<|end|>", "<|return|>"],
+            "repeats": True,
+            "join": "\n\n",
+            "content": "text",
+        },
+        "tool_calls": {
+            "open_pattern": r"\s*(?:to=functions\.(?P<name>[^<\s]+)\s*<\|channel\|>commentary"
+            r"|<\|channel\|>commentary\s+to=functions\.(?P<name>[^<\s]+))[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>",
+            "close": ["<|call|>", "<|end|>"],
+            "repeats": True,
+            "content": "json",
+            "transform": _call(),
+        },
+        "content": {
+            "open_pattern": r"<\|channel\|>(?:final|commentary)<\|message\|>",
+            "close": ["<|return|>", "<|end|>"],
+            "content": "text",
+        },
+    },
+}
+
+# Mistral's reasoning models (Ministral 3, Magistral): `[THINK]...[/THINK]`, then the answer; calls are
+# `[TOOL_CALLS]NAME[ARGS]{...}`, one after another.
+MISTRAL_THINK = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": ["[/INST]", "[/TOOL_RESULTS]"],
+    "fields": {
+        "reasoning_content": {"open": "[THINK]", "close": "[/THINK]", "content": "text"},
+        "tool_calls": {
+            "open_pattern": r"\[TOOL_CALLS\](?P<name>[^\[\s]+)\[ARGS\]",
+            "close_pattern": r"(?=\[TOOL_CALLS\])|</s>",
+            "repeats": True,
+            "content": "json",
+            "transform": _call(),
+        },
+        "content": {"close": "</s>", "content": "text"},
+    },
+}
+
+# The DeepSeek-R1 distills: the template opens `<think>\n` after `<｜Assistant｜>`, the answer follows `</think>`.
+DEEPSEEK_R1 = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<｜Assistant｜>",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>", "content": "text"},
+        "content": {"close": "<｜end▁of▁sentence｜>", "content": "text"},
+    },
+}
+
+# Llama 3.1 to 3.3: a call is the whole answer, a JSON object {"name": ..., "parameters": {...}}.
+LLAMA3_JSON_CALLS = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "fields": {
+        "tool_calls": {
+            "open_pattern": r"\A\s*(?=\{\s*\"name\")",
+            "close_pattern": r"<\|eot_id\|>|<\|eom_id\|>",
+            "repeats": True,
+            "content": "json",
+            "transform": {
+                "type": "function",
+                "function": {"name": "{content.name}", "arguments": "{content.parameters}"},
+            },
+        },
+        "content": {"close_pattern": r"<\|eot_id\|>|<\|eom_id\|>", "content": "text"},
+    },
+}
+
+# (model types, or None for any; the marker the chat template must hold, or None) -> format
+FAMILY_FORMATS: list[tuple[tuple[str, ...] | None, str | None, dict]] = [
+    (None, "<｜Assistant｜>", DEEPSEEK_R1),
+    (("gpt_oss",), None, HARMONY),
+    (("gemma4_text",), None, RESPONSE_FORMATS[("gemma4",)]),
+    (("smollm3",), None, RESPONSE_FORMATS[next(iter(RESPONSE_FORMATS))]),  # Qwen's: <think>, <tool_call> JSON
+    (("mistral3", "ministral3", "ministral", "mistral"), "[THINK]", MISTRAL_THINK),
+    (("llama",), "<|start_header_id|>", LLAMA3_JSON_CALLS),
+]
+
 # A model with no known format: a <think>...</think> block is its reasoning, the rest its answer. The answer starts
 # where the prompt ends, or at a <think> the prompt opened (as the R1 distills' templates do).
 THINK_TAGS = {
@@ -85,10 +181,17 @@ THINK_TAGS = {
 
 def response_format(tokenizer, model_type: str | None) -> tuple[dict, bool]:
     """(the response template for a model, whether it is the model's own format rather than `THINK_TAGS`)."""
-    own = getattr(getattr(tokenizer, "tokenizer", tokenizer), "response_template", None)
+    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    own = getattr(text_tokenizer, "response_template", None)
     if own is not None:
         return own, True
-    found = next((v for types, v in RESPONSE_FORMATS.items() if model_type in types), None)
+    template = getattr(tokenizer, "chat_template", None) or getattr(text_tokenizer, "chat_template", None)
+    template = template if isinstance(template, str) else ""
+    ordered = FAMILY_FORMATS[:1] + [(types, None, v) for types, v in RESPONSE_FORMATS.items()] + FAMILY_FORMATS[1:]
+    found = next(
+        (v for types, marker, v in ordered if model_type in (types or [model_type]) and (marker or "") in template),
+        None,
+    )
     return (found, True) if found is not None else (THINK_TAGS, False)
 
 

@@ -53,12 +53,17 @@ def paged_cache_tokens(llma, places: int, context: int, budget_bytes: int | None
     """How many tokens the paged cache holds: `budget_bytes` worth (--max_cache_mb), else room for `places` whole
     contexts, but at most a quarter of the memory free on the model's device."""
     config = llma.config.get_text_config()
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * heads * head_dim * llma.dtype.itemsize
+    layers = getattr(config, "per_layer_config", None) or [config] * config.num_hidden_layers  # Gemma 4's vary
+    per_token = sum(2 * _kv_width(layer) for layer in layers) * llma.dtype.itemsize
     if budget_bytes is not None:
         return budget_bytes // per_token
     return min(places * context, _free_memory(llma.device) // 4 // per_token)
+
+
+def _kv_width(layer) -> int:
+    """The numbers a layer's cache keeps for each token, keys or values."""
+    heads = getattr(layer, "num_key_value_heads", None) or layer.num_attention_heads
+    return heads * (getattr(layer, "head_dim", None) or layer.hidden_size // layer.num_attention_heads)
 
 
 def _free_memory(device: torch.device) -> int:

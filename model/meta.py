@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -25,7 +26,7 @@ from .graphs import GraphedDecoding
 from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
-from .prefix_cache import CachedPrefix, PrefixCaches, image_key, reusable_length
+from .prefix_cache import CachedPrefix, PrefixCaches, image_key, keeps_states, reusable_length
 from .vision_inputs import as_image_list, batch_inputs, image_marker
 from .vision_inputs import encode as encode_with_processor
 
@@ -87,6 +88,11 @@ class MetaModel(torch.nn.Module):
         super().__init__()
         if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
             raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
+        if compile and keeps_states(llma.config):
+            raise UserError(
+                f"--compile: {type(llma).__name__}'s linear-attention layers keep a running state, which the compiled "
+                "static cache cannot hold; start the app without --compile."
+            )
         self.llma = llma
         self.tokenizer = tokenizer
         self.processor = processor
@@ -190,6 +196,8 @@ class MetaModel(torch.nn.Module):
             return "not with tensor parallel (--n_gpus) yet"
         if self._spread_over_devices:
             return "not with the layers spread over GPUs"
+        if keeps_states(self.llma.config):
+            return "its linear-attention layers keep a running state, which the graphs' static cache cannot hold"
         if any(type(module).__name__ == "Linear8bitLt" for module in self.llma.modules()):
             return "bitsandbytes' 8-bit layers look for outliers on the host at each step, which a graph cannot record"
         return None
@@ -274,20 +282,19 @@ class MetaModel(torch.nn.Module):
         model/batching.py. Where the model cannot be batched, answers keep the one-at-a-time path. Returns what
         the model panel says: how it batches, or why not."""
         reason = self._why_no_batching(places)
-        if reason is None:
-            tokens = paged_cache_tokens(self.llma, places, self.max_seq_len, cache_bytes)
-            if tokens < self.max_seq_len:
+        try:
+            tokens = paged_cache_tokens(self.llma, places, self.max_seq_len, cache_bytes) if reason is None else 0
+            if reason is None and tokens < self.max_seq_len:
                 reason = (
                     f"its paged cache would hold {tokens} tokens, less than one {self.max_seq_len}-token context "
                     "(raise --max_cache_mb)"
                 )
-        if reason is None:
-            try:
+            if reason is None:
                 self.batcher = ContinuousBatcher(self.llma, places, tokens)
                 self._try_batch()
-            except Exception as error:
-                reason = f"transformers' continuous batching failed on this model ({described(error)})"
-                self.stop_batching()
+        except Exception as error:  # any failure here: one answer at a time, never an app that does not start
+            reason = f"transformers' continuous batching failed on this model ({described(error)})"
+            self.stop_batching()
         self.info["batching"] = self.batcher.describe() if self.batcher is not None else f"off: {reason}"
         return self.info["batching"]
 
@@ -703,18 +710,26 @@ class MetaModel(torch.nn.Module):
         session, prefix = self.prefix_caches.take(session, ids)
         if prefix is not None:
             inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
+            if self._keeps_states and inputs.cached < len(prefix.token_ids):
+                inputs.cached = 0  # a running state cannot be cut back: only a whole cached prefix is reused
         if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
             inputs.cached = self.lockstep.agree(inputs.cached, self.device)
         if not inputs.cached:
             # every position kept, sliding-window layers' too (their masks still see only the window), so that the
-            # next turn can cut the cache back to any length
-            return DynamicCache(), session
+            # next turn can cut the cache back to any length; linear-attention layers (Qwen3.5's) keep their state
+            return DynamicCache(config=self.llma.config) if self._keeps_states else DynamicCache(), session
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
             self._crop(prefix.cache, inputs.cached)
         if self._image_token_id not in ids[inputs.cached :]:
             inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
         return prefix.cache, session
+
+    @functools.cached_property
+    def _keeps_states(self) -> bool:
+        """Whether some layers keep a running state rather than each token's keys and values (Qwen3.5's linear
+        attention): their cache cannot be cut back to fewer tokens."""
+        return keeps_states(self.llma.config)
 
     @property
     def _prompt_is_causal(self) -> bool:

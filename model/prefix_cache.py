@@ -45,6 +45,15 @@ class CachedPrefix:
         )
 
 
+def keeps_states(config) -> bool:
+    """Whether some of a model's layers keep a running state rather than each token's keys and values (Qwen3.5's
+    linear attention, Mamba's convolutions)."""
+    from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionCacheLayerMixin
+
+    types = getattr(config.get_text_config(), "layer_types", None) or ()
+    return any(issubclass(DYNAMIC_LAYER_TYPE_MAPPING.get(t, object), LinearAttentionCacheLayerMixin) for t in types)
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):

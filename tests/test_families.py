@@ -1,0 +1,198 @@
+"""The 2026 families (tests/text_families.py): each a tiny random model of its real class with its published chat
+template and special tokens, made to write what a trained one would (tiny_models.ForcedAnswer). Its prompt is its
+template's own; its reasoning, answer and tool calls come apart through /v1 (the `openai` client, streamed and not),
+with no special token left in them; the next turn renders the parsed reply as the template does; and with the
+session cache, in the batch, and with --compile it answers as it does without them, or refuses in one sentence."""
+
+import json
+
+import pytest
+import text_families
+import tiny_models
+from app_server import serve
+from openai import OpenAI
+
+from engine import ChatOptions, Rendered, Request, Sampling
+from engine.chats import ChatEngine
+from model import MetaModel
+from user_error import UserError
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+REASONING, ANSWER = "The user greets me. I greet back.", "Hello! How can I help?"
+NAMES = list(text_families.FAMILIES)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def family(request, tmp_path_factory):
+    """(the Family, its model, its forcing) for each family in turn."""
+    name = request.param
+    folder = text_families.build(name, tmp_path_factory.mktemp(name) / "m")
+    model = MetaModel.from_pretrained(str(folder))
+    kind = text_families.FAMILIES[name]
+    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", kind.end)
+    yield kind, model, forced
+    forced.remove()
+
+
+def force(family, text: str) -> None:
+    kind, model, forced = family
+    forced.again(text, model.tokenizer.hf, kind.end)
+
+
+def rendered(model, messages, **options) -> Rendered:
+    request = Request(messages=messages, sampling=Sampling(max_new_tokens=1), chat=ChatOptions(**options))
+    return next(iter(ChatEngine(model, "chat_template").stream(request)))
+
+
+def as_the_template_reads(messages: list[dict]) -> list[dict]:
+    """The messages as the published templates expect them: a call's arguments as an object, its content "", and
+    the reasoning under each name they read it by."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if v is not None}
+        if message.get("tool_calls"):
+            message["content"] = message.get("content") or ""
+            message["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                for c in message["tool_calls"]
+            ]
+        if message.get("reasoning_content"):
+            message["thinking"] = message["reasoning_content"]
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"template_kwargs": {"enable_thinking": False}}, {"tools": [WEATHER]}], ids=["on", "off", "tools"]
+)
+def test_the_prompt_is_the_templates_own(family, options):
+    _, model, _ = family
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there!"}]
+    expected = model.tokenizer.hf.apply_chat_template(
+        messages,
+        tools=options.get("tools"),
+        tokenize=False,
+        add_generation_prompt=True,
+        **options.get("template_kwargs", {}),
+    )
+    assert rendered(model, messages, **options).text == expected
+
+
+def specials_in(family, *texts) -> list[str]:
+    kind, model, _ = family
+    specials = set(model.tokenizer.hf.all_special_tokens) | set(kind.specials)
+    return [s for s in specials for t in texts if s in t]
+
+
+def test_reasoning_and_the_answer_come_apart_through_v1(family):
+    kind, model, _ = family
+    question = [{"role": "user", "content": "Hello there!"}]
+    reasoning = REASONING if "{r}" in kind.thought else None
+    with serve(model) as (url, _):
+        api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        force(family, kind.think(REASONING, ANSWER))
+        reply = api.chat.completions.create(model="m", messages=question, max_tokens=300)
+        message = reply.choices[0].message
+        got = (message.model_extra or {}).get("reasoning_content")
+        assert (message.content, got, reply.choices[0].finish_reason) == (ANSWER, reasoning, "stop")
+        assert not specials_in(family, message.content, got or "")
+
+        force(family, kind.think(REASONING, ANSWER))
+        chunks = [c.choices[0] for c in api.chat.completions.create(model="m", messages=question, stream=True)]
+        assert "".join(c.delta.content or "" for c in chunks) == ANSWER
+        assert "".join((c.delta.model_extra or {}).get("reasoning_content") or "" for c in chunks) == (reasoning or "")
+
+    # the next turn renders the parsed reply as the template does
+    follow_up = question + [
+        {"role": "assistant", "content": ANSWER, "reasoning_content": got},
+        {"role": "user", "content": "Thanks!"},
+    ]
+    expected = model.tokenizer.hf.apply_chat_template(
+        as_the_template_reads(follow_up), tokenize=False, add_generation_prompt=True
+    )
+    assert rendered(model, follow_up).text == expected
+
+
+def test_a_tool_call_comes_apart_and_goes_back(family):
+    kind, model, _ = family
+    if kind.called is None:
+        pytest.skip(f"{kind.name}'s template renders calls, but the family is not trained to make them")
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with serve(model) as (url, _):
+        api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        force(family, kind.call("get_weather", '{"city": "Paris"}'))
+        choice = api.chat.completions.create(model="m", messages=question, tools=[WEATHER], max_tokens=300).choices[0]
+        [call] = choice.message.tool_calls
+        assert (choice.finish_reason, call.function.name) == ("tool_calls", "get_weather")
+        assert json.loads(call.function.arguments) == {"city": "Paris"} and not choice.message.content
+
+        force(family, kind.call("get_weather", '{"city": "Paris"}'))
+        stream = api.chat.completions.create(model="m", messages=question, tools=[WEATHER], stream=True)
+        pieces = [c.choices[0] for c in stream if c.choices]
+        calls = [tc for p in pieces for tc in (p.delta.tool_calls or [])]
+        assert calls[0].function.name == "get_weather" and pieces[-1].finish_reason == "tool_calls"
+        assert json.loads("".join(c.function.arguments or "" for c in calls)) == {"city": "Paris"}
+        assert not "".join(p.delta.content or "" for p in pieces).strip()
+
+        follow_up = question + [
+            {**choice.message.model_dump(exclude_none=True), "content": None},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"weather": "sunny"}'},
+        ]
+        force(family, kind.think("It is sunny.", "It is sunny in Paris."))
+        reply = api.chat.completions.create(model="m", messages=follow_up, tools=[WEATHER], max_tokens=300)
+        assert reply.choices[0].message.content == "It is sunny in Paris."
+    extra = {k: v for k, v in follow_up[1].items() if k not in ("reasoning", "refusal", "annotations", "audio")}
+    expected = model.tokenizer.hf.apply_chat_template(
+        as_the_template_reads([question[0], extra, follow_up[2]]),
+        tools=[WEATHER],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert rendered(model, follow_up, tools=[WEATHER]).text == expected
+
+
+def test_the_session_cache_and_the_batch_answer_as_one_fresh_answer_does(family):
+    """Unforced (random) answers: a conversation's second turn with its session's cache, and three answers batched
+    together, each the same as the answer from scratch, one at a time."""
+    kind, model, forced = family
+    with forced.paused():
+        engine = ChatEngine(model, "chat_template")
+        turns = [[{"role": "user", "content": q}] for q in ("Hi", "What is the capital of France?", "Tell me more.")]
+        sampling = Sampling(temperature=0, max_new_tokens=8)
+        fresh = [a.text for a in engine.complete([Request(messages=m, sampling=sampling) for m in turns])]
+        first = engine.complete([Request(messages=turns[0], sampling=sampling, session="s")])[0]
+        second = turns[0] + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "More?"}]
+        again = [engine.complete([Request(messages=second, sampling=sampling, session=s)])[0].text for s in ("s", None)]
+        assert again[0] == again[1]
+        places = model.start_batching(4)
+        try:
+            batched = [a.text for a in engine.complete([Request(messages=m, sampling=sampling) for m in turns])]
+        finally:
+            model.stop_batching()
+        assert batched == fresh, places
+
+
+def test_qwen3_5_refuses_compile_in_one_sentence(tmp_path):
+    folder = text_families.build("qwen3_5", tmp_path / "m")
+    with pytest.raises(UserError, match=r"^--compile: Qwen3_5ForCausalLM's linear-attention layers keep a running"):
+        MetaModel.from_pretrained(str(folder), compile=True)
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma4_text", "qwen3_5"])
+def test_tensor_parallel_answers_as_one_process_does(name, tmp_path):
+    """--n_gpus 2 (gloo, two CPU processes) over the families whose layers are least like Llama's: experts, layers
+    of two widths, linear attention."""
+    from app_server import generate
+
+    folder = text_families.build(name, tmp_path / "m")
+    flags = ["--pretrained_path", str(folder), "--template", "chat_template", "--max_new_tokens", "8"]
+    flags += ["--prompts", "Hi", "What is the capital of France?", "--temperature", "0"]
+    one = generate(tmp_path, "one", *flags)
+    assert generate(tmp_path, "two", *flags, "--n_gpus", "2", "--device", "cpu") == one and len(one.splitlines()) == 2
