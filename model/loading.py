@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
 import logging
 import pickle
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.processing_utils import ProcessorMixin
 
 from . import checkpoint as ckpt
 from .errors import UserError, described
@@ -253,6 +257,8 @@ def load_processor(folder: Path, config, remote: dict):
         try:
             return AutoProcessor.from_pretrained(folder, **remote)
         except ImportError:
+            if saved_processor_class(folder) == "PixtralProcessor":
+                return pixtral_processor_class().from_pretrained(folder, backend="pil", **remote)
             processor_class = registered_processor_class(config)
             if processor_class is None or "video_processor" not in processor_class.get_attributes():
                 raise
@@ -263,6 +269,43 @@ def load_processor(folder: Path, config, remote: dict):
         raise
 
 
+def saved_processor_class(folder: Path) -> str | None:
+    """The processor class a checkpoint's processor_config.json names, or None."""
+    try:
+        return json.loads((folder / "processor_config.json").read_text()).get("processor_class")
+    except (OSError, ValueError):
+        return None
+
+
+@functools.cache
+def pixtral_processor_class():
+    """Pixtral's processor (Ministral 3's, Mistral Small 3's): transformers refuses it without torchvision, which it
+    needs for one helper only, the image size after resizing; its PIL image processor's module has the same one."""
+    import sys
+
+    name = "transformers.models.pixtral.image_processing_pixtral"
+    if importlib.util.find_spec("torchvision") is None and name not in sys.modules:
+        from transformers.models.pixtral import image_processing_pil_pixtral as pil
+
+        stand_in = types.ModuleType(name)
+        stand_in.get_resize_output_image_size = pil.get_resize_output_image_size
+        sys.modules[name] = stand_in
+    from transformers.models.pixtral.processing_pixtral import PixtralProcessor
+
+    class Pixtral(PixtralProcessor):
+        def __reduce__(self):  # the web server's process makes its module stand in too before it unpickles one
+            return _pixtral_processor, (self.__dict__,)
+
+    Pixtral.__name__ = PixtralProcessor.__name__  # what a saved processor_config.json names
+    return Pixtral
+
+
+def _pixtral_processor(state: dict):
+    processor = object.__new__(pixtral_processor_class())
+    processor.__dict__.update(state)
+    return processor
+
+
 def registered_processor_class(config):
     """The processor class transformers registers for `config`'s model type, or None."""
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
@@ -270,20 +313,43 @@ def registered_processor_class(config):
     return PROCESSOR_MAPPING.get(type(config), None)
 
 
+class _WithoutVideo(ProcessorMixin):
+    """Between a processor and transformers' `ProcessorMixin`: the video processor its `__init__` passes on (None)
+    is left out."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.pop("video_processor", None)
+        super().__init__(*args, **kwargs)
+
+
 @functools.cache
 def images_only(processor_class):
     """`processor_class` with no video processor to load or check: the images, text and chat template are its own."""
 
-    class ImagesOnly(processor_class):
+    class ImagesOnly(processor_class, _WithoutVideo):
+        __init__ = _video_optional(processor_class.__init__)
+
         @classmethod
         def get_attributes(cls) -> list[str]:
-            return [name for name in super().get_attributes() if name != "video_processor"]
+            return [name for name in processor_class.get_attributes() if name != "video_processor"]
 
         def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
             return _images_only_processor, (processor_class, self.__dict__)
 
     ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
     return ImagesOnly
+
+
+def _video_optional(init):
+    """A processor's `__init__` whose video processor defaults to None (Gemma 4's asks for one): the same code, so
+    that transformers still reads its parameters from it."""
+    code, defaults = init.__code__, init.__defaults__ or ()
+    names = code.co_varnames[1 : code.co_argcount]
+    if "video_processor" not in names or names.index("video_processor") != len(names) - len(defaults) - 1:
+        return init  # it has a default already (Qwen2-VL's), or required parameters follow it
+    optional = types.FunctionType(code, init.__globals__, init.__name__, (None, *defaults), init.__closure__)
+    optional.__kwdefaults__ = init.__kwdefaults__
+    return optional
 
 
 def _images_only_processor(processor_class, state: dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import sys
 import threading
 import time
@@ -223,7 +224,14 @@ class MetaModel(torch.nn.Module):
             side = _side(size)
             if side:
                 return side
-        return int(self.llma.config.vision_config.image_size)
+        side = getattr(self.llma.config.vision_config, "image_size", None)
+        if side is None:  # variable resolution (Gemma 4's): the largest square its budget of patches takes
+            patches = (
+                getattr(image_processor, "max_soft_tokens", 256)
+                * getattr(image_processor, "pooling_kernel_size", 1) ** 2
+            )
+            side = math.isqrt(patches) * getattr(image_processor, "patch_size", 16)
+        return int(side)
 
     def summary(self) -> dict:
         """`info` (path, format, dtype, device, quantization) with the architecture, weight MiB and context: what
@@ -712,6 +720,8 @@ class MetaModel(torch.nn.Module):
             inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
             if self._keeps_states and inputs.cached < len(prefix.token_ids):
                 inputs.cached = 0  # a running state cannot be cut back: only a whole cached prefix is reused
+            if self._cross_attention_layers and self._image_token_id in ids[inputs.cached :]:
+                inputs.cached = 0  # the image runs again: Mllama's cross-attention keys and values are made afresh
         if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
             inputs.cached = self.lockstep.agree(inputs.cached, self.device)
         if not inputs.cached:
@@ -724,6 +734,11 @@ class MetaModel(torch.nn.Module):
         if self._image_token_id not in ids[inputs.cached :]:
             inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
         return prefix.cache, session
+
+    @functools.cached_property
+    def _cross_attention_layers(self) -> set[int]:
+        """The layers that attend to the image's features rather than to the tokens (Mllama's)."""
+        return set(getattr(self.llma.config.get_text_config(), "cross_attention_layers", None) or ())
 
     @functools.cached_property
     def _keeps_states(self) -> bool:
@@ -740,10 +755,9 @@ class MetaModel(torch.nn.Module):
     def _crop(self, cache, length: int) -> None:
         """Cut `cache` back to its first `length` tokens. Cross-attention layers (Mllama's) hold the image's keys
         and values, not the tokens': they stay whole."""
-        cross = set(getattr(self.llma.config.get_text_config(), "cross_attention_layers", None) or ())
         surplus = cache.get_seq_length() - length
         for index, layer in enumerate(cache.layers):
-            if index not in cross:
+            if index not in self._cross_attention_layers:
                 layer.crop(-surplus)  # transformers' crop takes the number of tokens to remove, negated
 
     def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:

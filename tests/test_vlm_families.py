@@ -349,3 +349,30 @@ def test_the_launcher_refuses_a_failing_chat_template_in_one_sentence(tmp_path):
 )
 def test_the_launcher_refuses_an_image_processor_that_needs_torchvision_in_one_sentence(tmp_path):
     assert "whose processor needs torchvision" in start_up_failure(vlm_families.save_llama4_files(tmp_path / "l4"))
+
+
+@pytest.mark.parametrize("family", ["mllama"], indirect=True)
+def test_mllama_second_turn_whose_prompt_changed_under_its_cache_answers(family):
+    """A session's second turn whose prompt changes before the image (a system prompt added) runs the image again:
+    its cross-attention keys and values are made afresh, not added to the first turn's. Where the prompt keeps the
+    cached image, the cache is reused. Either way the answer is the one from scratch."""
+    from engine import Request, Sampling, collect
+    from engine.chats import ChatEngine
+
+    _, _, model = family
+    engine = ChatEngine(model, "chat_template")
+    question = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}},
+                                            {"type": "text", "text": FIRST}]}  # fmt: skip
+    sampling = Sampling(temperature=0, max_new_tokens=6)
+
+    def answer(messages, session):
+        return collect(engine.stream(Request(messages=messages, sampling=sampling, session=session)))
+
+    first = answer([question], "s")
+    for system, session in ((SYSTEM, "s"), (None, "t")):
+        answer([question], session)  # the session's cache holds the first turn
+        turn = [question, {"role": "assistant", "content": first.text}, {"role": "user", "content": SECOND}]
+        turn = [{"role": "system", "content": system}] * bool(system) + turn
+        cached, fresh = answer(turn, session), answer(turn, None)
+        assert cached.end.error is None and cached.text == fresh.text
+        assert (cached.end.cached_tokens > 0) == (system is None)

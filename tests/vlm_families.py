@@ -17,10 +17,21 @@ from pathlib import Path
 import torch
 from tiny_models import CORPUS, TEXT_CONFIG
 
-from model.loading import broken_torchvision, images_only
+from model.loading import broken_torchvision, images_only, pixtral_processor_class
 
 TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
-FAMILIES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "gemma3", "mllama", "paligemma")
+FAMILIES = (
+    "llava",
+    "llava_next",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "idefics3",
+    "gemma3",
+    "gemma4",
+    "mistral3",
+    "mllama",
+    "paligemma",
+)
 
 
 def template(name: str) -> str:
@@ -475,12 +486,59 @@ def save_llama4_files(folder: Path) -> Path:
     return folder
 
 
+def _gemma4():
+    """Gemma 4 (vision): its soft image tokens between <|image> and <image|>, a variable number per image; its
+    processor also takes audio and video (the video part built only where torchvision loads)."""
+    import transformers as tf
+    from text_families import GEMMA4
+
+    named = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>"}
+    named |= {"audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>"}
+    specials = [*GEMMA4, "<|image>", "<image|>", "<|audio|>", "<|audio>", "<audio|>", "<|video|>"]
+    tok = family_tokenizer(specials, "<bos>", "<eos>", "<pad>", adds_bos=False, extra_special_tokens=named)
+    ids = {f"{k}_id": tok.convert_tokens_to_ids(t) for k, t in (("image_token", "<|image|>"), ("boi_token", "<|image>"),
+           ("eoi_token", "<image|>"), ("video_token", "<|video|>"), ("audio_token", "<|audio|>"),
+           ("boa_token", "<|audio>"))} | {"eoa_token_index": tok.convert_tokens_to_ids("<audio|>")}  # fmt: skip
+    text = text_config(tok, head_dim=16, global_head_dim=32, sliding_window=64, max_position_embeddings=4096)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    vision |= dict(num_key_value_heads=2, head_dim=16, patch_size=8, pooling_kernel_size=2, position_embedding_size=256)
+    config = tf.Gemma4Config(text_config=text, vision_config=vision, audio_config=None, **ids)
+    image_processor = tf.Gemma4ImageProcessorPil(patch_size=8, max_soft_tokens=70, pooling_kernel_size=2)
+    parts = dict(feature_extractor=tf.Gemma4AudioFeatureExtractor(), image_processor=image_processor, tokenizer=tok)
+    processor_class = tf.Gemma4Processor if torchvision_loads() else images_only(tf.Gemma4Processor)
+    if torchvision_loads():
+        parts["video_processor"] = tf.Gemma4VideoProcessor()
+    processor = processor_class(**parts, image_seq_length=70)
+    return tf.Gemma4ForConditionalGeneration(config), processor, template("gemma4"), "processor"
+
+
+def _mistral3():
+    """Ministral 3 (Mistral3ForConditionalGeneration: a Pixtral vision tower, Ministral 3's reasoning template):
+    [IMG] tokens row by row, [IMG_BREAK] between rows, [IMG_END] last."""
+    import transformers as tf
+    from text_families import MISTRAL
+
+    tok = family_tokenizer([*MISTRAL, "[IMG_BREAK]", "[IMG_END]"], "<s>", "</s>", "<pad>", adds_bos=False)
+    text = text_config(tok, model_type="ministral3", head_dim=16, max_position_embeddings=4096)
+    vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    vision |= dict(num_attention_heads=2, head_dim=16, patch_size=8, image_size=64)
+    image_id = tok.convert_tokens_to_ids("[IMG]")
+    config = tf.Mistral3Config(text_config=text, vision_config=vision, image_token_index=image_id, spatial_merge_size=2)
+    image_processor = tf.PixtralImageProcessorPil(size={"longest_edge": 64}, patch_size=8)
+    processor = pixtral_processor_class()(
+        image_processor=image_processor, tokenizer=tok, patch_size=8, spatial_merge_size=2
+    )
+    return tf.Mistral3ForConditionalGeneration(config), processor, template("ministral3"), "tokenizer"
+
+
 BUILDERS = {
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": lambda: _qwen_vl("2"),
     "qwen2_5_vl": lambda: _qwen_vl("2.5"),
     "qwen3_vl": _qwen3_vl,
+    "gemma4": _gemma4,
+    "mistral3": _mistral3,
     "idefics3": _idefics3,
     "gemma3": _gemma3,
     "mllama": _mllama,
