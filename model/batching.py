@@ -143,6 +143,7 @@ class ContinuousBatcher:
         """End the batch's thread now (answers still in it fail)."""
         self._manager.stop(block=True, timeout=10.0, hard_stop=True)
         self._forwards_alone_again()
+        self._results.put(None)  # the routing thread ends too
 
     def tokens(
         self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream
@@ -209,8 +210,7 @@ class ContinuousBatcher:
     def _route(self) -> None:
         """Hand each output of the manager to the answer that waits for it (outputs of cancelled answers are
         dropped)."""
-        while True:
-            output = self._results.get()
+        while (output := self._results.get()) is not None:
             with self._lock:
                 waiting = self._outputs.get(output.request_id)
             if waiting is not None:
