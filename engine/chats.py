@@ -41,7 +41,7 @@ from .interface import (
     ToolCallDelta,
     collect,
 )
-from .response_formats import THINK_TAGS, Region, response_format
+from .response_formats import LLAMA3_JSON_CALLS, THINK_TAGS, Region, response_format
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,8 @@ class AnswerParser:
 
     def __init__(self, form: AnswerFormat, prompt: str, options: ChatOptions):
         template = form.template
-        if options.tool_choice == "none" and "tool_calls" in template.get("fields", {}):
+        text_like = template is LLAMA3_JSON_CALLS and not options.tools  # an answer that is JSON is no call then
+        if (options.tool_choice == "none" or text_like) and "tool_calls" in template.get("fields", {}):
             template = copy.deepcopy(template)  # calls stay text in the answer
             del template["fields"]["tool_calls"]
         self.parser = ResponseParser(template, prefix=prompt, tools=options.tools)

@@ -75,9 +75,8 @@ RESPONSE_FORMATS: dict[tuple[str, ...], dict] = {
 }
 
 
-def _call(name: str = "{name}") -> dict:
-    """A tool call's value: the function named `name` (a capture of the call's opening), its JSON as arguments."""
-    return {"type": "function", "function": {"name": name, "arguments": "{content}"}}
+# a call's value: the function its opening named (the `name` capture), its JSON as the arguments
+NAMED_CALL = {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}
 
 
 # gpt-oss's harmony format: each message of the answer is `<|channel|>CHANNEL<|message|>TEXT<|end|>`, the next opening
@@ -100,7 +99,7 @@ HARMONY = {
             "close": ["<|call|>", "<|end|>"],
             "repeats": True,
             "content": "json",
-            "transform": _call(),
+            "transform": NAMED_CALL,
         },
         "content": {
             "open_pattern": r"<\|channel\|>(?:final|commentary)<\|message\|>",
@@ -122,7 +121,7 @@ MISTRAL_THINK = {
             "close_pattern": r"(?=\[TOOL_CALLS\])|</s>",
             "repeats": True,
             "content": "json",
-            "transform": _call(),
+            "transform": NAMED_CALL,
         },
         "content": {"close": "</s>", "content": "text"},
     },
@@ -161,8 +160,8 @@ LLAMA3_JSON_CALLS = {
 FAMILY_FORMATS: list[tuple[tuple[str, ...] | None, str | None, dict]] = [
     (None, "<｜Assistant｜>", DEEPSEEK_R1),
     (("gpt_oss",), None, HARMONY),
-    (("gemma4_text",), None, RESPONSE_FORMATS[("gemma4",)]),
-    (("smollm3",), None, RESPONSE_FORMATS[next(iter(RESPONSE_FORMATS))]),  # Qwen's: <think>, <tool_call> JSON
+    (("gemma4_text",), None, RESPONSE_FORMATS[("gemma4",)]),  # the text class of the same model
+    (("smollm3",), None, next(v for types, v in RESPONSE_FORMATS.items() if "qwen3" in types)),  # <tool_call> JSON
     (("mistral3", "ministral3", "ministral", "mistral"), "[THINK]", MISTRAL_THINK),
     (("llama",), "<|start_header_id|>", LLAMA3_JSON_CALLS),
 ]

@@ -11,20 +11,13 @@ import text_families
 import tiny_models
 from app_server import serve
 from openai import OpenAI
+from tiny_models import WEATHER
 
-from engine import ChatOptions, Rendered, Request, Sampling
+from engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta
 from engine.chats import ChatEngine
 from model import MetaModel
 from user_error import UserError
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 REASONING, ANSWER = "The user greets me. I greet back.", "Hello! How can I help?"
 NAMES = list(text_families.FAMILIES)
 
@@ -209,3 +202,17 @@ def test_gemma4_compiled_answers_as_eager_does(tmp_path):
     torch._dynamo.reset()
     compiled = MetaModel.from_pretrained(str(folder), compile=True)
     assert compiled.compiled is not None and compiled.generate(prompts, max_gen_len=8) == eager
+
+
+def test_llama_json_is_a_call_only_where_tools_were_offered(family):
+    kind, model, _ = family
+    if kind.name != "llama3_1":
+        pytest.skip("Llama 3.1's calls are plain JSON")
+    answer = '{"name": "Paris", "parameters": {"population": 2}}'
+    events = []
+    for tools in (None, [WEATHER]):
+        force(family, answer)
+        request = Request(messages=[{"role": "user", "content": "Some JSON?"}], chat=ChatOptions(tools=tools))
+        events.append(list(ChatEngine(model, "chat_template").stream(request)))
+    assert "".join(e.text for e in events[0] if isinstance(e, Delta)) == answer
+    assert [e.name for e in events[1] if isinstance(e, ToolCallDelta)] == ["Paris"]

@@ -10,6 +10,7 @@ import pytest
 import tiny_models
 from app_server import serve
 from openai import OpenAI
+from tiny_models import WEATHER
 
 from engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
 from engine.chats import ChatEngine
@@ -17,14 +18,6 @@ from engine.response_formats import RESPONSE_FORMATS
 from model import MetaModel
 
 END = "<|im_end|>"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 TIME = {
     "type": "function",
     "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},

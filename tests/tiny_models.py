@@ -31,6 +31,17 @@ CHATML_TEMPLATE = (
 )
 
 
+# a tool the tests offer reasoning models (OpenAI's shape)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
 def train_sentencepiece(folder: Path, vocab_size: int = 400) -> Path:
     """A Llama-style sentencepiece model: BPE, byte fallback, digits split, no normalization."""
     import sentencepiece as spm
