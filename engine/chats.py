@@ -289,18 +289,29 @@ class AnswerParser:
 
 class ThinkSplitter:
     """Reasoning an engine sends raw in its answer's text (engine/remote.py): a leading <think>...</think> block, or,
-    where thinking is on and the prompt opened the block, the text up to a first </think>."""
+    where thinking is on and the prompt may have opened the block (`opened`), the text up to a first </think>. In
+    that case the text is held until a </think> comes (then the reasoning and the rest stream) or the answer ends
+    without one: a model whose template opened no block answered plainly, and all of it is the answer."""
 
     def __init__(self, opened: bool):
+        self.held = "" if opened else None  # None: nothing held back
         self.parser = ResponseParser(THINK_TAGS, prefix="<think>\n" if opened else "")
         self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
 
     def feed(self, text: str) -> list[Event]:
+        if self.held is not None:
+            self.held += text
+            if "</think>" not in self.held:
+                return []
+            text, self.held = self.held, None
         return _text_events(self.parser.feed(text), self.fields)
 
     def finish(self) -> list[Event]:
+        if self.held is not None:  # no </think> came: no block was open
+            held, self.held = self.held, None
+            self.parser = ResponseParser(THINK_TAGS, prefix="")
+            return _text_events(self.parser.feed(held) + self.parser.finalize()[1], self.fields)
         return _text_events(self.parser.finalize()[1], self.fields)
-
 
 def _text_events(events: list[dict], fields: dict) -> list[Event]:
     """The reasoning and answer events of a parser's region events (tool calls left to the caller)."""

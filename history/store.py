@@ -2,8 +2,10 @@
 
 - Each conversation belongs to an owner (the login name with --auth, else an unguessable id kept in the browser);
   every read and write names its owner, and a conversation of another owner is refused whatever id is asked for.
-- Messages are stored as the page shows them: {"role", "content", "metadata"?}, content a string or a list of parts,
-  `{"type": "text", "text"}` or `{"type": "image", "sha256"}`.
+- Messages are stored as the page keeps them (ui/turns.py): {"role", "content", "metadata"?, "kind"?}, content a
+  string or a list of parts, `{"type": "text", "text"}` or `{"type": "image", "sha256"}`; a reasoning model's thought
+  is its own "thinking" message before its answer (schema 2; schema 1 kept it in the answer's text, and kinds in
+  titles and text). A conversation's page options (its thinking switch) are kept beside its messages.
 - Images are PNG files named by the SHA-256 of their bytes, in a folder beside the database: the same image is never
   stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
   against the conversation's owner), never through Gradio's file serving.
@@ -18,25 +20,60 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from user_error import UserError
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 1
-# the statements that bring a database from version N-1 to N
-MIGRATIONS: dict[int, list[str]] = {
+SCHEMA_VERSION = 2
+# schema 1's page conventions, which schema 2 turns into kinds
+V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
+V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
+
+
+def typed_v1_messages(db: sqlite3.Connection) -> None:
+    """Schema 2: every saved message gets its kind (from schema 1's titles and error mark), and an answer's leading
+    <think>...</think> becomes its own thinking message before it."""
+    for conversation_id, data in db.execute("SELECT id, messages FROM conversations").fetchall():
+        typed = []
+        for message in json.loads(data):
+            typed.extend(_typed_v1(message))
+        db.execute("UPDATE conversations SET messages = ? WHERE id = ?", (json.dumps(typed, ensure_ascii=False),
+                                                                           conversation_id))  # fmt: skip
+
+
+def _typed_v1(message: dict) -> list[dict]:
+    title = (message.get("metadata") or {}).get("title")
+    content = message.get("content")
+    if message.get("role") != "assistant":
+        return [message]
+    if title:
+        return [{**message, "kind": V1_TITLES.get(title, "stats")}]
+    if isinstance(content, str) and content.startswith(V1_ERROR_MARK):
+        return [{**message, "kind": "error"}]
+    thought = V1_THOUGHT.match(content) if isinstance(content, str) else None
+    if thought is None:
+        return [message]
+    thinking = {"role": "assistant", "content": thought[1].strip(), "kind": "thinking",
+                "metadata": {"title": "Thinking", "status": "done"}}  # fmt: skip
+    return [thinking, {**message, "content": content[thought.end() :]}]
+
+
+# the steps that bring a database from version N-1 to N: SQL statements, or functions of the connection
+MIGRATIONS: dict[int, list] = {
     1: [
         "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         "CREATE TABLE conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, title TEXT NOT NULL, "
         "created REAL NOT NULL, updated REAL NOT NULL, messages TEXT NOT NULL)",
         "CREATE INDEX conversations_by_owner ON conversations (owner, updated DESC)",
     ],
+    2: ["ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'", typed_v1_messages],
 }
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
@@ -54,6 +91,7 @@ class Conversation:
     title: str
     updated: float
     messages: list[dict]
+    options: dict = field(default_factory=dict)  # the page's choices for it (its thinking switch)
 
 
 def title_of(messages: list[dict]) -> str:
@@ -129,8 +167,10 @@ class Store:
             )
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._transaction():
-                for statement in MIGRATIONS[target]:
-                    self._db.execute(statement)
+                if self._db.execute("PRAGMA user_version").fetchone()[0] >= target:
+                    continue  # another app upgraded it meanwhile
+                for step in MIGRATIONS[target]:
+                    step(self._db) if callable(step) else self._db.execute(step)
                 self._db.execute(f"PRAGMA user_version = {target}")
 
     def _transaction(self):
@@ -172,22 +212,32 @@ class Store:
 
     def get(self, owner: str, conversation_id: str) -> Conversation:
         row = self._db.execute(
-            "SELECT id, title, updated, messages FROM conversations WHERE id = ? AND owner = ?",
+            "SELECT id, title, updated, messages, options FROM conversations WHERE id = ? AND owner = ?",
             (str(conversation_id), owner),
         ).fetchone()
         if row is None:
             raise UserError("There is no such conversation among yours; it may have been deleted.")
-        return Conversation(row[0], row[1], row[2], json.loads(row[3]))
+        return Conversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]))
 
-    def save(self, owner: str, conversation_id: str | None, messages: list[dict], title: str | None = None) -> str:
-        """Write `messages` as the conversation `conversation_id` of `owner` (a new one when None); its id."""
+    def save(
+        self,
+        owner: str,
+        conversation_id: str | None,
+        messages: list[dict],
+        title: str | None = None,
+        options: dict | None = None,
+    ) -> str:
+        """Write `messages` (and `options`, where given) as the conversation `conversation_id` of `owner` (a new one
+        when None); its id."""
         now = time.time()
         data = json.dumps(messages, ensure_ascii=False)
+        kept = json.dumps(options or {})
         with self._transaction():
             if conversation_id is not None:
                 updated = self._db.execute(
-                    "UPDATE conversations SET messages = ?, updated = ? WHERE id = ? AND owner = ?",
-                    (data, now, conversation_id, owner),
+                    "UPDATE conversations SET messages = ?, updated = ?, options = CASE WHEN ? THEN ? ELSE options END "
+                    "WHERE id = ? AND owner = ?",
+                    (data, now, options is not None, kept, conversation_id, owner),
                 ).rowcount
                 if updated:
                     return conversation_id
@@ -195,8 +245,9 @@ class Store:
                     raise UserError("There is no such conversation among yours; it may have been deleted.")
             conversation_id = conversation_id or secrets.token_urlsafe(16)
             self._db.execute(
-                "INSERT INTO conversations (id, owner, title, created, updated, messages) VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, owner, title or title_of(messages), now, now, data),
+                "INSERT INTO conversations (id, owner, title, created, updated, messages, options) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, owner, title or title_of(messages), now, now, data, kept),
             )
         return conversation_id
 

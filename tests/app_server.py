@@ -170,7 +170,17 @@ def answer_of(history: list[dict]) -> str:
 
 
 def submit(
-    tab, message, history=(), image=None, conversation=None, browser_id=None, session="tab", username=None, **settings
+    tab,
+    message,
+    history=(),
+    image=None,
+    conversation=None,
+    browser_id=None,
+    session="tab",
+    username=None,
+    thinking=None,
+    template="default",
+    **settings,
 ):
     """A chat tab's Send handler as Gradio runs it (greedy, default template): `message` (text, `image` attached, or
     the box's {"text", "files"}) after `history`, in `conversation` of `browser_id` or `username`; returns its last
@@ -185,10 +195,11 @@ def submit(
             list(history),
             conversation,
             browser_id,
-            "default",
+            template,
             None,
             "padded_resize",
             *sampling.values(),
+            thinking=thinking,
             request=SimpleNamespace(session_hash=session, username=username),
         ):
             pass

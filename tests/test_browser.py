@@ -344,28 +344,78 @@ def test_the_app_in_front_of_an_engine_chats_and_stops(browser, demo):
             interrupted(front)
 
 
-def test_a_reasoning_models_answer_shows_without_its_thinking(browser, tmp_path):
-    """A tiny Qwen3 with its published template, forced to think then answer: the chat shows the answer alone (no
-    tags, no thinking), and "Prompt sent to the model" shows the template's rendering."""
+# the Thinking blocks on the page: their header's text, their whole text, and whether their body shows
+THOUGHTS = """() => Array.from(document.querySelectorAll('[data-testid="bot"] .thought-group')).map(g => {
+  const body = g.querySelector('.message-content, .thought-content, .content');
+  return {text: g.innerText, shown: !!(body && body.offsetParent !== null && body.innerText.trim())};
+}).filter(t => t.text.startsWith('Thinking'))"""
+REASONING = "The user greets me. " * 6 + "I greet back."
+
+
+def thoughts(page) -> list[dict]:
+    return page.evaluate(THOUGHTS)
+
+
+def wait_for_thought(page, done, timeout=30.0) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        shown = thoughts(page)
+        if shown and done(shown[-1]):
+            return shown[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no such thought in {timeout} s: {thoughts(page)!r}")
+
+
+def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_path):
+    """A tiny Qwen3 with its published template, forced to think then answer: the thought streams into a Thinking
+    block (open) before the answer, folds once the answer begins, and the answer stands alone; a reload shows both
+    again; Stop while it thinks stops the model within 2 steps and keeps the thought."""
     import tiny_models
 
+    from history import Store
+
     model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path / "qwen3")))
-    forced = tiny_models.ForcedAnswer(
-        model.llma, model.tokenizer.hf, "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?", "<|im_end|>"
-    )
+    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", "<|im_end|>")
+    forced.again(f"<think>\n{REASONING}\n</think>\n\nHello! How can I help?", model.tokenizer.hf, "<|im_end|>")
+    store = Store(tmp_path / "conversations.db")
     try:
-        with serve(model) as (url, _):
+        with serve(model, delay=0.03, store=store) as (url, counter):
             page = open_page(browser, url)
-            page.evaluate(RECORD_BOT_TEXTS)
+            switch = page.get_by_label("Think before answering")
+            assert switch.is_visible() and switch.is_checked()  # Qwen3 thinks with the variable unset
             send(page, "Hello there!")
+            streaming = wait_for_thought(page, lambda t: "greets me" in t["text"])
+            assert streaming["shown"] and last_bot_text(page) == ""  # open while it thinks, no answer yet
             answer = wait_for_answer(page, lambda t: t.endswith("How can I help?"))
+            done = wait_for_thought(page, lambda t: not t["shown"])  # folded once the answer began
+            page.screenshot(path=str(ARTIFACTS / "thinking.png"), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=str(ARTIFACTS / "thinking-390.png"), full_page=True)
+            page.set_viewport_size({"width": 1280, "height": 1000})
             page.locator("button", has_text="Prompt sent to the model").first.click()
             time.sleep(0.5)
-            page.screenshot(path=str(ARTIFACTS / "reasoning-model.png"), full_page=True)
             prompt = page.locator(".prompt-view").first.inner_text()
-            seen = page.evaluate("window.botTexts")
+
+            page.reload()
+            page.wait_for_selector("textarea")
+            reloaded = wait_for_thought(page, lambda t: "Thinking" in t["text"])
+            assert wait_for_answer(page, lambda t: t.endswith("How can I help?"))
+
+            # Stop while it thinks: the model stops within 2 steps, the thought stays, marked stopped
+            forced.again(f"<think>\n{REASONING * 8}\n</think>\n\nDone.", model.tokenizer.hf, "<|im_end|>")
+            counter.delay = 0.1
+            send(page, "Think long.")
+            wait_for_thought(page, lambda t: t["text"].count("greets me") >= 3)
+            page.get_by_role("button", name="Stop").first.click()
+            at_stop = counter.calls
+            stopped_at = counter.settled(quiet=0.6)
+            time.sleep(0.5)
+            kept = thoughts(page)[-1]
+            page.screenshot(path=str(ARTIFACTS / "thinking-stopped.png"), full_page=True)
     finally:
         forced.remove()
-    assert answer == "Hello! How can I help?"
-    assert not any("think" in t or "greets" in t for t in seen), seen
+        store.close()
+    assert answer == "Hello! How can I help?" and "Thinking" in done["text"] and "Thinking" in reloaded["text"]
     assert "<|im_start|>user\nHello there!<|im_end|>\n<|im_start|>assistant" in prompt
+    assert stopped_at - at_stop <= 2, f"{stopped_at - at_stop} forward passes after Stop"
+    assert "Thinking" in kept["text"]

@@ -11,9 +11,10 @@ from demo_model import data as demo_data
 from launchers.flags import DEMO_MODEL
 from model import MetaModel, UserError
 from prompting import chat_prompt, history_pairs
-from ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab, is_notice
+from ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab
 from ui.chat import Cancels
 from ui.history import SavedChats
+from ui.turns import is_note, kind_of
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -116,14 +117,14 @@ def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too
     for country in COUNTRIES:
         history, *_ = run_submit(tab, f"What is the capital of {country}?", history)
         assert answer_of(history) == f"The capital of {country} is {COUNTRIES[country]}."
-    notices = [m for m in history if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE]
+    notices = [m for m in history if kind_of(m) == "notice" and m["metadata"]["title"] == DROPPED_TITLE]
     assert (
         notices
         and "no longer sees the" in notices[0]["content"]
         and f"{CONTEXT}-token context" in notices[0]["content"]
     )
     assert len({n["content"] for n in notices}) == len(notices)  # each cut is told once, not at every turn
-    assert [q for q, _ in history_pairs([m for m in history if not is_notice(m)])] == [
+    assert [q for q, _ in history_pairs([m for m in history if not is_note(m)])] == [
         f"What is the capital of {c}?" for c in COUNTRIES
     ]  # the notes never reach the model as answers
 

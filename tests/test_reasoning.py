@@ -408,6 +408,7 @@ def test_reasoning_an_engine_sends_raw_is_split_out_of_the_answer():
     assert split(["<thi", "nk>\nHm, ", "yes.</th", "ink>\n\nYes."]) == ("Hm, yes.", "Yes.")
     assert split(["Plain answer."]) == ("", "Plain answer.")
     assert split(["Hm.</think>Yes."], opened=True) == ("Hm.", "Yes.")  # the prompt opened the block
+    assert split(["Plain ", "answer."], opened=True) == ("", "Plain answer.")  # it opened none: all answer
 
 
 def test_langchain_completes_a_tool_round_trip(qwen3, client):

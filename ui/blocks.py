@@ -12,6 +12,8 @@ and the /v1 API's requests in arrival order.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import AsyncIterator
 from html import escape
 
@@ -33,13 +35,15 @@ from prompting import (
     single_turn_prompt,
 )
 from prompting.chat import history_system, question_parts
+from prompting.messages import template_reads
 from single_turn_templates import TEMPLATE_NAMES
 from user_error import UserError
 
+from . import turns
 from .chat import Cancels, answer_updates
 from .history import IMAGE_REF, SavedChats, new_conversation_id
+from .turns import DROPPED_TITLE, ERROR_MARK, kind_of, model_view, up_to_last_question, view  # noqa: F401 (tests)
 
-ERROR_MARK = "⚠️ "
 EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
 IMAGE_EXAMPLES = [
     {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
@@ -132,6 +136,67 @@ def shown_prompt(model: Engine, text: str, images: int) -> str:
     return text
 
 
+EFFORTS = ("low", "medium", "high")
+
+
+def with_view(handler, at: int = 0):
+    """`handler`, whose output `at` is the chat's typed list (ui/turns.py), with the Chatbot's view of it before it:
+    wired to outputs [..., chatbot, entries, ...]."""
+
+    def split(out):
+        out = list(out)
+        entries = out[at]
+        shown = view(entries) if isinstance(entries, list) else entries  # else gr.skip(): both skipped
+        return (*out[:at], shown, *out[at:])
+
+    if inspect.isasyncgenfunction(handler):
+
+        @functools.wraps(handler)
+        async def streamed(*args, **kwargs):
+            async for out in handler(*args, **kwargs):
+                yield split(out)
+
+        return streamed
+
+    @functools.wraps(handler)
+    def returned(*args, **kwargs):
+        return split(handler(*args, **kwargs))
+
+    return returned
+
+
+def thinking_switch(model: Engine) -> tuple[str | None, object]:
+    """(the template variable the page's thinking switch sets: "enable_thinking", "reasoning_effort", or None where
+    the model's template reads neither; the switch's first value: what the template does with it unset). An engine
+    that renders messages itself (--api_base) gets the switch, on, sent as `chat_template_kwargs.enable_thinking`."""
+    if getattr(model, "renders_messages", False):
+        return "enable_thinking", True
+    reads, renderer = template_reads(model), model.chat_renderer
+    probe = [{"role": "user", "content": "Hi"}]
+
+    def render(**variables):
+        try:
+            return renderer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **variables)
+        except Exception:  # a template that cannot render the probe: the switch starts as the variable's default
+            return None
+
+    if "reasoning_effort" in reads:
+        unset = render()
+        return "reasoning_effort", next((e for e in EFFORTS if render(reasoning_effort=e) == unset), "medium")
+    if "enable_thinking" in reads:
+        return "enable_thinking", render() != render(enable_thinking=False)
+    return None, None
+
+
+def thinking_kwargs(thinking) -> dict:
+    """The template variables the thinking switch's value sets: a checkbox's bool, an effort's name, or nothing."""
+    if isinstance(thinking, bool):
+        return {"enable_thinking": thinking}
+    if thinking in EFFORTS:
+        return {"reasoning_effort": thinking}
+    return {}
+
+
 def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
     """The sampling the page's settings (`sampling_controls`, in that order), or the /chat API's, ask for."""
     return Sampling(int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty))
@@ -159,15 +224,6 @@ def prompt_panel() -> gr.Code:
         )
 
 
-def error_message(text: str) -> dict:
-    return {"role": "assistant", "content": ERROR_MARK + text}
-
-
-def stats_notice(line: str) -> dict:
-    """An answer's figures (or its place in the queue), shown under it; not part of the conversation the model sees."""
-    return {"role": "assistant", "metadata": {"title": line, "status": "done"}, "content": ""}
-
-
 def edited_question(content, edited_text: str) -> dict:
     """A user message whose text was edited: its images (saved ones' addresses, or upload files) stay, the text is
     the new one."""
@@ -193,55 +249,7 @@ def message_parts(message) -> tuple[str, list[str]]:
     return message or "", []
 
 
-def dropped_turns_notice(turns: int, context: int) -> dict:
-    """A note in the chat (not part of the conversation the model sees) that its oldest turns were left out."""
-    return {
-        "role": "assistant",
-        "metadata": {"title": DROPPED_TITLE},
-        "content": f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this "
-        f"conversation: the conversation is longer than its {context}-token context.",
-    }
-
-
-def tell_dropped_turns(history: list[dict], turns: int, context: int) -> None:
-    """Put the dropped-turns note before the answer (the last message), once for each new cut, not at every turn."""
-    if not turns:
-        return
-    notice = dropped_turns_notice(turns, context)
-    told = (m["content"] for m in reversed(history) if is_notice(m) and m["metadata"]["title"] == DROPPED_TITLE)
-    if notice["content"] != next(told, None):
-        history.insert(len(history) - 1, notice)
-
-
-def is_notice(message: dict) -> bool:
-    return bool((message.get("metadata") or {}).get("title"))
-
-
-def model_view(history: list[dict]) -> list[dict]:
-    """The conversation as the model should see it: notes, and errors with the questions they answered, left out."""
-    kept: list[dict] = []
-    for message in history:
-        if is_notice(message):
-            continue
-        if message["role"] == "assistant" and message_text(message["content"]).startswith(ERROR_MARK):
-            if kept and kept[-1]["role"] == "user":
-                kept.pop()
-            continue
-        kept.append(message)
-    return kept
-
-
-def up_to_last_question(history: list[dict]) -> list[dict]:
-    """The conversation without the answer(s) after its last user message."""
-    history = list(history or [])
-    while history and history[-1]["role"] != "user":
-        history.pop()
-    return history
-
-
-DROPPED_TITLE = "Older turns left out"
 FORMER_TABS = {"vision": "chat", "vision_single": "chat_single"}  # the Vision chat became the chat's attachments
-STOPPED = {"role": "assistant", "metadata": {"title": "Stopped"}, "content": "The answer was stopped here."}
 
 
 class ChatTab:
@@ -270,9 +278,12 @@ class ChatTab:
 
     # ----- the handlers -----
 
-    async def respond(self, history, conversation, browser_id, template, system, transform, *sampling, request):
-        """Answer the last user message of `history`; yields (history, prompt, conversation, its list's update),
-        the conversation saved when the answer ends."""
+    async def respond(
+        self, history, conversation, browser_id, template, system, transform, *sampling, request, thinking=None
+    ):
+        """Answer the last question of `history` (the typed list, ui/turns.py); yields (history, prompt,
+        conversation, its list's update), the conversation saved when the answer ends. A reasoning model's thought
+        streams into a Thinking entry above the answer, folded once the answer begins."""
         history = [dict(m) for m in history or []]
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
         listed = gr.skip()
@@ -281,13 +292,12 @@ class ChatTab:
             conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
             settings = page_sampling(*sampling)
             messages = self.saved.for_the_model(owner, conversation, model_view(history))
-            messages = [{"role": m["role"], "content": m["content"]} for m in messages]
             if self.single_turn:  # each question alone
                 messages = messages[-1:]
             if not message_text(messages[-1]["content"]).strip():
                 raise UserError(EMPTY_MESSAGE)
         except UserError as error:
-            yield history + [error_message(str(error))], "", conversation, listed
+            yield history + [turns.error(str(error))], "", conversation, listed
             return
         system_message = [{"role": "system", "content": system}] if system is not None else []
         cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
@@ -297,31 +307,55 @@ class ChatTab:
             session=cache,
             cancel=cancel,
             messages=system_message + messages,
-            chat=ChatOptions(template=template, answer_tokens=settings.max_new_tokens),
+            chat=ChatOptions(
+                template=template, answer_tokens=settings.max_new_tokens, template_kwargs=thinking_kwargs(thinking)
+            ),
         )
-        history.append({"role": "assistant", "content": ""})
+        asked = len(history)  # where the answer's entries begin
+        history.append(turns.answer(""))
         yield history, gr.skip(), conversation, listed
         prompt, line, failed = gr.skip(), "", False
         async for update in answer_updates(self.model, answer):
             if update.rendered is not None:
                 prompt = shown_prompt(self.model, update.rendered.text, update.rendered.images)
-                tell_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
+                turns.with_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
+                asked = len(history) - 1
             line, failed = update.line, update.error is not None
-            history[-1] = (
-                error_message(update.error) if failed else {"role": "assistant", "content": update.text.strip()}
-            )
+            thought = [turns.thinking(update.reasoning, update.thinking_done, update.thought_seconds)]
+            shown = turns.error(update.error) if failed else turns.answer(update.text.strip())
+            history[asked:] = (thought if update.reasoning else []) + ([shown] if shown["content"] else [])
+            if not history[asked:]:
+                history.append(turns.answer(""))
             # the figures (or the place in the queue) under the answer
-            yield history + ([stats_notice(line)] if line and not failed else []), prompt, conversation, gr.skip()
+            yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation, gr.skip()
         if line and not failed:
-            history.append(stats_notice(line))
-        yield history, prompt, *self._commit(owner, conversation, history)
+            history.append(turns.stats(line))
+        yield history, prompt, *self._commit(owner, conversation, history, thinking)
 
-    def _commit(self, owner, conversation, history) -> tuple:
-        """(conversation id, the list's update) once `history` is saved."""
+    def _commit(self, owner, conversation, history, thinking=None) -> tuple:
+        """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
+        the page has one)."""
         if owner is None:
             return conversation, gr.skip()
-        conversation = self.saved.save(owner, conversation, history)
+        options = {"thinking": thinking} if thinking is not None else None
+        conversation = self.saved.save(owner, conversation, history, options)
         return conversation, gr.update(choices=self.saved.choices(owner), value=conversation)
+
+    @functools.cached_property
+    def switch(self) -> tuple[str | None, object]:
+        return thinking_switch(self.model) if not self.single_turn else (None, None)
+
+    def thinking_of(self, conversation, browser_id, request: gr.Request):
+        """The thinking switch as the open conversation left it (else as the template starts it)."""
+        variable, first = self.switch
+        if variable is None:
+            return gr.skip()
+        try:
+            owner = self._owner(browser_id, request)
+            kept = self.saved.store.get(owner, conversation).options.get("thinking") if conversation else None
+        except UserError:
+            kept = None
+        return first if kept is None or isinstance(kept, bool) != isinstance(first, bool) else kept
 
     async def submit(
         self,
@@ -337,7 +371,8 @@ class ChatTab:
         top_p,
         top_k,
         repetition_penalty,
-        request: gr.Request,
+        thinking=None,
+        request: gr.Request = None,
     ):
         """Send the message box's text and images; yields (history, box, prompt, conversation, list)."""
         text, files = message_parts(message)
@@ -357,7 +392,7 @@ class ChatTab:
                 conversation = new_conversation_id()
             question = self.saved.user_message(owner, conversation, text, images)
         except UserError as error:
-            failed = list(history or []) + [{"role": "user", "content": text}, error_message(str(error))]
+            failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
             yield failed, typed, "", conversation, gr.skip()
             return
         history = list(history or []) + [question]
@@ -375,8 +410,9 @@ class ChatTab:
             top_k,
             repetition_penalty,
             request=request,
+            thinking=thinking,
         ):
-            if message_text(history[-1]["content"]).startswith(ERROR_MARK):
+            if kind_of(history[-1]) == "error":
                 box = typed
             yield history, box, prompt, conversation, listed
             box = gr.skip()
@@ -412,7 +448,8 @@ class ChatTab:
         top_p,
         top_k,
         repetition_penalty,
-        request: gr.Request,
+        thinking=None,
+        request: gr.Request = None,
     ):
         history = up_to_last_question(history)
         if not history:
@@ -431,6 +468,7 @@ class ChatTab:
             top_k,
             repetition_penalty,
             request=request,
+            thinking=thinking,
         ):
             yield update
 
@@ -447,8 +485,9 @@ class ChatTab:
         top_p,
         top_k,
         repetition_penalty,
-        edited: gr.EditData,
-        request: gr.Request,
+        thinking=None,
+        edited: gr.EditData = None,
+        request: gr.Request = None,
     ):
         """A past user message was edited: drop what followed it and answer it again (its images stay)."""
         history = list(history or [])[: edited.index + 1]
@@ -466,6 +505,7 @@ class ChatTab:
             top_k,
             repetition_penalty,
             request=request,
+            thinking=thinking,
         ):
             yield update
 
@@ -474,10 +514,9 @@ class ChatTab:
 
     def mark_stopped(self, history, conversation, browser_id, request: gr.Request):
         """After Stop: the answer as it was shown, marked as stopped, and saved so."""
-        history = list(history or [])
-        if not history or history[-1]["role"] != "assistant" or is_notice(history[-1]):
+        history = turns.marked_stopped(history)
+        if history is None:
             return gr.skip(), gr.skip(), gr.skip()
-        history.append(STOPPED)
         owner = self._owner(browser_id, request)
         return history, *self._commit(owner, conversation, history)
 
@@ -606,6 +645,12 @@ class ChatTab:
             stop_btn=False,
             elem_classes="message",
         )
+        variable, first = self.switch
+        thinking = gr.State(None)
+        if variable == "enable_thinking":
+            thinking = gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
+        elif variable == "reasoning_effort":
+            thinking = gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
         gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(model)
         with gr.Accordion("Template and system prompt", open=False):
@@ -620,23 +665,24 @@ class ChatTab:
         sampling = sampling_controls()
         prompt_view = prompt_panel()
 
-        settings = [conversation, browser_id, template, system, transform, *sampling]
+        entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
+        settings = [conversation, browser_id, template, system, transform, *sampling, thinking]
         chats = self.sidebar_list if self.saving else gr.State(None)
-        outputs = [chatbot, prompt_view, conversation, chats]
+        outputs = [chatbot, entries, prompt_view, conversation, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
         quiet = dict(api_visibility=UI_ONLY)
         toggle = dict(queue=False, show_progress="hidden", **quiet)
         runs = [
             # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
             message.submit(self.stop, None, None, trigger_mode="multiple", **toggle).then(
-                self.submit,
-                [message, chatbot, *settings],
-                [chatbot, message, prompt_view, conversation, chats],
+                with_view(self.submit),
+                [message, entries, *settings],
+                [chatbot, entries, message, prompt_view, conversation, chats],
                 trigger_mode="multiple",
                 **common,
             ),
-            chatbot.retry(self.regenerate, [chatbot, *settings], outputs, **common),
-            chatbot.edit(self.edit, [chatbot, *settings], outputs, **common),
+            chatbot.retry(with_view(self.regenerate), [entries, *settings], outputs, **common),
+            chatbot.edit(with_view(self.edit), [entries, *settings], outputs, **common),
         ]
         # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
         for trigger in (message.submit, chatbot.retry, chatbot.edit):
@@ -644,13 +690,20 @@ class ChatTab:
         for run in runs:
             run.then(idle_box, None, message, **toggle)
         message.stop(self.stop, None, None, cancels=runs, **toggle).then(
-            self.mark_stopped, [chatbot, conversation, browser_id], [chatbot, conversation, chats], **quiet
+            with_view(self.mark_stopped),
+            [entries, conversation, browser_id],
+            [chatbot, entries, conversation, chats],
+            **quiet,
         ).then(idle_box, None, message, **toggle)
         chatbot.undo(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
-            self.undo, [chatbot, conversation, browser_id], [chatbot, message, conversation, chats], **quiet
+            with_view(self.undo),
+            [entries, conversation, browser_id],
+            [chatbot, entries, message, conversation, chats],
+            **quiet,
         ).then(idle_box, None, message, **toggle)
         template.change(lambda name: default_system(model, name), template, system, **quiet)
-        self.chatbot, self.conversation, self.runs = chatbot, conversation, runs
+        self.chatbot, self.entries, self.conversation, self.runs = chatbot, entries, conversation, runs
+        self.thinking = thinking
 
     def build_sidebar(self) -> None:
         """New chat and this owner's conversations, newest first (reopen, rename, delete, export, import)."""
@@ -669,16 +722,22 @@ class ChatTab:
                 with gr.Row(visible=False) as self.confirm_row:
                     self.confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
                     self.keep = gr.Button("Keep it", size="sm")
-            self.import_button = gr.UploadButton("Import JSON", file_types=[".json"], size="sm")
+            self.import_button = gr.UploadButton("Import", file_types=[".json", ".md"], size="sm")
             self.note = gr.Markdown(elem_classes="stats")
 
     def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
         quiet = dict(api_visibility=UI_ONLY)
-        chatbot, conversation, chats = self.chatbot, self.conversation, self.sidebar_list
+        chatbot, entries, conversation, chats = self.chatbot, self.entries, self.conversation, self.sidebar_list
+        chat = [chatbot, entries]
         was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
         asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
-        app.load(self.first_load, [browser_id, was_open], [browser_id, chats, chatbot, conversation, self.title],
-                 **quiet)  # fmt: skip
+        restore = dict(fn=self.thinking_of, inputs=[conversation, browser_id], outputs=self.thinking, **quiet)
+        app.load(
+            with_view(self.first_load, at=2),
+            [browser_id, was_open],
+            [browser_id, chats, *chat, conversation, self.title],
+            **quiet,
+        ).then(**restore)
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
         conversation.change(
             self.conversation_actions, conversation, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
@@ -687,11 +746,12 @@ class ChatTab:
         # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
         for trigger in (self.new_button.click, chatbot.clear):
             trigger(**stop).then(
-                self.new_chat, None, [chatbot, conversation, chats, self.title, self.note, self.download], **quiet
-            )
+                with_view(self.new_chat), None, [*chat, conversation, chats, self.title, self.note, self.download],
+                **quiet,
+            ).then(**restore)  # fmt: skip
         chats.input(**stop).then(
-            self.open, [chats, browser_id], [chatbot, conversation, self.title, self.note], **quiet
-        )
+            with_view(self.open), [chats, browser_id], [*chat, conversation, self.title, self.note], **quiet
+        ).then(**restore)
         self.rename_button.click(self.rename, [conversation, self.title, browser_id], [chats, self.note], **quiet)
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
             button.click(self.export(kind), [conversation, browser_id], [self.download, self.note], **quiet)
@@ -699,17 +759,17 @@ class ChatTab:
         self.delete_button.click(lambda c: (shown, c), conversation, [self.confirm_row, asked_to_delete], **quiet)
         self.keep.click(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
         self.confirm_delete.click(**stop).then(
-            self.delete,
+            with_view(self.delete),
             [asked_to_delete, conversation, browser_id],
-            [chatbot, conversation, chats, self.title, self.note],
+            [*chat, conversation, chats, self.title, self.note],
             **quiet,
-        ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
+        ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet).then(**restore)
         self.import_button.upload(
-            self.import_file,
+            with_view(self.import_file),
             [self.import_button, browser_id],
-            [chatbot, conversation, chats, self.title, self.note],
+            [*chat, conversation, chats, self.title, self.note],
             **quiet,
-        )
+        ).then(**restore)
 
 
 class SingleTurnTab:

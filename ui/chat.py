@@ -4,10 +4,11 @@ engine's events, a cancel flag per tab."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine import Delta, End, Engine, Queued, Rendered, Request
+from engine import Delta, End, Engine, Queued, Reasoning, Rendered, Request
 from engine.threaded import in_own_thread
 from model.prefix_cache import in_session
 
@@ -16,22 +17,37 @@ UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page
 
 @dataclass
 class AnswerUpdate:
-    """An answer as it stands: its text, the figures line (or the place in the queue), its error sentence, and the
-    prompt the engine rendered (in the update that brings it)."""
+    """An answer as it stands: its text, the figures line (or the place in the queue), its error sentence, the
+    prompt the engine rendered (in the update that brings it), and a reasoning model's thought with how long it has
+    thought (until the answer began, or the thought stopped)."""
 
     text: str = ""
     line: str = ""
     error: str | None = None
     rendered: Rendered | None = None
+    reasoning: str = ""
+    thought_seconds: float | None = None
+    ended: bool = False
+
+    @property
+    def thinking_done(self) -> bool:
+        return bool(self.text) or self.ended
 
 
 async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[AnswerUpdate]:
     """`request`'s answer as it grows, at most every `UPDATE_INTERVAL` seconds; the last update has the answer's
     figures, or its error."""
-    update = AnswerUpdate()
+    update, thought_since = AnswerUpdate(), None
     async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL, instant=(Rendered, Queued)):
         update.line, update.rendered = "", None
         for event in events:
+            if isinstance(event, Reasoning):
+                thought_since = thought_since or time.perf_counter()
+                update.reasoning += event.text
+            if isinstance(event, (Delta, End)) and thought_since is not None and update.thought_seconds is None:
+                update.thought_seconds = time.perf_counter() - thought_since
+            if isinstance(event, End):
+                update.ended = True
             if isinstance(event, Delta):
                 update.text += event.text
             elif isinstance(event, Rendered):

@@ -29,10 +29,15 @@ from launchers.flags import MAX_UPLOAD_MB
 from prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
 from user_error import UserError
 
+from .turns import model_view, thinking, tool_call, tool_result
+
 IMAGE_ROUTE = "/history/image"
 IMAGE_REF = re.compile(r"!\[image\]\(/history/image/([\w-]+)/([0-9a-f]{64})\?sig=([0-9a-f]{32})\)\s*")
 BROWSER_ID_BYTES = 24  # 192 bits
-EXPORT_ROLES = ("system", "user", "assistant")
+EXPORT_ROLES = ("system", "user", "assistant", "tool")
+KEPT_KEYS = ("kind", "call", "tool_call_id")  # what the page's entries carry besides Gradio's keys (ui/turns.py)
+THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
+MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)\n\n", re.MULTILINE)
 
 
 def file_paths(content) -> list[str]:
@@ -126,6 +131,7 @@ class SavedChats:
                     entry["content"].append({"type": "text", "text": IMAGE_REF.sub("", text)})
             if message.get("metadata"):
                 entry["metadata"] = {k: v for k, v in message["metadata"].items() if v is not None}
+            entry |= {k: message[k] for k in KEPT_KEYS if message.get(k) is not None}
             stored.append(entry)
         return stored
 
@@ -152,12 +158,15 @@ class SavedChats:
 
     # ----- saving -----
 
-    def save(self, owner: str | None, conversation_id: str | None, history: list[dict]) -> str | None:
-        """Commit the chat as conversation `conversation_id` (created if new); its id (None without a store)."""
+    def save(
+        self, owner: str | None, conversation_id: str | None, history: list[dict], options: dict | None = None
+    ) -> str | None:
+        """Commit the chat (and its `options`, where given) as conversation `conversation_id` (created if new); its
+        id (None without a store)."""
         if not self.on or owner is None:
             return None
         conversation_id = conversation_id or new_conversation_id()
-        return self.store.save(owner, conversation_id, self.stored(owner, conversation_id, history))
+        return self.store.save(owner, conversation_id, self.stored(owner, conversation_id, history), options=options)
 
     def choices(self, owner: str | None) -> list[tuple[str, str]]:
         return self.store.titles(owner) if self.on and owner else []
@@ -178,9 +187,10 @@ class SavedChats:
     # ----- export and import -----
 
     def export(self, owner: str, conversation_id: str, kind: str) -> str:
-        """A file holding the conversation as JSON (OpenAI-style messages, images as data: URLs) or Markdown."""
+        """A file holding the conversation as JSON (OpenAI-style messages, images as data: URLs, a thought as its
+        answer's `reasoning_content`) or Markdown (a thought folded in `<details>`)."""
         conversation = self.store.get(owner, conversation_id)
-        messages = [self._exported(m) for m in conversation.messages if not (m.get("metadata") or {}).get("title")]
+        messages = [self._exported(m) for m in model_view(conversation.messages, keep_errors=True)]
         if kind == "json":
             data = json.dumps({"title": conversation.title, "messages": messages}, ensure_ascii=False, indent=1)
         else:
@@ -202,33 +212,59 @@ class SavedChats:
                 else {"type": "text", "text": p.get("text", "")}
                 for p in content
             ]
-        return {"role": message["role"], "content": content}
+        return {**message, "content": content}
 
     def import_file(self, owner: str, path: str) -> str:
-        """A JSON export made a new conversation of `owner` (its images checked as uploads are); its id."""
+        """A JSON or Markdown export made a new conversation of `owner` (its images checked as uploads are); its id."""
         size = Path(path).stat().st_size
         limit = self.max_upload_mb * 1e6 * 4  # a few images at the upload cap, as base64
         if size > limit:
             raise UserError(f"The file is {size / 1e6:.1f} MB; import one under {limit / 1e6:.0f} MB.")
         try:
-            data = json.loads(Path(path).read_text())
-        except (ValueError, UnicodeDecodeError):
-            raise UserError("The file is not JSON; import a conversation exported as JSON by this app.")
-        messages = data.get("messages") if isinstance(data, dict) else data
+            text = Path(path).read_text()
+        except UnicodeDecodeError:
+            raise UserError("The file is not text; import a conversation exported as JSON or Markdown by this app.")
+        title, messages = (None, None)
+        if Path(path).suffix.lower() == ".md":
+            title, messages = markdown_messages(text)
+        else:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                raise UserError("The file is not JSON; import a conversation exported as JSON by this app.")
+            messages = data.get("messages") if isinstance(data, dict) else data
+            title = data.get("title") if isinstance(data, dict) and isinstance(data.get("title"), str) else None
         if not isinstance(messages, list) or not messages:
             raise UserError('The file holds no messages; import a JSON export ({"title", "messages": [...]}).')
-        stored = [self._imported(message) for message in messages]
-        title = data.get("title") if isinstance(data, dict) and isinstance(data.get("title"), str) else None
+        called: dict = {}  # the tools its calls named, by call id (to title their results)
+        stored = [entry for message in messages for entry in self._imported(message, called)]
         return self.store.save(owner, new_conversation_id(), stored, title=title or title_of(stored))
 
-    def _imported(self, message) -> dict:
+    def _imported(self, message, called: dict) -> list[dict]:
+        """A message of an export as the page's entries: a thought before its answer, calls and results folded."""
         if not isinstance(message, dict) or message.get("role") not in EXPORT_ROLES:
             raise UserError(
-                "A message of the file has no role user, assistant or system; import a JSON export of this app."
+                "A message of the file has no role user, assistant, system or tool; import a JSON export of this app."
             )
-        content = message.get("content")
+        if message["role"] == "tool":
+            name = called.get(message.get("tool_call_id"))
+            return [tool_result(message_text(message.get("content")), message.get("tool_call_id"), name)]
+        entries = []
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if message["role"] == "assistant" and isinstance(reasoning, str) and reasoning.strip():
+            entries.append(thinking(reasoning.strip(), True))
+        content = self._imported_content(message.get("content"))
+        if content or not message.get("tool_calls"):
+            entries.append({"role": message["role"], "content": content})
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                called[call.get("id")] = call["function"].get("name")
+                entries.append(tool_call(call))
+        return entries
+
+    def _imported_content(self, content):
         if not isinstance(content, list):
-            return {"role": message["role"], "content": message_text(content)}
+            return message_text(content)
         parts = []
         for part in content:
             if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
@@ -238,7 +274,7 @@ class SavedChats:
                 parts.append({"type": "image", "sha256": self.store.put_image(png_bytes(image))})
             else:
                 parts.append({"type": "text", "text": message_text(part)})
-        return {"role": message["role"], "content": parts}
+        return parts
 
 
 def new_conversation_id() -> str:
@@ -253,7 +289,29 @@ def markdown_turn(message: dict) -> str:
         body = "\n\n".join(
             f"![image]({p['image_url']['url']})" if p["type"] == "image_url" else p["text"] for p in content
         )
+    if message.get("reasoning_content"):
+        body = f"<details><summary>Thinking</summary>\n\n{message['reasoning_content']}\n\n</details>\n\n{body}"
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        body += f"\n\n**Called `{function['name']}`** with `{function['arguments']}`"
     return f"## {message['role'].capitalize()}\n\n{body}\n\n"
+
+
+def markdown_messages(text: str) -> tuple[str | None, list[dict]]:
+    """(title, messages) of a Markdown export: its `# title`, then a message per `## Role` section, a folded
+    Thinking before an answer as its `reasoning_content` (images and calls stay text)."""
+    first = text.split("\n", 1)[0]
+    title = first[2:].strip() if first.startswith("# ") else None
+    pieces = MD_TURN.split(text)[1:]
+    messages = []
+    for role, body in zip(pieces[::2], pieces[1::2]):
+        body = body.strip("\n")
+        message = {"role": role.lower(), "content": body}
+        thought = THOUGHT_MD.match(body + "\n\n") if role == "Assistant" else None
+        if thought:
+            message = {**message, "content": body[thought.end() :].strip("\n"), "reasoning_content": thought[1]}
+        messages.append(message)
+    return title, messages
 
 
 def safe_name(title: str) -> str:
