@@ -389,17 +389,17 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
             answer = wait_for_answer(page, lambda t: t.endswith("How can I help?"))
             done = wait_for_thought(page, lambda t: not t["shown"])  # folded once the answer began
             page.screenshot(path=str(ARTIFACTS / "thinking.png"), full_page=True)
-            page.set_viewport_size({"width": 390, "height": 844})
-            page.screenshot(path=str(ARTIFACTS / "thinking-390.png"), full_page=True)
-            page.set_viewport_size({"width": 1280, "height": 1000})
             page.locator("button", has_text="Prompt sent to the model").first.click()
             time.sleep(0.5)
             prompt = page.locator(".prompt-view").first.inner_text()
 
+            page.set_viewport_size({"width": 390, "height": 844})  # a phone, reloading: the conversation comes back
             page.reload()
             page.wait_for_selector("textarea")
             reloaded = wait_for_thought(page, lambda t: "Thinking" in t["text"])
             assert wait_for_answer(page, lambda t: t.endswith("How can I help?"))
+            page.screenshot(path=str(ARTIFACTS / "thinking-390.png"), full_page=True)
+            page.set_viewport_size({"width": 1280, "height": 1000})
 
             # Stop while it thinks: the model stops within 2 steps, the thought stays, marked stopped
             forced.again(f"<think>\n{REASONING * 8}\n</think>\n\nDone.", model.tokenizer.hf, "<|im_end|>")

@@ -216,3 +216,21 @@ def test_llama_json_is_a_call_only_where_tools_were_offered(family):
         events.append(list(ChatEngine(model, "chat_template").stream(request)))
     assert "".join(e.text for e in events[0] if isinstance(e, Delta)) == answer
     assert [e.name for e in events[1] if isinstance(e, ToolCallDelta)] == ["Paris"]
+
+
+def test_the_page_shows_the_thought_apart(family):
+    """The chat tab's handler (in-process): the thought is a Thinking entry above the answer, which stands alone."""
+    from app_server import submit
+
+    from ui.blocks import ChatTab
+    from ui.chat import Cancels
+    from ui.history import SavedChats
+    from ui.turns import kind_of
+
+    kind, model, _ = family
+    force(family, kind.think(REASONING, ANSWER))
+    tab = ChatTab(model, Cancels(), "chat_template", "padded_resize", SavedChats(None))
+    entries, *_ = submit(tab, "Hello there!", template="chat_template", max_gen_len=300)
+    thought = ["thinking"] if "{r}" in kind.thought else []
+    assert [kind_of(e) for e in entries] == ["question", *thought, "answer", "stats"], entries
+    assert entries[-2]["content"] == ANSWER and (not thought or entries[1]["content"] == REASONING)

@@ -137,6 +137,7 @@ def shown_prompt(model: Engine, text: str, images: int) -> str:
 
 
 EFFORTS = ("low", "medium", "high")
+ENGINE_THINKING = ("engine's default", "think", "don't think")  # the switch over an engine (--api_base)
 
 
 def with_view(handler, at: int = 0):
@@ -168,9 +169,10 @@ def with_view(handler, at: int = 0):
 def thinking_switch(model: Engine) -> tuple[str | None, object]:
     """(the template variable the page's thinking switch sets: "enable_thinking", "reasoning_effort", or None where
     the model's template reads neither; the switch's first value: what the template does with it unset). An engine
-    that renders messages itself (--api_base) gets the switch, on, sent as `chat_template_kwargs.enable_thinking`."""
+    that renders messages itself (--api_base) gets a switch whose template is unknown here: the engine's default
+    (nothing sent), or `chat_template_kwargs.enable_thinking` true or false."""
     if getattr(model, "renders_messages", False):
-        return "enable_thinking", True
+        return "enable_thinking", ENGINE_THINKING[0]
     reads, renderer = template_reads(model), model.chat_renderer
     probe = [{"role": "user", "content": "Hi"}]
 
@@ -189,7 +191,10 @@ def thinking_switch(model: Engine) -> tuple[str | None, object]:
 
 
 def thinking_kwargs(thinking) -> dict:
-    """The template variables the thinking switch's value sets: a checkbox's bool, an effort's name, or nothing."""
+    """The template variables the thinking switch's value sets: a checkbox's bool, an effort's name, an engine's
+    choice, or nothing."""
+    if thinking in ENGINE_THINKING[1:]:
+        thinking = thinking == ENGINE_THINKING[1]
     if isinstance(thinking, bool):
         return {"enable_thinking": thinking}
     if thinking in EFFORTS:
@@ -355,7 +360,8 @@ class ChatTab:
             kept = self.saved.store.get(owner, conversation).options.get("thinking") if conversation else None
         except UserError:
             kept = None
-        return first if kept is None or isinstance(kept, bool) != isinstance(first, bool) else kept
+        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
+        return kept if fits else first
 
     async def submit(
         self,
@@ -647,7 +653,9 @@ class ChatTab:
         )
         variable, first = self.switch
         thinking = gr.State(None)
-        if variable == "enable_thinking":
+        if first in ENGINE_THINKING:
+            thinking = gr.Radio(list(ENGINE_THINKING), value=first, label="Thinking", elem_classes="thinking")
+        elif variable == "enable_thinking":
             thinking = gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
         elif variable == "reasoning_effort":
             thinking = gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
