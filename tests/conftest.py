@@ -81,3 +81,15 @@ def no_bitsandbytes(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", refuse)
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    """(a tiny random Qwen3 of the real class with Qwen3's published template, the hook that forces its answers:
+    `forced.again(text, model.tokenizer.hf, "<|im_end|>")`)."""
+    from model import MetaModel
+
+    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
+    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", "<|im_end|>")
+    yield model, forced
+    forced.remove()

@@ -27,14 +27,6 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 TWO_CALLS = CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>'
 
 
-@pytest.fixture(scope="module")
-def qwen3(tmp_path_factory):
-    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
-    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", END)
-    yield model, forced
-    forced.remove()
-
-
 def answer(qwen3, text: str) -> None:
     """The model's next answer will be `text`."""
     model, forced = qwen3

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import text_families
-import tiny_models
 from app_server import submit
 
 from history import Store
@@ -29,14 +28,6 @@ END = "<|im_end|>"
 THOUGHT_AND_ANSWER = "<think>\nThe user greets me. I greet back.\n</think>\n\nHello! How can I help?"
 V1_DB = Path(__file__).resolve().parent / "data" / "conversations-v1.db"  # written by the app at schema 1
 V1_OWNER = "browser:" + "a" * 32
-
-
-@pytest.fixture(scope="module")
-def qwen3(tmp_path_factory):
-    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
-    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", END)
-    yield model, forced
-    forced.remove()
 
 
 def chat_tab(model, store=None) -> ChatTab:
