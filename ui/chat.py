@@ -26,7 +26,7 @@ class AnswerUpdate:
     error: str | None = None
     rendered: Rendered | None = None
     reasoning: str = ""
-    thought_seconds: float | None = None
+    thought_seconds: float | None = None  # how long it thought (so far, while it still does)
     ended: bool = False
 
     @property
@@ -44,7 +44,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
             if isinstance(event, Reasoning):
                 thought_since = thought_since or time.perf_counter()
                 update.reasoning += event.text
-            if isinstance(event, (Delta, End)) and thought_since is not None and update.thought_seconds is None:
+            if thought_since is not None and not update.thinking_done:
                 update.thought_seconds = time.perf_counter() - thought_since
             if isinstance(event, End):
                 update.ended = True
