@@ -1,8 +1,9 @@
-"""python bench/run.py [--quick | --smoke] [--only NAME ...]: what we promise users, measured on the CPU.
+"""python bench/run.py [--quick | --smoke] [--only NAME ...] [--write]: what we promise users, measured on the CPU.
 
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
-absolute time. Writes results.json (a flat object of named figures; --only merges into it) and RESULTS.md (the
-table, with date, machine and versions; its notes written by hand, from NOTES_HEADING on, kept) into --out. The
+absolute time. Prints the table; with --write (or --out DIR) also writes results.json (a flat object of named
+figures; --only merges into it) and RESULTS.md (the table, with date, machine and versions; its notes written by
+hand, from NOTES_HEADING on, kept): --write into bench/, the tracked files, which nothing else touches. The
 README's table is edited by hand from RESULTS.md when figures change.
 --quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing).
@@ -356,15 +357,17 @@ def main(argv=None) -> None:
     mode.add_argument("--quick", action="store_true", help="the real measurement (the default), a few minutes")
     mode.add_argument("--smoke", action="store_true", help="the tiniest settings, to test that the suite runs")
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=None, help="run these and merge into results.json")
+    p.add_argument("--write", action="store_true", help="write the figures into bench/results.json and RESULTS.md")
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="where results.json and RESULTS.md go (default: bench/, or bench/smoke/ with --smoke)",
+        help="write results.json and RESULTS.md there instead (--smoke: bench/smoke/, ignored by git)",
     )
     args = p.parse_args(argv)
-    out = args.out or (BENCH / "smoke" if args.smoke else BENCH)
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.out or (BENCH / "smoke" if args.smoke else BENCH if args.write else None)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -372,6 +375,9 @@ def main(argv=None) -> None:
 
     names = list(args.only or BENCHMARKS)
     results = measure(names, SMOKE if args.smoke else QUICK)
+    if out is None:
+        print(table(results) + "\n(not written: add --write to put these figures into bench/RESULTS.md)")
+        return
     results_file = out / "results.json"
     if args.only and results_file.exists():
         results = {**json.loads(results_file.read_text()), **results}
