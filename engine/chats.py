@@ -313,6 +313,7 @@ class ThinkSplitter:
             return _text_events(self.parser.feed(held) + self.parser.finalize()[1], self.fields)
         return _text_events(self.parser.finalize()[1], self.fields)
 
+
 def _text_events(events: list[dict], fields: dict) -> list[Event]:
     """The reasoning and answer events of a parser's region events (tool calls left to the caller)."""
     out: list[Event] = []

@@ -125,7 +125,7 @@ def test_stop_mid_answer(browser, demo):
         page = open_page(browser, url)
         send(page, "Who are you?")
         wait_for_answer(page, lambda t: len(t) > 20)
-        page.get_by_role("button", name="Stop").first.click()
+        page.get_by_role("button", name="Stop", exact=True).first.click()
         at_stop = counter.calls
         stopped_at = counter.settled(quiet=0.6)
         shown = last_bot_text(page)
@@ -336,7 +336,7 @@ def test_the_app_in_front_of_an_engine_chats_and_stops(browser, demo):
             page.screenshot(path=str(ARTIFACTS / "engine_front.png"), full_page=True)
             send(page, "Who are you?")
             wait_for_answer(page, lambda t: t.startswith("I am") and len(t) > 20)
-            page.get_by_role("button", name="Stop").first.click()
+            page.get_by_role("button", name="Stop", exact=True).first.click()
             at_stop = counter.calls
             assert counter.settled(quiet=0.6) - at_stop <= 2
             assert not last_bot_text(page).endswith("/path/to/checkpoint.")
@@ -406,7 +406,7 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
             counter.delay = 0.1
             send(page, "Think long.")
             wait_for_thought(page, lambda t: t["text"].count("greets me") >= 3)
-            page.get_by_role("button", name="Stop").first.click()
+            page.get_by_role("button", name="Stop", exact=True).first.click()
             at_stop = counter.calls
             stopped_at = counter.settled(quiet=0.6)
             time.sleep(0.5)
