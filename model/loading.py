@@ -294,16 +294,10 @@ def pixtral_processor_class():
 
     class Pixtral(PixtralProcessor):
         def __reduce__(self):  # the web server's process makes its module stand in too before it unpickles one
-            return _pixtral_processor, (self.__dict__,)
+            return _rebuilt, (pixtral_processor_class, (), self.__dict__)
 
     Pixtral.__name__ = PixtralProcessor.__name__  # what a saved processor_config.json names
     return Pixtral
-
-
-def _pixtral_processor(state: dict):
-    processor = object.__new__(pixtral_processor_class())
-    processor.__dict__.update(state)
-    return processor
 
 
 def registered_processor_class(config):
@@ -334,7 +328,7 @@ def images_only(processor_class):
             return [name for name in processor_class.get_attributes() if name != "video_processor"]
 
         def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
-            return _images_only_processor, (processor_class, self.__dict__)
+            return _rebuilt, (images_only, (processor_class,), self.__dict__)
 
     ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
     return ImagesOnly
@@ -352,8 +346,9 @@ def _video_optional(init):
     return optional
 
 
-def _images_only_processor(processor_class, state: dict):
-    processor = object.__new__(images_only(processor_class))
+def _rebuilt(make_class, args: tuple, state: dict):
+    """A processor of a class made here (`make_class(*args)`), as pickle brings it to another process."""
+    processor = object.__new__(make_class(*args))
     processor.__dict__.update(state)
     return processor
 
