@@ -197,7 +197,7 @@ class MetaModel(torch.nn.Module):
             return "not with tensor parallel (--n_gpus) yet"
         if self._spread_over_devices:
             return "not with the layers spread over GPUs"
-        if keeps_states(self.llma.config):
+        if self._keeps_states:
             return "its linear-attention layers keep a running state, which the graphs' static cache cannot hold"
         if any(type(module).__name__ == "Linear8bitLt" for module in self.llma.modules()):
             return "bitsandbytes' 8-bit layers look for outliers on the host at each step, which a graph cannot record"

@@ -178,23 +178,27 @@ def template_variables(engine: Engine, options: ChatOptions) -> dict:
     return {"enable_thinking": effort != "none", **kwargs}
 
 
-def template_reads(engine: Engine) -> set[str]:
+def template_reads(engine: Engine) -> frozenset[str]:
     """The variables the model's chat template reads that callers may set (enable_thinking, reasoning_effort): those
     it never sets, and those it sets only where they are not defined (SmolLM3's `enable_thinking`)."""
+    source = getattr(engine.chat_renderer, "chat_template", None)
+    return _settable_variables(source) if isinstance(source, str) else frozenset()
+
+
+@functools.lru_cache(maxsize=8)
+def _settable_variables(source: str) -> frozenset[str]:
+    """`template_reads` of a template's text, parsed once however many requests ask."""
     import re
 
     import jinja2
     from jinja2 import meta
 
-    source = getattr(engine.chat_renderer, "chat_template", None)
-    if not isinstance(source, str):
-        return set()
     defaulted = set(re.findall(r"\b(\w+)\s+is\s+(?:not\s+)?defined\b", source))
     source = re.sub(r"{%-?\s*(?:end)?generation\s*-?%}", "", source)  # transformers' own tags (SmolLM3's)
     try:
-        return meta.find_undeclared_variables(jinja2.Environment().parse(source)) | defaulted
+        return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)) | defaulted)
     except jinja2.TemplateError:
-        return defaulted
+        return frozenset(defaulted)
 
 
 def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
