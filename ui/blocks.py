@@ -326,9 +326,11 @@ class ChatTab:
                 turns.with_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
                 asked = len(history) - 1
             line, failed = update.line, update.error is not None
-            thought = [turns.thinking(update.reasoning, update.thinking_done, update.thought_seconds)]
+            thought = update.reasoning and turns.thinking(
+                update.reasoning, update.thinking_done, update.thought_seconds
+            )
             shown = turns.error(update.error) if failed else turns.answer(update.text.strip())
-            history[asked:] = (thought if update.reasoning else []) + ([shown] if shown["content"] else [])
+            history[asked:] = [entry for entry in (thought, shown) if entry and entry["content"]]
             if not history[asked:]:
                 history.append(turns.answer(""))
             # the figures (or the place in the queue) under the answer
