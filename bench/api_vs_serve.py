@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from launchers.loading import free_port
+from local_chat.launchers.loading import free_port
 
 from .models import SHAPES, save_random_llama
 
@@ -142,9 +142,9 @@ def client_stream(client, model: str, tokens: int, question: str = QUESTION) -> 
 
 def engine_stream(model, tokens: int) -> tuple[float, float]:
     """(seconds to the first text, tokens/s after it) of the engine's own stream, the request built as /v1 does."""
-    from api.routes import V1_CACHE_POOL
-    from engine import Delta, End, Request, Sampling
-    from prompting import chat_prompt, default_template
+    from local_chat.api.routes import V1_CACHE_POOL
+    from local_chat.engine import Delta, End, Request, Sampling
+    from local_chat.prompting import chat_prompt, default_template
 
     started = time.perf_counter()
     built = chat_prompt(model, default_template(model), None, [], QUESTION, tokens)
@@ -168,8 +168,8 @@ def crowd(client, model: str, clients: int, tokens: int) -> float:
 
 
 def run(settings) -> dict[str, float]:
-    from engine.process import leave_a_core_to_the_server
-    from model import MetaModel
+    from local_chat.engine.process import leave_a_core_to_the_server
+    from local_chat.model.meta import MetaModel
 
     tokens, repeats = settings.api_answer_tokens, settings.api_repeats
     results: dict[str, float] = {}

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from launchers.loading import free_port
+from local_chat.launchers.loading import free_port
 
 from .api_vs_serve import has_serving, openai_servers, save_chat_llama, timed_answer
 

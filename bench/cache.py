@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from model import MetaModel
+from local_chat.model.meta import MetaModel
 
 from .models import SHAPES, eos_ignored, random_meta_model
 from .timing import interleaved_values
@@ -28,7 +28,7 @@ def message(rng: random.Random) -> str:
 def turn(model: MetaModel, history: list[dict], question: str, session: str | None) -> tuple[float, float, str, int]:
     """One chat turn: (seconds to the first piece, answer tokens/s after it, the answer, the prompt's tokens). The
     answer runs to its end, so a session keeps its whole turn."""
-    from prompting import chat_prompt
+    from local_chat.prompting import chat_prompt
 
     chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
     started = time.perf_counter()
@@ -46,7 +46,7 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
 def beside_another_answer(model: MetaModel):
     """Keep one other answer in flight on `model` (batching on), so that the turns asked meanwhile run in the
     batch."""
-    from engine import Request, Sampling, collect
+    from local_chat.engine import Request, Sampling, collect
 
     done = threading.Event()
 

@@ -29,21 +29,25 @@ import importlib.metadata
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch
-import transformers
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a script of the checkout: bench/ is not installed
 
-from bench.models import SHAPES, eos_ignored, random_meta_model
-from bench.run import write_gpu_section
-from bench.stream import bare_generate_ids
-from engine import End, Request, Sampling
-from launchers.flags import DEMO_MODEL
-from model import MetaModel, weight_bytes
-from model.generation import generate_tokens
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from bench.models import SHAPES, eos_ignored, random_meta_model  # noqa: E402
+from bench.run import write_gpu_section  # noqa: E402
+from bench.stream import bare_generate_ids  # noqa: E402
+from local_chat.defaults import DEMO_MODEL  # noqa: E402
+from local_chat.engine import End, Request, Sampling  # noqa: E402
+from local_chat.model.footprint import weight_bytes  # noqa: E402
+from local_chat.model.generation import generate_tokens  # noqa: E402
+from local_chat.model.meta import MetaModel  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from model import MetaModel
+from local_chat.model.meta import MetaModel
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def random_meta_model(
     """A random Llama of `shape` built in memory on `device` (no disk round trip for a 7B model)."""
     from transformers import LlamaForCausalLM
 
-    from model.tokenizer import HFTokenizer
+    from local_chat.model.tokenizer import HFTokenizer
 
     torch.manual_seed(seed)
     with torch.device(device):  # built in `dtype` on `device`: a 7B model never exists in fp32 or on the CPU

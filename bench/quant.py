@@ -6,7 +6,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from model import MetaModel, weight_bytes
+from local_chat.model.footprint import weight_bytes
+from local_chat.model.meta import MetaModel
 
 from .models import SHAPES, save_random_llama
 

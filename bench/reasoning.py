@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from launchers.loading import free_port
+from local_chat.launchers.loading import free_port
 
 from .families import ForcedAnswer, save_tiny_qwen3
 
@@ -26,7 +26,7 @@ SHAPES = {  # Qwen3 sizes: "small" is the demo model's
 
 
 def run(settings) -> dict[str, float]:
-    from model import MetaModel
+    from local_chat.model.meta import MetaModel
 
     tokens = 256 if settings.api_answer_tokens >= 100 else 16
     with tempfile.TemporaryDirectory(prefix="bench-reasoning-") as tmp:
@@ -109,9 +109,9 @@ def served(model):
     from openai import OpenAI
     from starlette.applications import Starlette
 
-    from api import OpenAIAPI
-    from engine.in_order import InArrivalOrder
-    from prompting import default_template
+    from local_chat.api import OpenAIAPI
+    from local_chat.engine.in_order import InArrivalOrder
+    from local_chat.prompting import default_template
 
     engine = InArrivalOrder(model, 1)
     api = OpenAIAPI(engine, default_template(engine), "auto", 10.0)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launchers.loading import free_port
+from local_chat.launchers.loading import free_port
 
 from .api_vs_serve import client_stream, has_serving, openai_server, openai_servers, save_chat_llama
 

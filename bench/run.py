@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a script of the checkout: bench/ is not installed
+
 BENCH = Path(__file__).resolve().parent
 NOTES_HEADING = "## Notes and history"  # RESULTS.md from here on is written by hand
 
@@ -45,6 +47,7 @@ class Settings:
     api_repeats: int = 6
     batching_shapes: tuple[str, ...] = ("small", "100m")
     batching_repeats: int = 3
+    front_repeats: int = 5
 
 
 QUICK = Settings(
@@ -83,6 +86,7 @@ SMOKE = Settings(
     api_repeats=1,
     batching_shapes=("tiny",),
     batching_repeats=1,
+    front_repeats=1,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
@@ -198,8 +202,17 @@ FIGURES = {
         "size with Qwen3's template",
         (">=", 0.97),
     ),
+    "front_start_s": (
+        "seconds from `python app.py --api_base URL` (no model here; a stub engine) starting to its first 200 on `/`, "
+        "alone; the goal is met by this or the next",
+        ("<=", 3),
+    ),
+    "front_start_over_gradio_import_s": (
+        'the same minus `python -c "import gradio"`\'s seconds, measured in turns with it',
+        ("<=", 1),
+    ),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote", "reasoning")
+BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote", "reasoning", "front")
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
 
@@ -209,8 +222,8 @@ def expected_figures(settings: Settings) -> set[str]:
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
-    from launchers.flags import DEMO_MODEL
-    from model import MetaModel
+    from local_chat.defaults import DEMO_MODEL
+    from local_chat.model.meta import MetaModel
 
     demo = MetaModel.from_pretrained(str(DEMO_MODEL)) if "stream" in names else None
     results = {}
@@ -252,6 +265,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import reasoning
 
             results.update(reasoning.run(settings))
+        elif name == "front":
+            from bench import front
+
+            results.update(front.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from model import MetaModel
+from local_chat.model.meta import MetaModel
 
 from .models import SHAPES, eos_ignored, random_meta_model
 from .timing import interleaved, median_ratio

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import torch
 
-from engine.process import leave_a_core_to_the_server
-from launchers.loading import free_port
-from model import MetaModel
+from local_chat.engine.process import leave_a_core_to_the_server
+from local_chat.launchers.loading import free_port
+from local_chat.model.meta import MetaModel
 
 from .models import SHAPES, save_random_llama
 
@@ -80,8 +80,8 @@ def typical(runs: list[Timeline]) -> Timeline:
 
 def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     """The pieces /chat yields for `question` (greedy), timed as the model makes them."""
-    from engine import Delta, Request, Sampling
-    from prompting import chat_prompt, default_template
+    from local_chat.engine import Delta, Request, Sampling
+    from local_chat.prompting import chat_prompt, default_template
 
     chat = chat_prompt(model, default_template(model), None, [], question, answer_tokens=length)
     started = time.perf_counter()

@@ -1,10 +1,11 @@
-"""Multi-turn templates: LLaMA2-Accessory's set, byte-exact, plus the tokenizer's own chat template.
+"""LLaMA2-Accessory's import path for the multi-turn templates, `from conversation import default_conversation`
+(Accessory: `accessory.data.conversation`): a face of local_chat/templates/multi_turn.py.
 
 `conv_templates` maps Accessory's names to zero-argument factories, as Accessory does:
 `conv = conv_templates["default"](); conv.load_qas([[q, None]]); prompt = conv.get_prompt()`.
 """
 
-from .multi_turn import (
+from local_chat.templates.multi_turn import (
     ChatTemplateConversation,
     Conversation,
     SeparatorStyle,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from launchers.flags import DEMO_MODEL
+from local_chat.defaults import DEMO_MODEL
 
 from . import data
 from .card import write_model_card
@@ -102,7 +102,7 @@ def main() -> None:
     from transformers import AttentionInterface
 
     transformers.utils.logging.disable_progress_bar()
-    from model import MetaModel
+    from local_chat.model.meta import MetaModel
 
     if not args.eval:
         started = time.time()

@@ -6,7 +6,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from model.vision_stem import MODEL_TYPE
+from local_chat.model.vision_stem import MODEL_TYPE
 
 from . import data
 from .evaluation import BARS, accuracy_table

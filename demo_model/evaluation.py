@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from conversation import default_conversation
-from single_turn_templates import format_prompt
+from local_chat.templates.multi_turn import default_conversation
+from local_chat.templates.single_turn import format_prompt
 
 from . import data
 from .recipe import DECLINE_ONE_DIGIT_SHARE, SEPARATOR

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conversation import default_conversation
+from local_chat.templates.multi_turn import default_conversation
 
 from . import data
 

@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from conversation import default_conversation
-from single_turn_templates import format_prompt
+from local_chat.templates.multi_turn import default_conversation
+from local_chat.templates.single_turn import format_prompt
 
 from . import data
 from .recipe import IMAGE_SIZE, IMAGE_TOKENS, PATCH_SIZE, SEPARATOR, SYSTEM
@@ -102,7 +102,7 @@ class Picture(NamedTuple):
 def as_seen(rng, image, shapes, kinds_map=None) -> Picture:
     """The image as the model sees it: a lone shape padded or cropped at random, several padded (cropping could cut
     a shape off the side); with its kinds map (data.shapes_image_and_map), also what each patch holds."""
-    from model.image import shape_image
+    from local_chat.model.image import shape_image
 
     transform = rng.choice(("padded_resize", "resized_center_crop")) if len(shapes) == 1 else "padded_resize"
     kinds = None if kinds_map is None else patch_kinds(kinds_map, transform)
@@ -114,7 +114,7 @@ def patch_kinds(kinds_map, transform: str) -> torch.Tensor:
     the patches in the order of the vision tower's tokens (row by row)."""
     from PIL import Image
 
-    from model.image import shape_image, to_normalized_tensor
+    from local_chat.model.image import shape_image, to_normalized_tensor
 
     masks = Image.merge(
         "RGB",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from model.vision_stem import ConvStemCLIPVisionConfig
+from local_chat.model.vision_stem import ConvStemCLIPVisionConfig
 
 from . import data
 from .recipe import (

@@ -1,12 +1,13 @@
-"""The inference core: `MetaModel` (loading and generation) and Accessory's image transforms."""
+"""LLaMA2-Accessory's import path for the model, `from model import MetaModel` (Accessory: `accessory.model.meta`)
+and `from model import get_transform` (`accessory.data.transform`): a face of local_chat/model/. Importing it registers
+the demo model's vision tower with transformers."""
 
-from . import vision_stem  # noqa: F401  (registers the demo model's vision tower with transformers)
-from .answer_stream import AnswerStream
-from .errors import UserError
-from .footprint import weight_bytes
-from .generation import ModelInputs, generate_tokens
-from .image import TRANSFORMS, get_transform
-from .meta import MetaModel
+from local_chat.errors import UserError
+from local_chat.model.answer_stream import AnswerStream
+from local_chat.model.footprint import weight_bytes
+from local_chat.model.generation import ModelInputs, generate_tokens
+from local_chat.model.image import TRANSFORMS, get_transform
+from local_chat.model.meta import MetaModel
 
 __all__ = [
     "MetaModel",

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
-from api import OpenAIAPI
-from engine.in_order import InArrivalOrder
-from launchers.flags import MAX_UPLOAD_MB
-from launchers.loading import free_port
-from prompting import default_template
-from ui import build_app
-from ui.blocks import PAGE
-from ui.history import SavedChats
+from local_chat.api import OpenAIAPI
+from local_chat.defaults import MAX_UPLOAD_MB
+from local_chat.engine.in_order import InArrivalOrder
+from local_chat.launchers.loading import free_port
+from local_chat.prompting import default_template
+from local_chat.ui import build_app
+from local_chat.ui.blocks import PAGE
+from local_chat.ui.history import SavedChats
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is installed (pip install -e .)

@@ -58,7 +58,7 @@ def byte_llama_dir(work, byte_tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def byte_model(byte_llama_dir):
-    from model import MetaModel
+    from local_chat.model.meta import MetaModel
 
     return MetaModel.from_pretrained(str(byte_llama_dir))
 
@@ -87,7 +87,7 @@ def no_bitsandbytes(monkeypatch):
 def qwen3(tmp_path_factory):
     """(a tiny random Qwen3 of the real class with Qwen3's published template, the hook that forces its answers:
     `forced.again(text, model.tokenizer.hf, "<|im_end|>")`)."""
-    from model import MetaModel
+    from local_chat.model.meta import MetaModel
 
     model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
     forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", "<|im_end|>")

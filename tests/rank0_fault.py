@@ -4,9 +4,9 @@ memory on its GPU alone would). Prints every piece of one answer, then waits: th
 import sys
 import time
 
-from engine import Request, Sampling
-from launchers.flags import parser
-from launchers.loading import load_model
+from local_chat.engine import Request, Sampling
+from local_chat.launchers.flags import parser
+from local_chat.launchers.loading import load_model
 
 
 def main() -> None:

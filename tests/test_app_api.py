@@ -9,8 +9,8 @@ from app_server import serve, stopped_mid_answer
 from gradio_client import Client, handle_file
 
 from demo_model import data as demo_data
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.meta import MetaModel
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

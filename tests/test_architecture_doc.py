@@ -10,5 +10,5 @@ def test_every_path_the_architecture_names_exists():
     text = (ROOT / "docs" / "architecture.md").read_text()
     paths = set(re.findall(r"\b[\w/]+(?:\.py|\.md|/)(?=[`\s<\"),])", text))
     assert len(paths) > 20, paths
-    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    missing = sorted(p for p in paths if not (ROOT / p).exists() and not (ROOT / "local_chat" / p).exists())
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"

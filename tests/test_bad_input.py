@@ -22,12 +22,12 @@ from app_server import answer_of, serve, submit
 from gradio_client import Client, handle_file
 from PIL import Image
 
-import launchers.browser
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
-from ui.chat import Cancels
-from ui.history import SavedChats
+from local_chat.defaults import DEMO_MODEL
+from local_chat.launchers import browser
+from local_chat.model.meta import MetaModel
+from local_chat.ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
+from local_chat.ui.chat import Cancels
+from local_chat.ui.history import SavedChats
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -45,7 +45,7 @@ def start_output(capsys, monkeypatch):
 
     def run(argv, tabs=("chat", "vision", "single"), with_visual=False) -> str:
         with pytest.raises(SystemExit) as ended:
-            launchers.browser.launch("test", tabs, with_visual=with_visual, argv=argv)
+            browser.launch("test", tabs, with_visual=with_visual, argv=argv)
         err = capsys.readouterr().err.strip()
         assert ended.value.code == 1, err
         lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -398,8 +398,8 @@ def test_a_bad_image_upload_is_taken_out_of_the_message(demo, byte_model, upload
 
 
 def test_a_taken_default_port_is_told(capsys):
-    from launchers.flags import first_free_port
-    from launchers.loading import free_port
+    from local_chat.launchers.flags import first_free_port
+    from local_chat.launchers.loading import free_port
 
     taken = free_port()
     with socket.socket() as holder:

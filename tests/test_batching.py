@@ -15,9 +15,9 @@ import pytest
 from app_server import ForwardCounter, serve
 from PIL import Image
 
-from engine import Delta, End, Request, Sampling, collect
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine import Delta, End, Request, Sampling, collect
+from local_chat.model.meta import MetaModel
 
 CAPITALS = [
     ("France", "Paris"),
@@ -197,7 +197,7 @@ def test_sampling_with_a_seed_is_reproducible_beside_the_batch(random_llama, cap
 
 def test_a_turn_with_an_image_runs_beside_the_batch_as_alone(demo, capfd):
     image = Image.new("RGB", (64, 64), (200, 30, 30))
-    from prompting import chat_prompt, default_template
+    from local_chat.prompting import chat_prompt, default_template
 
     chat = chat_prompt(demo, default_template(demo), None, [], "What is in the image?", 64, attached=[image])
     request = Request(chat.text, GREEDY, tuple(chat.stop_symbols), images=[image])

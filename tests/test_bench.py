@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.run import SMOKE, expected_figures
-from launchers.flags import DEMO_MODEL
+from local_chat.defaults import DEMO_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 

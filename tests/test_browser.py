@@ -13,8 +13,8 @@ import pytest
 from app_server import interrupted, launched, serve
 
 from demo_model import data as demo_data
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.meta import MetaModel
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -235,7 +235,7 @@ ATTACK = '<img src=x onerror="window.attacked=(window.attacked||0)+1"> <script>w
 
 
 def test_html_in_a_message_and_in_an_answer_never_runs(browser, demo, monkeypatch):
-    from engine import Delta, End
+    from local_chat.engine import Delta, End
 
     def answer_with_html(request):  # a model that echoes what a web page told it to say
         yield Delta(ATTACK)
@@ -273,7 +273,7 @@ def test_images_in_an_answer_never_call_an_outside_address(browser, demo, monkey
     address = f"http://127.0.0.1:{outside.server_address[1]}"
     leak = f'Sure. <img src="{address}/tag.png?secret=1"> ![chart]({address}/markdown.png?secret=2) Done.'
 
-    from engine import Delta, End
+    from local_chat.engine import Delta, End
 
     def answer_with_images(request):  # what a prompt injection would have the model write
         yield Delta(leak)
@@ -304,7 +304,7 @@ def test_gradios_own_openai_front_end_chats_through_v1(browser, demo):
     """gr.load_chat, an OpenAI front end nobody here wrote, talks to the app's /v1 API with a key."""
     import gradio as gr
 
-    from launchers.loading import free_port
+    from local_chat.launchers.loading import free_port
 
     with serve(demo, api_keys=["secret-key"]) as (url, counter):
         front = gr.load_chat(url + "/v1/", model="demo-model", token="secret-key")
@@ -372,7 +372,7 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
     again; Stop while it thinks stops the model within 2 steps and keeps the thought."""
     import tiny_models
 
-    from history import Store
+    from local_chat.history import Store
 
     model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path / "qwen3")))
     forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", "<|im_end|>")

@@ -6,15 +6,16 @@ import random
 import pytest
 from app_server import answer_of, submit
 
-from conversation import get_conversation
 from demo_model import data as demo_data
-from launchers.flags import DEMO_MODEL
-from model import MetaModel, UserError
-from prompting import chat_prompt, history_pairs
-from ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab
-from ui.chat import Cancels
-from ui.history import SavedChats
-from ui.turns import is_note, kind_of
+from local_chat.defaults import DEMO_MODEL
+from local_chat.errors import UserError
+from local_chat.model.meta import MetaModel
+from local_chat.prompting import chat_prompt, history_pairs
+from local_chat.templates.multi_turn import get_conversation
+from local_chat.ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab
+from local_chat.ui.chat import Cancels
+from local_chat.ui.history import SavedChats
+from local_chat.ui.turns import is_note, kind_of
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

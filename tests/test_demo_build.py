@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from demo_model import build, data, evaluation, recipe, samples, training
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.meta import MetaModel
 
 ROOT = Path(__file__).resolve().parent.parent
 

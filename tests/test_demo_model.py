@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conversation import default_conversation, get_conversation
 from demo_model import data, evaluation, recipe
-from model import MetaModel
-from templates import format_prompt
+from local_chat.model.meta import MetaModel
+from local_chat.templates.multi_turn import default_conversation, get_conversation
+from local_chat.templates.single_turn import format_prompt
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "assets" / "demo-model"

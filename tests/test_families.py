@@ -13,10 +13,10 @@ from app_server import serve
 from openai import OpenAI
 from tiny_models import WEATHER
 
-from engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta
-from engine.chats import ChatEngine
-from model import MetaModel
-from user_error import UserError
+from local_chat.engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta
+from local_chat.engine.chats import ChatEngine
+from local_chat.errors import UserError
+from local_chat.model.meta import MetaModel
 
 REASONING, ANSWER = "The user greets me. I greet back.", "Hello! How can I help?"
 NAMES = list(text_families.FAMILIES)
@@ -222,10 +222,10 @@ def test_the_page_shows_the_thought_apart(family):
     """The chat tab's handler (in-process): the thought is a Thinking entry above the answer, which stands alone."""
     from app_server import submit
 
-    from ui.blocks import ChatTab
-    from ui.chat import Cancels
-    from ui.history import SavedChats
-    from ui.turns import kind_of
+    from local_chat.ui.blocks import ChatTab
+    from local_chat.ui.chat import Cancels
+    from local_chat.ui.history import SavedChats
+    from local_chat.ui.turns import kind_of
 
     kind, model, _ = family
     force(family, kind.think(REASONING, ANSWER))

@@ -5,8 +5,8 @@ import json
 import pytest
 from app_server import GENERATE_RECORD_KEYS
 
-from launchers import generate
-from launchers.flags import DEMO_MODEL
+from local_chat.defaults import DEMO_MODEL
+from local_chat.launchers import generate
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

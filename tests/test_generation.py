@@ -7,8 +7,9 @@ import torch
 from app_server import ForwardCounter
 from torch._dynamo.utils import counters
 
-from model import MetaModel, UserError
-from model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
+from local_chat.errors import UserError
+from local_chat.model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
+from local_chat.model.meta import MetaModel
 
 MULTILINGUAL = "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓ The answer is 19."
 
@@ -92,7 +93,7 @@ def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, b
 
 
 def test_accessory_default_separator_never_leaks(sp_model):
-    from conversation import default_conversation
+    from local_chat.templates.multi_turn import default_conversation
 
     conv = default_conversation()
     conv.load_qas([["Hello there!", None]])
@@ -450,8 +451,8 @@ def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
 def test_cuda_graphs_are_off_where_they_cannot_run_and_the_model_line_says_why():
     """The plain launch replays its decode steps from CUDA graphs only on one GPU (tests/test_gpu.py runs them);
     elsewhere, and with --no_cuda_graphs, the model's facts say why not."""
-    from launchers.flags import parser
-    from launchers.loading import load_model
+    from local_chat.launchers.flags import parser
+    from local_chat.launchers.loading import load_model
 
     model = load_model(parser("test").parse_args(["--no_cuda_graphs"]))
     assert model.graphs is None and model.info["cuda_graphs"] == "off: --no_cuda_graphs"

@@ -11,11 +11,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from conversation import default_conversation
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from model.compiled import StaticDecoding
-from templates import format_prompt
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.compiled import StaticDecoding
+from local_chat.model.meta import MetaModel
+from local_chat.templates.multi_turn import default_conversation
+from local_chat.templates.single_turn import format_prompt
 
 PROMPTS = ["What is the capital of France?", "Who are you?"]
 

@@ -71,10 +71,10 @@ def test_multi_modal_example_runs(tmp_path, llava_dir):
 def test_multi_gpu_example_runs_on_two_cpu_processes(tmp_path):
     """The guide's model-parallel example (NCCL and a GPU per rank made gloo and the CPU), on the demo model: every
     rank streams the same answer, the one a single process gives."""
-    from launchers.flags import DEMO_MODEL
-    from launchers.loading import free_port
-    from model import MetaModel
-    from templates import format_prompt
+    from local_chat.defaults import DEMO_MODEL
+    from local_chat.launchers.loading import free_port
+    from local_chat.model.meta import MetaModel
+    from local_chat.templates.single_turn import format_prompt
 
     result = run_example(
         "multi_gpu",

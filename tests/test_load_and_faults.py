@@ -9,12 +9,12 @@ import pytest
 from app_server import answer_of, serve, submit, wait_for_pieces
 from gradio_client import Client
 
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from prompting import chat_prompt
-from ui.blocks import ERROR_MARK, ChatTab
-from ui.chat import Cancels
-from ui.history import SavedChats
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.meta import MetaModel
+from local_chat.prompting import chat_prompt
+from local_chat.ui.blocks import ERROR_MARK, ChatTab
+from local_chat.ui.chat import Cancels
+from local_chat.ui.history import SavedChats
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

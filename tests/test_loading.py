@@ -9,7 +9,8 @@ import pytest
 import tiny_models
 import torch
 
-from model import MetaModel, UserError
+from local_chat.errors import UserError
+from local_chat.model.meta import MetaModel
 
 PROMPT = "What is the capital of France?"
 
@@ -237,7 +238,7 @@ def test_hf_weights_holding_a_pickled_command_are_refused_without_running_it(tmp
 
 PEAK_MEMORY_SCRIPT = """
 import sys, threading, time
-from model import MetaModel
+from local_chat.model.meta import MetaModel
 import sentencepiece, transformers  # imported before the baseline: only the weights should count
 from transformers import LlamaForCausalLM, LlamaConfig
 with __import__("torch").device("meta"):

@@ -12,9 +12,9 @@ from app_server import serve
 from openai import APIStatusError, AuthenticationError, BadRequestError, OpenAI
 
 from demo_model import data as demo_data
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from prompting.images import png_bytes, png_data_url
+from local_chat.defaults import DEMO_MODEL
+from local_chat.model.meta import MetaModel
+from local_chat.prompting.images import png_bytes, png_data_url
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -206,7 +206,7 @@ def test_a_client_that_disconnects_stops_the_model(demo, stream):
 def test_keys(demo, tmp_path):
     keys = tmp_path / "keys.txt"
     keys.write_text("# one a line\nfirst-key\nsecond-key\n")
-    from launchers.flags import api_keys
+    from local_chat.launchers.flags import api_keys
 
     with serve(demo, api_keys=api_keys(str(keys))) as (url, _):
         for key in (None, "wrong-key"):
@@ -261,8 +261,8 @@ def test_a_failed_model_is_a_503(server, demo, monkeypatch):
 def test_page_and_api_wait_in_one_queue_in_arrival_order(byte_model):
     """engine/in_order.py: with one place, requests start in the order they arrived, and a waiting one hears how
     many go first."""
-    from engine import Queued, Request, Sampling
-    from engine.in_order import InArrivalOrder
+    from local_chat.engine import Queued, Request, Sampling
+    from local_chat.engine.in_order import InArrivalOrder
 
     engine, started, lock = InArrivalOrder(byte_model, 1), [], threading.Lock()
     first = engine.stream(Request("Hello", Sampling(30, temperature=0.0)))
@@ -292,8 +292,8 @@ def test_page_and_api_wait_in_one_queue_in_arrival_order(byte_model):
 
 
 def test_auth_without_an_api_key_turns_v1_off_and_keys_are_checked(tmp_path):
-    from launchers.flags import api_keys, api_off_reason, parser
-    from user_error import UserError
+    from local_chat.errors import UserError
+    from local_chat.launchers.flags import api_keys, api_off_reason, parser
 
     flags = parser("x")
     assert "--api_key" in api_off_reason(flags.parse_args(["--auth", "alice:secret"]))

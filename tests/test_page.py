@@ -8,9 +8,9 @@ import pytest
 from app_server import serve
 from test_browser import ANSWERS, ARTIFACTS, browser, open_page, send, wait_for_answer  # noqa: F401
 
-from history import Store
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
+from local_chat.defaults import DEMO_MODEL
+from local_chat.history import Store
+from local_chat.model.meta import MetaModel
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

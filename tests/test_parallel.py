@@ -10,7 +10,7 @@ import time
 import pytest
 from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, v1_answer, wait_for_pieces
 
-from launchers.flags import DEMO_MODEL
+from local_chat.defaults import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -184,8 +184,8 @@ def test_a_model_tensor_parallel_cannot_split_is_one_sentence_on_cpu_ranks(gpt2_
 def test_on_gpus_such_a_model_runs_in_pipeline_mode_instead(gpt2_dir, checkpoints, monkeypatch):
     import torch
 
-    from launchers.flags import parser
-    from launchers.loading import parallel_plan
+    from local_chat.launchers.flags import parser
+    from local_chat.launchers.loading import parallel_plan
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan only: nothing is loaded
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

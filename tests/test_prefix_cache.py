@@ -7,10 +7,11 @@ import pytest
 from transformers import DynamicCache
 
 from demo_model import data as demo_data
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from model.prefix_cache import CachedPrefix, PrefixCaches, session_key
-from prompting import chat_prompt
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine.interface import session_key
+from local_chat.model.meta import MetaModel
+from local_chat.model.prefix_cache import CachedPrefix, PrefixCaches
+from local_chat.prompting import chat_prompt
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -139,7 +140,7 @@ def test_least_recently_used_sessions_are_dropped_and_just_prefill_again(demo):
 def test_a_closed_browser_session_forgets_its_doors_and_no_other_sessions():
     """One key per door of a browser session (session_key), matched one way by the caches and the Stop events: a
     session whose id starts with the closed one's is another session."""
-    from ui.chat import Cancels
+    from local_chat.ui.chat import Cancels
 
     caches, cancels = PrefixCaches(max_sessions=8), Cancels()
     keys = [session_key(browser, door) for browser in ("ab", "abc") for door in ("chat", "api")]

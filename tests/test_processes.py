@@ -12,9 +12,9 @@ import time
 import pytest
 from app_server import ForwardCounter, interrupted, launched, v1_answer, wait_for_pieces
 
-from engine import Delta, End, Engine, Request, Sampling
-from engine.process import PipeEngine, model_facts, serve_model
-from launchers.flags import DEMO_MODEL
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine import Delta, End, Engine, Request, Sampling
+from local_chat.engine.process import PipeEngine, model_facts, serve_model
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ import logging
 import pytest
 import tiny_models
 
-from model import MetaModel, weight_bytes
+from local_chat.model.footprint import weight_bytes
+from local_chat.model.meta import MetaModel
 
 pytest.importorskip("bitsandbytes")
 
@@ -55,7 +56,7 @@ def test_quantized_accessory_checkpoint(checkpoints):
 def test_a_quantized_model_batches_answers_that_run_at_once(wide_llama_dir):
     import threading
 
-    from engine import Request, Sampling, collect
+    from local_chat.engine import Request, Sampling, collect
 
     model = MetaModel.from_pretrained(str(wide_llama_dir), quant=4)
     assert model.start_batching(2).startswith("continuous batching")

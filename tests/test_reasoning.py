@@ -12,10 +12,10 @@ from app_server import serve
 from openai import OpenAI
 from tiny_models import WEATHER
 
-from engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
-from engine.chats import ChatEngine
-from engine.response_formats import RESPONSE_FORMATS
-from model import MetaModel
+from local_chat.engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
+from local_chat.engine.chats import ChatEngine
+from local_chat.model.meta import MetaModel
+from local_chat.prompting.response_formats import RESPONSE_FORMATS
 
 END = "<|im_end|>"
 TIME = {
@@ -273,7 +273,7 @@ def test_reasoning_effort_none_turns_thinking_off(qwen3, client):
 def peer(tmp_path_factory):
     """`transformers serve` in this process on a Qwen3 folder (its model forced like ours), and our app on it."""
     from bench.api_vs_serve import has_serving
-    from launchers.loading import free_port
+    from local_chat.launchers.loading import free_port
 
     if not has_serving():
         pytest.skip('transformers[serving] is not installed (pip install -e ".[dev]")')
@@ -320,18 +320,18 @@ def test_the_same_answer_parsed_as_transformers_serve_parses_it(peer, text, tool
 
 
 def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, tmp_path, capsys):
-    import launchers.generate
+    from local_chat.launchers import generate
 
-    monkeypatch.setattr(launchers.generate, "load_model", lambda args: qwen3[0])
+    monkeypatch.setattr(generate, "load_model", lambda args: qwen3[0])
     answer(qwen3, THOUGHT_AND_ANSWER)
     output = tmp_path / "out.jsonl"
-    launchers.generate.main(["--prompts", "Hello there!", "--output", str(output), "--max_new_tokens", "300"])
+    generate.main(["--prompts", "Hello there!", "--output", str(output), "--max_new_tokens", "300"])
     printed = capsys.readouterr().out
     assert "### Hello there!\nThinking:\nThe user greets me. I greet back.\n\nHello! How can I help?\n" in printed
     [record] = [json.loads(line) for line in output.read_text().splitlines()]
     assert record["reasoning"] == "The user greets me. I greet back." and record["response"] == "Hello! How can I help?"
     answer(qwen3, CALL)
-    launchers.generate.main(["--prompts", "Weather?", "--output", str(output), "--max_new_tokens", "300"])
+    generate.main(["--prompts", "Weather?", "--output", str(output), "--max_new_tokens", "300"])
     [record] = [json.loads(line) for line in output.read_text().splitlines()]
     assert record["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
 
@@ -339,7 +339,7 @@ def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, t
 def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3, client):
     from app_server import serve_engine
 
-    from engine.remote import RemoteEngine
+    from local_chat.engine.remote import RemoteEngine
 
     _, url = client
     with serve_engine(RemoteEngine(url + "/v1")) as front:
@@ -364,7 +364,7 @@ def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3,
 def test_the_app_in_front_of_transformers_serve_passes_reasoning_and_calls_through(peer):
     from app_server import serve_engine
 
-    from engine.remote import RemoteEngine
+    from local_chat.engine.remote import RemoteEngine
 
     servers, tokenizer, folder = peer
     theirs, forced = servers["theirs"]
@@ -385,7 +385,7 @@ def test_the_app_in_front_of_transformers_serve_passes_reasoning_and_calls_throu
 
 
 def test_reasoning_an_engine_sends_raw_is_split_out_of_the_answer():
-    from engine.chats import ThinkSplitter
+    from local_chat.prompting.response_formats import ThinkSplitter
 
     def split(pieces, opened=False):
         splitter, events = ThinkSplitter(opened), []
@@ -445,7 +445,7 @@ def qwen3_vl(tmp_path_factory):
 def red_square_question(text: str) -> dict:
     from PIL import Image
 
-    from prompting import png_bytes, png_data_url
+    from local_chat.prompting import png_bytes, png_data_url
 
     url = png_data_url(png_bytes(Image.new("RGB", (64, 64), (220, 20, 20))))
     return {

@@ -24,14 +24,14 @@ from gradio_client import Client, handle_file
 
 from bench.api_vs_serve import has_serving, openai_server, save_chat_llama
 from demo_model import data as demo_data
-from engine import ChatOptions, Delta, End, Request, Sampling
-from engine.chats import ChatEngine
-from engine.remote import RemoteEngine
-from launchers import browser
-from launchers.flags import DEMO_MODEL
-from launchers.loading import free_port
-from model import MetaModel
-from user_error import UserError
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine import ChatOptions, Delta, End, Request, Sampling
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.remote import RemoteEngine
+from local_chat.errors import UserError
+from local_chat.launchers import browser
+from local_chat.launchers.loading import free_port
+from local_chat.model.meta import MetaModel
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

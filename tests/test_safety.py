@@ -15,8 +15,9 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from launchers.flags import DEMO_MODEL, exposure_warnings, parser
-from launchers.loading import free_port
+from local_chat.defaults import DEMO_MODEL
+from local_chat.launchers.flags import exposure_warnings, parser
+from local_chat.launchers.loading import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

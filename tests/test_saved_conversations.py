@@ -16,18 +16,18 @@ from app_server import answer_of, launched, serve, submit
 from test_browser import ANSWERS, ARTIFACTS, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
 
 from demo_model import data as demo_data
-from engine import End
-from history import Store
-from history.store import SCHEMA_VERSION
-from launchers import browser as launchers
-from launchers.flags import DEMO_MODEL
-from launchers.loading import free_port
-from model import MetaModel
-from prompting import png_bytes
-from ui.blocks import ChatTab, edited_question
-from ui.chat import Cancels
-from ui.history import SavedChats
-from user_error import UserError
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine import End
+from local_chat.errors import UserError
+from local_chat.history import Store
+from local_chat.history.store import SCHEMA_VERSION
+from local_chat.launchers import browser as launchers
+from local_chat.launchers.loading import free_port
+from local_chat.model.meta import MetaModel
+from local_chat.prompting import png_bytes
+from local_chat.ui.blocks import ChatTab, edited_question
+from local_chat.ui.chat import Cancels
+from local_chat.ui.history import SavedChats
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 

@@ -2,15 +2,15 @@
 
 import pytest
 
-from conversation import (
+from local_chat.errors import UserError
+from local_chat.templates.multi_turn import (
     ChatTemplateConversation,
     conv_templates,
     default_conversation,
     get_conversation,
     template_names,
 )
-from templates import format_prompt
-from user_error import UserError
+from local_chat.templates.single_turn import format_prompt
 
 ALPACA = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the "

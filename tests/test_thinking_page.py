@@ -14,15 +14,15 @@ import pytest
 import text_families
 from app_server import submit
 
-from history import Store
-from history import store as store_module
-from launchers.flags import DEMO_MODEL
-from model import MetaModel
-from ui.blocks import ChatTab, thinking_switch
-from ui.chat import Cancels
-from ui.history import SavedChats
-from ui.turns import kind_of, model_view
-from user_error import UserError
+from local_chat.defaults import DEMO_MODEL
+from local_chat.errors import UserError
+from local_chat.history import Store
+from local_chat.history import store as store_module
+from local_chat.model.meta import MetaModel
+from local_chat.ui.blocks import ChatTab, thinking_switch
+from local_chat.ui.chat import Cancels
+from local_chat.ui.history import SavedChats
+from local_chat.ui.turns import kind_of, model_view
 
 END = "<|im_end|>"
 THOUGHT_AND_ANSWER = "<think>\nThe user greets me. I greet back.\n</think>\n\nHello! How can I help?"
@@ -63,8 +63,8 @@ def test_the_thought_is_its_own_entry_and_goes_back_as_reasoning(qwen3):
 
 
 def test_the_next_turn_renders_the_parsed_reply_as_the_template_does(qwen3):
-    from engine import ChatOptions, Rendered, Request, Sampling
-    from engine.chats import ChatEngine
+    from local_chat.engine import ChatOptions, Rendered, Request, Sampling
+    from local_chat.engine.chats import ChatEngine
 
     model, forced = qwen3
     tab = chat_tab(model)
@@ -99,7 +99,7 @@ def test_the_switch_is_shown_where_the_template_reads_it_and_changes_the_prompt(
 
 
 def test_stop_while_thinking_keeps_the_thought_marked_stopped():
-    from ui.turns import marked_stopped, thinking
+    from local_chat.ui.turns import marked_stopped, thinking
 
     entries = [{"role": "user", "content": "Hi"}, thinking("I am still thin", done=False, seconds=0.4)]
     marked = marked_stopped(entries)

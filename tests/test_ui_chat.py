@@ -7,11 +7,11 @@ import time
 import pytest
 from PIL import Image
 
-from conversation import default_conversation
-from engine.threaded import in_own_thread
-from model import UserError
-from prompting import history_pairs, merged_roles, open_upload
-from ui.chat import Cancels
+from local_chat.engine.threaded import in_own_thread
+from local_chat.errors import UserError
+from local_chat.prompting import history_pairs, merged_roles, open_upload
+from local_chat.templates.multi_turn import default_conversation
+from local_chat.ui.chat import Cancels
 
 
 def test_history_pairs_read_gradio_messages_in_every_shape():
@@ -24,7 +24,7 @@ def test_history_pairs_read_gradio_messages_in_every_shape():
 
 
 def test_chat_prompt_is_the_template_prompt(byte_model):
-    from prompting import chat_prompt
+    from local_chat.prompting import chat_prompt
 
     chat = chat_prompt(
         byte_model, "default", None, [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}], "Q2"
@@ -35,7 +35,7 @@ def test_chat_prompt_is_the_template_prompt(byte_model):
 
 
 def test_chat_prompt_takes_the_system_prompt_from_the_argument_else_the_history(byte_model):
-    from prompting import chat_prompt
+    from local_chat.prompting import chat_prompt
 
     def system_of(system, history):
         return chat_prompt(byte_model, "default", system, history, "Q").text.split("\n\n###")[0]

@@ -7,9 +7,10 @@ import tiny_models
 import torch
 from PIL import Image
 
-from model import MetaModel, UserError, get_transform
-from model.image import CLIP_MEAN, shape_image
-from model.vision_stem import MODEL_TYPE, ConvStemCLIPVisionModel
+from local_chat.errors import UserError
+from local_chat.model.image import CLIP_MEAN, get_transform, shape_image
+from local_chat.model.meta import MetaModel
+from local_chat.model.vision_stem import MODEL_TYPE, ConvStemCLIPVisionModel
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +107,8 @@ def test_quantized_llava_keeps_the_vision_side_in_full_precision(llava_dir):
 
 def test_the_flags_offer_the_models_own_transforms_and_auto():
     """The flags' list is written out (they load no torch); it must name model.image's transforms, and auto."""
-    from launchers.flags import IMAGE_TRANSFORMS
-    from model import TRANSFORMS
+    from local_chat.defaults import IMAGE_TRANSFORMS
+    from local_chat.model.image import TRANSFORMS
 
     assert IMAGE_TRANSFORMS == ("auto", *TRANSFORMS)
 
@@ -116,9 +117,9 @@ def test_the_prompt_panel_shows_where_the_images_went(llava, tmp_path):
     """The page's "Prompt sent to the model" shows the processor's marker for each image the template left out."""
     from app_server import submit
 
-    from ui.blocks import ChatTab
-    from ui.chat import Cancels
-    from ui.history import SavedChats
+    from local_chat.ui.blocks import ChatTab
+    from local_chat.ui.chat import Cancels
+    from local_chat.ui.history import SavedChats
 
     path = tmp_path / "red.png"
     Image.new("RGB", (32, 32), "red").save(path)

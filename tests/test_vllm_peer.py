@@ -17,8 +17,8 @@ import tiny_models
 from app_server import serve_engine
 from openai import OpenAI
 
-from engine.remote import RemoteEngine
-from launchers.loading import free_port
+from local_chat.engine.remote import RemoteEngine
+from local_chat.launchers.loading import free_port
 
 pytestmark = [
     pytest.mark.peer_vllm,

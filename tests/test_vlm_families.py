@@ -11,9 +11,10 @@ from app_server import launched
 from PIL import Image
 from transformers import DynamicCache
 
-from model import MetaModel, UserError
-from model.generation import prefill
-from prompting import chat_prompt, default_template, png_bytes, png_data_url
+from local_chat.errors import UserError
+from local_chat.model.generation import prefill
+from local_chat.model.meta import MetaModel
+from local_chat.prompting import chat_prompt, default_template, png_bytes, png_data_url
 
 SYSTEM = "Be brief."
 FIRST, SECOND = "What is in the image?", "And what colour is it?"
@@ -273,7 +274,7 @@ def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
 @pytest.mark.parametrize("family", ["idefics3", "mllama", "llava"], indirect=True)
 def test_several_images_each_in_the_turn_it_was_given(family):
     """A conversation's images go to the model in order, each marker in its own turn, as the processor renders it."""
-    from conversation import get_conversation
+    from local_chat.templates.multi_turn import get_conversation
 
     name, _, model = family
     conv = get_conversation("chat_template", model.chat_renderer, SYSTEM, sees_images=True)
@@ -356,8 +357,8 @@ def test_mllama_second_turn_whose_prompt_changed_under_its_cache_answers(family)
     """A session's second turn whose prompt changes before the image (a system prompt added) runs the image again:
     its cross-attention keys and values are made afresh, not added to the first turn's. Where the prompt keeps the
     cached image, the cache is reused. Either way the answer is the one from scratch."""
-    from engine import Request, Sampling, collect
-    from engine.chats import ChatEngine
+    from local_chat.engine import Request, Sampling, collect
+    from local_chat.engine.chats import ChatEngine
 
     _, _, model = family
     engine = ChatEngine(model, "chat_template")

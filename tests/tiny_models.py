@@ -244,7 +244,7 @@ def save_tiny_llava(
         LlavaProcessor,
     )
 
-    from model.vision_stem import ConvStemCLIPVisionConfig
+    from local_chat.model.vision_stem import ConvStemCLIPVisionConfig
 
     tokenizer = train_byte_level_tokenizer()
     vision_config = ConvStemCLIPVisionConfig if conv_stem else CLIPVisionConfig

@@ -1,0 +1,281 @@
+"""The /v1 API's request bodies, read and checked: an OpenAI chat or completions body in, the engine's `Sampling`
+and the call's options out. Every problem is an `APIError`: an HTTP status and one sentence, OpenAI-shaped."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from local_chat.engine import ChatOptions, Sampling
+from local_chat.errors import UserError
+
+MAX_TOP_LOGPROBS = 20
+MAX_STOPS = 4
+
+
+class APIError(Exception):
+    """An error the API answers with: `status`, one sentence, the body field it is about, and OpenAI's type."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None, code=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.kind = kind or {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            413: "invalid_request_error",
+            503: "service_unavailable",
+        }.get(status, "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param)
+
+
+@dataclass
+class Call:
+    """What a /v1 request asks for, besides its messages or prompt."""
+
+    sampling: Sampling
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int | None = None  # None: none asked; k: the sent tokens' and k alternatives
+    max_tokens_given: bool = False
+    body: dict = field(default_factory=dict)
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise bad("The request body is not valid JSON; send a JSON object.")
+    if not isinstance(body, dict):
+        raise bad("The request body must be a JSON object.")
+    return body
+
+
+def _number(body: dict, name: str, low: float, high: float, whole: bool = False):
+    value = body.get(name)
+    if value is None:
+        return None
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
+        shown = "a whole number " if whole else ""
+        raise bad(f"`{name}` is {json.dumps(value)}; give {shown}from {low:g} to {high:g}.", name)
+    return value
+
+
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad(f"`{name}` is {json.dumps(value)}; give true or false.", name)
+    return value
+
+
+def _stops(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
+        raise bad(f"`stop` must be a string or a list of up to {MAX_STOPS} non-empty strings.", "stop")
+    return tuple(stops)
+
+
+def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call:
+    """The options of a chat (`chat`) or completions body, checked, with `defaults` where it says nothing; an answer
+    may fill the context unless `max_tokens` says less."""
+    n = body.get("n", 1)
+    if n not in (1, None):
+        raise bad(f"`n` is {json.dumps(n)}; this server makes one choice per request: send n=1 (or leave it out).", "n")
+    max_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _number(body, max_name, 1, 10**9, whole=True)
+    temperature = _number(body, "temperature", 0, 2)
+    top_p = _number(body, "top_p", 0, 1)
+    if top_p == 0:
+        raise bad("`top_p` is 0; give a value above 0 and at most 1.", "top_p")
+    top_k = _number(body, "top_k", -1, 10**6, whole=True)  # vLLM's extension; -1 and 0 are off
+    repetition_penalty = _number(body, "repetition_penalty", 0.01, 10)
+    seed = _number(body, "seed", -(2**63), 2**63 - 1, whole=True)
+    stream = _flag(body, "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad('`stream_options` must be an object such as {"include_usage": true}.', "stream_options")
+    logprobs = _logprobs(body, chat)
+    chosen = {
+        "max_new_tokens": max_tokens if max_tokens is not None else context,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": max(top_k, 0) if top_k is not None else None,
+        "repetition_penalty": repetition_penalty,
+        "seed": None if seed is None else seed % 2**63,
+    }
+    try:
+        sampling = defaults.but(**{k: v for k, v in chosen.items() if v is not None})
+    except UserError as error:
+        raise bad(str(error))
+    return Call(
+        sampling,
+        _stops(body),
+        stream,
+        stream and _flag(options, "include_usage"),
+        logprobs,
+        max_tokens is not None,
+        body,
+    )
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    if not chat:  # completions: `logprobs` is how many alternatives
+        value = _number(body, "logprobs", 0, MAX_TOP_LOGPROBS, whole=True)
+        return None if value is None else int(value)
+    if not _flag(body, "logprobs"):
+        if body.get("top_logprobs") is not None:
+            raise bad("`top_logprobs` needs `logprobs`: true.", "top_logprobs")
+        return None
+    return int(_number(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, whole=True) or 0)
+
+
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+# apply_chat_template's own parameters: what chat_template_kwargs may not set
+TEMPLATE_PARAMETERS = (
+    "conversation",
+    "messages",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def chat_messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad('`messages` must be a non-empty list of {"role", "content"} objects.', "messages")
+    for message in messages:
+        if not isinstance(message, dict):
+            raise bad("Each message must be an object with a `role` and a `content`.", "messages")
+        if message.get("role") not in MESSAGE_ROLES:
+            raise bad(
+                f"A message has role {message.get('role')!r}; the roles are {', '.join(MESSAGE_ROLES)}.",
+                "messages",
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise bad("A message's `content` must be a string or a list of parts.", "messages")
+        for part in content if isinstance(content, list) else []:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in ("text", "image_url", "image"):
+                raise bad(f'A message part has type {json.dumps(kind)}; send "text" or "image_url" parts.', "messages")
+        _check_tool_calls(message)
+    return messages
+
+
+def _check_tool_calls(message: dict) -> None:
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if message["role"] != "assistant" or not isinstance(calls, list):
+        raise bad("`tool_calls` must be a list, on an assistant message.", "messages")
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad(
+                'Each tool call must be {"id", "type": "function", "function": {"name", "arguments"}}.', "messages"
+            )
+        if isinstance(function.get("arguments"), str):  # templates print an object; OpenAI sends it as JSON text
+            try:
+                function["arguments"] = json.loads(function["arguments"] or "{}")
+            except ValueError:
+                raise bad(f"The arguments of the call to {function['name']!r} are not JSON.", "messages")
+
+
+def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
+    """The chat body's tools, tool_choice, parallel_tool_calls, chat_template_kwargs and reasoning_effort, checked."""
+    tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if choice in ("required",) or isinstance(choice, dict):
+        raise bad(
+            "This server cannot force a tool call yet (`tool_choice` required or a named function); send "
+            '"auto" or "none".',
+            "tool_choice",
+        )
+    if choice not in (None, "auto", "none"):
+        raise bad(f'`tool_choice` is {json.dumps(choice)}; send "auto" or "none".', "tool_choice")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise bad("`chat_template_kwargs` must be an object of the template's variables.", "chat_template_kwargs")
+    taken = sorted(set(kwargs) & set(TEMPLATE_PARAMETERS))
+    if taken:
+        raise bad(
+            f"`chat_template_kwargs` sets {', '.join(taken)}, which the server sets itself; send the template's own "
+            "variables only (such as enable_thinking).",
+            "chat_template_kwargs",
+        )
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise bad(
+            f"`reasoning_effort` is {json.dumps(effort)}; send one of {', '.join(REASONING_EFFORTS)}.",
+            "reasoning_effort",
+        )
+    variables = dict(kwargs)
+    if effort is not None and "reasoning_effort" not in variables and "enable_thinking" not in variables:
+        variables["reasoning_effort"] = "low" if effort == "minimal" else effort
+    return ChatOptions(
+        tools=tools,
+        tool_choice=choice or "auto",
+        parallel_tool_calls=_flag(body, "parallel_tool_calls") if "parallel_tool_calls" in body else True,
+        template_kwargs=variables,
+        answer_tokens=answer_tokens,
+    )
+
+
+def _tools(tools) -> list[dict] | None:
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise bad('`tools` must be a list of {"type": "function", "function": {...}} objects.', "tools")
+    names = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise bad('Each tool must be {"type": "function", "function": {"name", "parameters"}}.', "tools")
+        parameters = function.get("parameters")
+        if parameters is not None and not (
+            isinstance(parameters, dict) and parameters.get("type", "object") == "object"
+        ):
+            raise bad(f"The parameters of tool {function['name']!r} must be a JSON schema of type object.", "tools")
+        names.append(function["name"])
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise bad(f"Two tools are named {', '.join(repeated)}; give each tool its own name.", "tools")
+    return tools
+
+
+def completion_prompt(body: dict) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad("`prompt` must be a string (one prompt per request).", "prompt")
+    if not prompt:
+        raise bad("`prompt` is empty; send the text to continue.", "prompt")
+    return prompt

@@ -1,0 +1,419 @@
+"""The OpenAI-compatible API: /v1/chat/completions, /v1/completions and /v1/models beside the page, on its host
+and port (Starlette routes handed to Gradio's FastAPI app), over the same engine as the page.
+
+Chat requests go to the engine as messages, as the page's do (engine/chats.py renders them in the launcher's
+template, the oldest turns left out whole when the conversation outgrows the context, and parses the answer), and
+reuse the KV cache of the earlier turns of a conversation by its longest cached token prefix (the "v1/*" pool of
+model/prefix_cache.py). Every answer waits in the one queue of the page and the API (engine/in_order.py).
+A client that goes away, streaming or not, cancels its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from local_chat.engine import Delta, End, Engine, Reasoning, Request, TokenLogprob, ToolCallDelta, checkpoint_name
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.interface import POOL, add_call_piece
+from local_chat.engine.threaded import in_own_thread
+from local_chat.errors import UserError
+
+from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
+
+V1_CACHE_POOL = "v1" + POOL  # conversations matched by their longest cached token prefix
+DISCONNECT_POLL_S = 0.02
+ANSWER_TOKENS_BUDGET = 256  # room kept for the answer when a conversation must be shortened and max_tokens is unset
+
+
+def model_name(engine: Engine) -> str:
+    """The loaded model's name: its checkpoint folder's (nothing else of the server's disk)."""
+    return checkpoint_name(engine.summary()) or "model"
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+class OpenAIAPI:
+    """The /v1 routes' handlers over `engine`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        template: str,
+        image_transform: str | None,
+        max_upload_mb: float,
+        api_keys: list[str] | None = None,
+    ):
+        self.engine, self.template, self.image_transform = (
+            ChatEngine.over(engine, template, max_upload_mb),
+            template,
+            image_transform,
+        )
+        self.max_upload_mb = max_upload_mb
+        self.max_body_bytes = int(max_upload_mb * 1e6 * 4 / 3) + 2**20  # one image at the cap, base64, and text
+        self.api_keys = [key.encode() for key in api_keys or []]
+        self.name = model_name(engine)
+        self.created = int(time.time())
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        ]
+
+    # ----- the endpoints -----
+
+    async def chat_completions(self, http: HTTPRequest) -> Response:
+        return await self._answer(http, chat=True)
+
+    async def completions(self, http: HTTPRequest) -> Response:
+        return await self._answer(http, chat=False)
+
+    async def tokenize(self, http: HTTPRequest) -> Response:
+        """vLLM's and SGLang's POST /tokenize: the tokens of a `prompt`, or of `messages` with the template (all their
+        turns, whatever their length), and the context: {"count", "max_model_len"}."""
+        try:
+            self._authorize(http)
+            body = parse_json(await self._body(http))
+            count = await run_in_threadpool(self._count, body)
+        except APIError as error:
+            return error_response(error)
+        except UserError as error:
+            return error_response(bad(str(error)))
+        return JSONResponse({"count": count, "max_model_len": self.engine.max_seq_len})
+
+    def _count(self, body: dict) -> int:
+        if "messages" not in body:
+            return self.engine.prompt_length(completion_prompt(body))
+        return self.engine.count(chat_messages(body), chat_options(body, answer_tokens=0))
+
+    async def models(self, http: HTTPRequest) -> Response:
+        try:
+            self._authorize(http)
+        except APIError as error:
+            return error_response(error)
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, http: HTTPRequest) -> Response:
+        try:
+            self._authorize(http)
+            if http.path_params["model"] != self.name:
+                raise APIError(
+                    404, f"There is no model {http.path_params['model']!r} here; this server has {self.name!r}."
+                )
+        except APIError as error:
+            return error_response(error)
+        return JSONResponse(self._model_card())
+
+    async def not_found(self, http: HTTPRequest) -> Response:
+        return error_response(
+            APIError(
+                404,
+                f"There is no {http.method} {http.url.path} here; the API has POST /v1/chat/completions, "
+                "POST /v1/completions and GET /v1/models.",
+            )
+        )
+
+    def _model_card(self) -> dict:
+        context = self.engine.max_seq_len
+        return {
+            "id": self.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "local-chat",
+            "max_model_len": context,
+            "context_length": context,
+        }
+
+    # ----- one request -----
+
+    async def _answer(self, http: HTTPRequest, chat: bool) -> Response:
+        try:
+            self._authorize(http)
+            body = parse_json(await self._body(http))
+            call = parse_call(body, self.engine.generation_defaults(), self.engine.max_seq_len, chat)
+            request = await run_in_threadpool(self._request, body, call, chat)  # prompt lengths ask the model
+        except APIError as error:
+            return error_response(error)
+        except UserError as error:
+            return error_response(bad(str(error)))
+        if self.engine.failure is not None:
+            return error_response(APIError(503, self.engine.failure))
+        events = self.engine.stream(request)
+        first = await run_in_threadpool(next, events, None)  # a chat's messages rendered, or refused with a 400
+        if isinstance(first, End) and first.finish_reason == "error":
+            return error_response(self._error_of(first))
+        events = resumed(first, events)
+        reply = Reply(self.name, chat, call)
+        watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
+        if call.stream:
+            return StreamingResponse(
+                self._sse(events, request, reply, watcher),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        try:
+            async for batch in in_own_thread(events):
+                reply.take(batch)
+        finally:
+            watcher.cancel()
+            request.cancel.set()
+        if reply.end.finish_reason == "error":
+            return error_response(self._error_of(reply.end))
+        return JSONResponse(reply.whole())
+
+    async def _sse(self, events, request: Request, reply: Reply, watcher: asyncio.Task) -> AsyncIterator[str]:
+        try:
+            yield sse(reply.first_chunk())
+            async for batch in in_own_thread(events):
+                if text := "".join(sse(chunk) for chunk in reply.chunks(batch)):  # what was made meanwhile, one write
+                    yield text
+            if reply.end.finish_reason == "error":
+                yield sse(self._error_of(reply.end).body())
+            elif reply.call.include_usage:
+                yield sse(reply.usage_chunk())
+            yield "data: [DONE]\n\n"
+        finally:
+            watcher.cancel()
+            request.cancel.set()  # a client gone mid-stream: the model stops at its next step
+
+    def _error_of(self, end: End) -> APIError:
+        if end.caller_error:
+            return bad(end.error)
+        return APIError(503 if self.engine.failure is not None else 500, end.error)
+
+    def _request(self, body: dict, call: Call, chat: bool) -> Request:
+        """The engine request for a checked body: a raw prompt, or chat messages (the engine renders them, leaving
+        out the oldest turns when they do not fit)."""
+        request = Request(
+            sampling=call.sampling,
+            stop=call.stop,
+            image_transform=self.image_transform,
+            session=V1_CACHE_POOL,
+            logprobs=call.logprobs,
+            cancel=threading.Event(),
+        )
+        if not chat:
+            request.prompt = completion_prompt(body)
+            return request
+        budget = call.sampling.max_new_tokens if call.max_tokens_given else ANSWER_TOKENS_BUDGET
+        request.messages, request.chat = chat_messages(body), chat_options(body, budget)
+        return request
+
+    def _authorize(self, http: HTTPRequest) -> None:
+        if not self.api_keys:
+            return
+        scheme, _, given = http.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given.strip().encode(), k) for k in self.api_keys):
+            raise APIError(401, "The API key is missing or wrong; send the header Authorization: Bearer YOUR_KEY.")
+
+    async def _body(self, http: HTTPRequest) -> bytes:
+        """The body, refused once it passes the cap (before it is all read)."""
+        limit = self.max_body_bytes
+        declared = http.headers.get("content-length")
+        too_big = APIError(
+            413,
+            f"The request body is over {limit / 1e6:.0f} MB; send smaller images (the server's --max_upload_mb is "
+            f"{self.max_upload_mb:g}).",
+        )
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+async def cancel_when_gone(http: HTTPRequest, cancel: threading.Event) -> None:
+    """Set `cancel` once the client has disconnected (looked at every DISCONNECT_POLL_S seconds)."""
+    while not cancel.is_set():
+        if await http.is_disconnected():
+            cancel.set()
+            return
+        await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+def resumed(first, events):
+    """`events` with its `first` item, already taken, in front (closing it closes `events`)."""
+    try:
+        if first is not None:
+            yield first
+        yield from events
+    finally:
+        events.close()
+
+
+def sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+class Reply:
+    """The answer to one /v1 request as it grows: OpenAI's chunks while it streams, or its whole body."""
+
+    def __init__(self, model: str, chat: bool, call: Call):
+        self.model, self.chat, self.call = model, chat, call
+        self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCallDelta] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.end = End("error", error="The answer ended without its last event.")
+
+    def take(self, events: list) -> list:
+        """Keep what `events` add to the answer; the events that a client is sent (answer, reasoning, calls)."""
+        sent = []
+        for event in events:
+            if isinstance(event, Delta):
+                self.text.append(event.text)
+                self.logprobs.extend(event.logprobs)
+            elif isinstance(event, Reasoning):
+                self.reasoning.append(event.text)
+            elif isinstance(event, ToolCallDelta):
+                add_call_piece(self.calls, event)
+            elif isinstance(event, End):
+                self.end = event
+                continue
+            else:
+                continue
+            sent.append(event)
+        return sent
+
+    @property
+    def finish_reason(self) -> str:
+        return {"length": "length", "tool_calls": "tool_calls"}.get(self.end.finish_reason, "stop")
+
+    def _head(self, kind: str) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def first_chunk(self) -> dict:
+        if not self.chat:
+            return self._chunk("", [], None)
+        return {
+            **self._head("chat.completion.chunk"),
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            ],
+        }
+
+    def chunks(self, events: list) -> list[dict]:
+        chunks = []
+        for event in self.take(events):
+            if isinstance(event, Delta):
+                chunks.append(self._chunk(event.text, event.logprobs, None))
+            elif isinstance(event, Reasoning):
+                chunks.append(self._delta({"reasoning_content": event.text, "reasoning": event.text}))
+            else:  # a tool call: its name first, then its arguments, as OpenAI streams them
+                head = {"index": event.index, "id": event.id, "type": "function"}
+                chunks.append(
+                    self._delta({"tool_calls": [{**head, "function": {"name": event.name, "arguments": ""}}]})
+                )
+                if event.arguments:
+                    piece = {"index": event.index, "function": {"arguments": event.arguments}}
+                    chunks.append(self._delta({"tool_calls": [piece]}))
+        if any(isinstance(event, End) for event in events) and self.end.finish_reason != "error":
+            chunks.append(self._chunk("", [], self.finish_reason))
+        return chunks
+
+    def _delta(self, delta: dict) -> dict:
+        """A chat chunk whose delta is `delta` (reasoning, or a tool call)."""
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        chunk = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        if self.call.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _chunk(self, text: str, logprobs: list[TokenLogprob], finish: str | None) -> dict:
+        if self.chat:
+            choice = {"index": 0, "delta": {"content": text} if text or finish is None else {}}
+            kind = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text}
+            kind = "text_completion"
+        choice["logprobs"] = self._logprobs(logprobs) if self.call.logprobs is not None and logprobs else None
+        choice["finish_reason"] = finish
+        chunk = {**self._head(kind), "choices": [choice]}
+        if self.call.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def usage_chunk(self) -> dict:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(kind), "choices": [], "usage": self.usage()}
+
+    def usage(self) -> dict:
+        end = self.end
+        return {
+            "prompt_tokens": end.prompt_tokens,
+            "completion_tokens": end.completion_tokens,
+            "total_tokens": end.prompt_tokens + end.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": end.reasoning_tokens},
+        }
+
+    def whole(self) -> dict:
+        text = "".join(self.text)
+        logprobs = self._logprobs(self.logprobs) if self.call.logprobs is not None else None
+        if self.chat:
+            choice = {"index": 0, "message": self._message(text)}
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text}
+            kind = "text_completion"
+        choice.update(logprobs=logprobs, finish_reason=self.finish_reason)
+        return {**self._head(kind), "choices": [choice], "usage": self.usage()}
+
+    def _message(self, text: str) -> dict:
+        """The whole answer as a chat message: its reasoning under both names clients read, its tool calls."""
+        message = {"role": "assistant", "content": text if text or not self.calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.calls
+            ]
+        return message
+
+    def _logprobs(self, tokens: list[TokenLogprob]) -> dict:
+        if self.chat:
+            return {
+                "content": [
+                    {
+                        "token": t.token,
+                        "logprob": t.logprob,
+                        "bytes": list(t.token.encode()),
+                        "top_logprobs": [{"token": s, "logprob": v, "bytes": list(s.encode())} for s, v in t.top],
+                    }
+                    for t in tokens
+                ]
+            }
+        offsets, at = [], sum(len(t) for t in self.text) - sum(len(t.token) for t in tokens)
+        for t in tokens:
+            offsets.append(at)
+            at += len(t.token)
+        return {
+            "tokens": [t.token for t in tokens],
+            "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [dict(t.top) for t in tokens],
+            "text_offset": offsets,
+        }

@@ -1,0 +1,22 @@
+"""Limits and defaults that more than one layer reads: the bottom of the import order (docs/architecture.md), so
+every layer may import it. Imports nothing of the project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_UPLOAD_MB = 20  # the default of --max_upload_mb: an image, or a conversation file to import
+# auto: the model's processor fits the image (or the transform its config records); the others are model.image's
+IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks
+DEFAULT_CONTEXT = 4096  # --max_seq_len's default for a local model
+
+
+def _demo_model() -> Path:
+    """assets/demo-model of the checkout: beside this package (the README's editable install), else in the working
+    directory (a `pip install .` run from the checkout)."""
+    beside = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
+    here = Path.cwd() / "assets" / "demo-model"
+    return here if not (beside / "config.json").exists() and (here / "config.json").exists() else beside
+
+
+DEMO_MODEL = _demo_model()

@@ -1,0 +1,343 @@
+"""Chat messages over an engine that takes prompts: the messages rendered with the model's template
+(prompting/messages.py), and the answer parsed, while it streams, into reasoning, answer text and tool calls with the
+model's response format (prompting/response_formats.py, read by transformers' `ResponseParser`).
+
+`ChatEngine(engine)` is itself an engine: a request with `messages` gets a `Rendered` event, then `Reasoning`,
+`Delta` (the answer) and `ToolCallDelta` events, then its `End` ("tool_calls" when the answer called tools). A
+request with a raw `prompt` passes through untouched, and so does everything to an engine that renders messages
+itself (engine/remote.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from local_chat.defaults import MAX_UPLOAD_MB
+from local_chat.errors import UserError
+from local_chat.model.detokenize import StopStrings
+from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
+from local_chat.prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
+from local_chat.prompting.response_formats import (
+    LLAMA3_JSON_CALLS,
+    Region,
+    response_format,
+    response_parser,
+    text_events,
+)
+from local_chat.templates.multi_turn import CHAT_TEMPLATE
+
+from .interface import (
+    Answer,
+    ChatOptions,
+    Delta,
+    End,
+    Engine,
+    Event,
+    Reasoning,
+    Rendered,
+    Request,
+    ToolCallDelta,
+    collect,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ChatEngine:
+    """`engine` with chat messages rendered in their request's template (else `template`, the launcher's) and answers
+    parsed (see the module)."""
+
+    def __init__(self, engine: Engine, template: str, max_upload_mb: float | None = None):
+        self.engine, self.template = engine, template
+        self.max_upload_mb = MAX_UPLOAD_MB if max_upload_mb is None else max_upload_mb
+
+    @staticmethod
+    def over(engine: Engine, template: str, max_upload_mb: float | None = None) -> ChatEngine:
+        """`engine` as a `ChatEngine` (itself where it is one already)."""
+        return engine if isinstance(engine, ChatEngine) else ChatEngine(engine, template, max_upload_mb)
+
+    def __getattr__(self, name):  # every other part of the interface is the engine's
+        return getattr(self.engine, name)
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        if request.messages is None:
+            yield from self.engine.stream(request)
+            return
+        try:
+            rendered, sent, parser = self.prepared(request)
+        except UserError as error:
+            yield End.failed(str(error), caller_error=True)
+            return
+        yield rendered
+        events = self.engine.stream(sent)
+        try:
+            yield from events if parser is None else parser.events(events, request.stop, sent.cancel)
+        finally:
+            events.close()  # a reader that leaves stops the model at its next step
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers (the engine's batch) to raw prompts and to chat messages alike; a request that cannot be
+        rendered gets its sentence as an "error" answer."""
+        prepared: list = []
+        for request in requests:
+            try:
+                prepared.append(self.prepared(request) if request.messages is not None else (None, request, None))
+            except UserError as error:
+                prepared.append(Answer("", End.failed(str(error), caller_error=True)))
+        sent = [p[1] for p in prepared if isinstance(p, tuple)]
+        answers = iter(self.engine.complete(sent) if sent else [])
+        out = []
+        for item, request in zip(prepared, requests):
+            if isinstance(item, Answer):
+                out.append(item)
+            elif item[2] is None:
+                out.append(next(answers))
+            else:
+                out.append(item[2].whole(next(answers), request.stop))
+        return out
+
+    def count(self, messages: list[dict], options: ChatOptions) -> int:
+        """The tokens of `messages` (all of them, whatever their length) in their template: /tokenize's count."""
+        if self._renders_itself(options):
+            return self.engine.messages_length(self._for_the_engine(messages), options.tools)
+        built = messages_prompt(self.engine, self._template(options), messages, options, self.max_upload_mb, False)
+        return built.tokens
+
+    def prepared(self, request: Request) -> tuple[Rendered, Request, AnswerParser | None]:
+        """(the `Rendered` event, the request the engine is sent, the parser of its answer: None where the engine
+        renders the messages and parses its answers itself); a conversation that cannot be rendered raises
+        `UserError`."""
+        options = request.chat or ChatOptions()
+        if self._renders_itself(options):
+            kept, dropped, tokens, images = self._kept(request.messages, options)
+            return Rendered(shown_messages(kept), dropped, tokens, images), replace(request, messages=kept), None
+        built = messages_prompt(self.engine, self._template(options), request.messages, options, self.max_upload_mb)
+        sent = replace(
+            request,
+            prompt=built.text,
+            stop=tuple(built.stop_symbols),  # the caller's own stop strings are looked for in the answer text only
+            images=built.images or None,
+            messages=None,
+            chat=None,
+            special_tokens=self.answer_format.reads_special_tokens,
+            cancel=request.cancel or threading.Event(),
+        )
+        parser = AnswerParser(self.answer_format, built.text, options)
+        return Rendered(built.text, built.dropped_turns, built.tokens, len(built.images)), sent, parser
+
+    def _template(self, options: ChatOptions) -> str:
+        return options.template or self.template
+
+    def _renders_itself(self, options: ChatOptions) -> bool:
+        """Whether the engine applies its own chat template (engine/remote.py), and this request asks for it."""
+        return self._template(options) == CHAT_TEMPLATE and getattr(self.engine, "renders_messages", False)
+
+    @functools.cached_property
+    def answer_format(self) -> AnswerFormat:
+        return AnswerFormat.of(self.engine)
+
+    def _kept(self, messages: list[dict], options: ChatOptions) -> tuple[list[dict], int, int, int]:
+        """(the messages an engine that renders them itself is sent; how many of the oldest turns were left out where
+        the conversation outgrows its context; its tokens; its images)."""
+        messages = self._for_the_engine(messages)
+        length = functools.cache(
+            lambda dropped: self.engine.messages_length(kept_turns(messages, dropped), options.tools)
+        )
+        dropped, tokens = fitted(self.engine, messages, options.answer_tokens, length)
+        kept = kept_turns(messages, dropped)
+        return kept, dropped, tokens, sum(len(image_parts(m)) for m in kept)
+
+    def _for_the_engine(self, messages: list[dict]) -> list[dict]:
+        """Messages checked for an engine that renders them itself, their images as `data:` URLs."""
+        messages = with_data_urls(answerable(messages), self.max_upload_mb)
+        if not self.engine.sees_images and any(image_parts(m) for m in messages):
+            raise UserError(
+                "This model cannot see images (start the app with --vision if the engine's model sees them); send "
+                "the message without an image."
+            )
+        return messages
+
+
+def shown_messages(messages: list[dict]) -> str:
+    """Messages as "Prompt sent to the model" shows them: JSON, each image as `<image N>`."""
+    count = 0
+
+    def shown(part):
+        nonlocal count
+        if not (isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES):
+            return part
+        count += 1
+        return {"type": "image_url", "image_url": {"url": f"<image {count}>"}}
+
+    out = [{**m, "content": [shown(p) for p in m["content"]]} if image_parts(m) else m for m in messages]
+    return json.dumps(out, ensure_ascii=False, indent=1)
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How a model writes its answers: its response template, whether that is the model's own format (read with the
+    special tokens in the text) rather than `THINK_TAGS`, and its tokenizer (to count reasoning tokens)."""
+
+    template: dict
+    reads_special_tokens: bool
+    tokenizer: object
+
+    @staticmethod
+    def of(engine: Engine) -> AnswerFormat:
+        renderer = engine.chat_renderer
+        template, own = response_format(renderer, engine.summary().get("model_type"))
+        return AnswerFormat(template, own and renderer is not None, engine.tokenizer)
+
+
+class AnswerParser:
+    """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
+    answer and tool-call events, as it grows."""
+
+    def __init__(self, form: AnswerFormat, prompt: str, options: ChatOptions):
+        template = form.template
+        text_like = template is LLAMA3_JSON_CALLS and not options.tools  # an answer that is JSON is no call then
+        if (options.tool_choice == "none" or text_like) and "tool_calls" in template.get("fields", {}):
+            template = copy.deepcopy(template)  # calls stay text in the answer
+            del template["fields"]["tool_calls"]
+        self.parser = response_parser(template, prompt, options.tools)
+        self.tokenizer = form.tokenizer
+        self.parallel = options.parallel_tool_calls
+        self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
+        self.calls = 0
+        self.broken = False  # a call could not be read: the rest is answer text
+        self.call_text = ""  # the call being written, as the model writes it
+        self.reasoning_text = ""  # what was sent as reasoning, to count its tokens
+        self.raw = ""  # the answer as the model wrote it, for the terminal when a call cannot be read
+
+    def whole(self, answer: Answer, stops: tuple[str, ...] = ()) -> Answer:
+        """A whole answer's text parsed (the caller's `stops` cut it)."""
+        return collect(self.events(iter([Delta(answer.text), answer.end]), stops, threading.Event()))
+
+    def events(self, inner: Iterator[Event], stops: tuple[str, ...], cancel: threading.Event) -> Iterator[Event]:
+        """`inner`'s events with its text parsed; a stop string of the caller's found in the answer ends it."""
+        stop, logprobs = _AnswerStops(stops), _AnswerLogprobs()
+        yield from self._parsed(self.parser.initial_events)
+        for event in inner:
+            if isinstance(event, Delta):
+                if stop.hit:
+                    continue  # the model stops at its next step
+                self.raw += event.text
+                parsed = stop.cut(self._feed(event.text))
+                if stop.hit:
+                    cancel.set()
+                yield from logprobs.attached(parsed, event.logprobs)
+            elif isinstance(event, End):
+                if not stop.hit:
+                    yield from logprobs.attached(stop.cut(self._feed(None), at_end=True), [])
+                yield self._end(event, stop.hit)
+                return
+            else:
+                yield event
+
+    def _end(self, end: End, stopped: bool) -> End:
+        reason = end.finish_reason
+        if stopped and reason == "cancelled":
+            reason = "stop"
+        elif self.calls and reason == "stop":
+            reason = "tool_calls"
+        reasoning = len(self.tokenizer.encode(self.reasoning_text, bos=False)) if self.reasoning_text else 0
+        return replace(end, finish_reason=reason, reasoning_tokens=min(reasoning, end.completion_tokens))
+
+    def _feed(self, text: str | None) -> list[Event]:
+        """The events of the next piece of the answer (None: its end). A call the parser cannot read (broken, or
+        cut by the length limit) and all that follows stay in the answer as text."""
+        if self.broken:
+            return self.fields["content"].chunk(text or "")
+        try:
+            return self._parsed(self.parser.feed(text) if text is not None else self.parser.finalize()[1])
+        except ValueError as error:
+            log.warning("A tool call could not be read, so it stays in the answer as text (%s)", str(error)[:300])
+            self.broken = True
+            return self.fields["content"].chunk(self.call_text + (text or ""))
+
+    def _parsed(self, events: list[dict]) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            if event.get("field") != "tool_calls":
+                out.extend(text_events([event], self.fields))
+            elif event["type"] == "region_open":
+                self.call_text = ""
+            elif event["type"] == "region_chunk":
+                self.call_text += event["text"]
+            elif event["type"] == "region_close":
+                out.extend(self._call(event.get("value")))
+        self.reasoning_text += "".join(e.text for e in out if isinstance(e, Reasoning))
+        return out
+
+    def _call(self, value) -> list[Event]:
+        function = value.get("function") if isinstance(value, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            log.warning("A tool call could not be read, so it stays in the answer as text: %r", self.raw[-300:])
+            return self.fields["content"].chunk(json.dumps(value) if not isinstance(value, str) else value)
+        if self.calls and not self.parallel:
+            return []  # parallel_tool_calls false: the first call only
+        arguments = function.get("arguments", {})
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        call = ToolCallDelta(self.calls, "call_" + secrets.token_hex(12), name, text)
+        self.calls += 1
+        return [call]
+
+
+class _AnswerLogprobs:
+    """The log-probabilities of the answer's tokens, each step's given to the answer text it became: a token whose
+    text the parser holds back (a line break inside the answer) keeps them until that text is sent; the tokens of
+    the reasoning, of tool calls, and of the tags and whitespace before the answer carry none."""
+
+    def __init__(self):
+        self.pending: list = []
+        self.answering = False  # the answer's text has begun
+
+    def attached(self, events: list[Event], logprobs: list) -> list[Event]:
+        if not logprobs and not self.pending:  # none asked for (or none left to give)
+            self.answering = self.answering or any(isinstance(e, Delta) for e in events)
+            return events
+        self.pending += logprobs
+        at = next((i for i, e in enumerate(events) if isinstance(e, Delta)), None)
+        if at is not None:
+            events[at] = Delta(events[at].text, self.pending)
+            self.pending, self.answering = [], True
+        elif events or not self.answering:
+            self.pending = []  # reasoning or a call, or what came before the answer
+        return events
+
+
+class _AnswerStops:
+    """The caller's stop strings, looked for in the answer text only: the text up to the first one, a tail that may
+    still become one held back until it is ruled out."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = StopStrings(stops) if stops else None
+        self.text, self.sent, self.hit = "", 0, False
+
+    def cut(self, events: list[Event], at_end: bool = False) -> list[Event]:
+        if self.stops is None:
+            return events
+        out: list[Event] = []
+        for event in events:
+            if not isinstance(event, Delta) or self.hit:
+                out.extend([] if self.hit else [event])
+                continue
+            self.text += event.text
+            found = self.stops.find(self.text)
+            self.hit = found >= 0
+            end = found if self.hit else len(self.text) if at_end else self.stops.safe_length(self.text)
+            if end > self.sent:
+                out.append(Delta(self.text[self.sent : end]))
+                self.sent = end
+        if at_end and not self.hit and self.sent < len(self.text):
+            out.append(Delta(self.text[self.sent :]))
+            self.sent = len(self.text)
+        return out

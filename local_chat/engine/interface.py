@@ -1,0 +1,269 @@
+"""The engine interface every door (the page, the /v1 API, the command line) talks to, and nothing else.
+
+A door builds a `Request` (a raw prompt, or chat messages with their `ChatOptions`; its `Sampling`, stop strings,
+images, a cancel flag) and reads the events of `Engine.stream`: `Rendered` (the prompt that messages became),
+`Reasoning`, `Delta`s that carry only the new answer text (and, when asked, the log-probabilities of exactly the
+tokens that text came from) and `ToolCallDelta`s, perhaps `Queued` while other requests go first, then one `End`
+with the finish reason, token counts and timings. `stream` never raises: a mistake the user can fix, a model that
+failed, a bug all end in an `End` whose `finish_reason` is "error" and whose `error` is one sentence to show.
+
+Engines: `MetaModel` in-process (model/meta.py), `PipeEngine` over the pipe to the model's process (engine/process.py),
+`RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine` (engine/chats.py) renders messages
+for those that take prompts, and `InArrivalOrder` (engine/in_order.py) queues every door's requests in front of them.
+Session keys (`session_key`) name one door of one browser session: its Stop and its KV cache. This module is the
+bottom of the import order (docs/architecture.md): it imports nothing of the project but local_chat.errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from local_chat.errors import UserError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How long an answer may grow and how its tokens are picked (temperature 0: greedy).
+
+    The defaults are the chat's (the page, the /chat API, and /v1 where the model's generation_config is silent);
+    `ACCESSORY_SAMPLING` holds LLaMA2-Accessory's, which `MetaModel.generate` and `stream_generate` keep."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.1
+    top_p: float = 0.75
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        """Settings no sampler can use are one sentence, whichever door they came through."""
+        problems = [
+            (not self.max_new_tokens >= 1, f"answer length is {self.max_new_tokens} tokens; ask for at least 1"),
+            (not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
+            (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
+            (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
+            (
+                not self.repetition_penalty > 0,
+                f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)",
+            ),
+        ]
+        for bad, sentence in problems:
+            if bad:
+                raise UserError(f"The {sentence}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def but(self, **changes) -> Sampling:
+        """This sampling with some settings changed (checked again)."""
+        return replace(self, **changes)
+
+
+ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
+
+
+@dataclass
+class ChatOptions:
+    """What a request in chat messages asks of the template and of the answer's parsing (OpenAI's fields)."""
+
+    tools: list[dict] | None = None  # OpenAI's {"type": "function", "function": {name, description, parameters}}
+    tool_choice: str = "auto"  # "auto", or "none": tools still rendered, the answer not parsed for calls
+    parallel_tool_calls: bool = True  # False: the first call only
+    template_kwargs: dict = field(default_factory=dict)  # the template's own variables (enable_thinking, ...)
+    answer_tokens: int = 256  # room kept for the answer when the oldest turns must go
+    template: str | None = None  # the conversation template (an Accessory name or "chat_template"); None: the app's
+
+
+@dataclass
+class Request:
+    """One answer to generate: to a raw `prompt` (the text the model sees, never parsed), or to chat `messages`
+    (OpenAI's shape: roles system, developer, user, assistant, tool; assistant messages with `tool_calls` and
+    `reasoning_content`), which the engine renders with its template and `chat` options."""
+
+    prompt: str = ""
+    sampling: Sampling = field(default_factory=Sampling)
+    stop: tuple[str, ...] = ()  # strings that end the answer, never shown (nor any start of one)
+    images: list | None = None  # the images the prompt's image markers stand for, in order
+    image_transform: str | None = None  # None or "auto": the model's own fitting; else an Accessory transform
+    session: str | None = None  # a conversation whose KV cache is kept between turns (model/prefix_cache.py)
+    logprobs: int | None = None  # None: none; k: each sent token's log-probability and its k likeliest alternatives
+    cancel: threading.Event | None = field(default=None, compare=False)  # set: the model stops before its next step
+    messages: list[dict] | None = None  # chat messages instead of a prompt (see above)
+    chat: ChatOptions | None = None  # with `messages`
+    special_tokens: bool = False  # the text keeps the tokenizer's special tokens (what a response parser reads)
+
+    def portable(self) -> Request:
+        """This request as another process can receive it: without the cancel flag (it is passed on separately)."""
+        return replace(self, cancel=None)
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)  # the likeliest tokens at that step, best first
+
+
+@dataclass
+class Delta:
+    """Text added to the answer, and the tokens it came from when the request asked for log-probabilities."""
+
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass
+class Reasoning:
+    """Text added to the answer's reasoning (what a reasoning model thinks before it answers)."""
+
+    text: str
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of a tool call: its first piece names it (`id`, `name`); `arguments` text follows, by `index`."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass
+class Rendered:
+    """The prompt the engine made of a request's messages (first event of such a request): its text (for an engine
+    that applies its own template, the messages it is sent, as JSON), how many of the oldest turns were left out to
+    fit the context, its length in tokens, and how many images it shows."""
+
+    text: str
+    dropped_turns: int = 0
+    prompt_tokens: int = 0
+    images: int = 0
+
+
+@dataclass
+class Queued:
+    """The request waits for the model: `ahead` requests go first."""
+
+    ahead: int
+
+
+@dataclass
+class End:
+    """The last event of a stream."""
+
+    finish_reason: str  # "stop", "length", "tool_calls", "cancelled" or "error"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose keys and values came from the session's cache
+    time_to_first_token: float = 0.0
+    total_time: float = 0.0
+    tokens_per_second: float = 0.0
+    decode_tokens_per_second: float = 0.0
+    detokenize_time: float = 0.0
+    encode_time: float = 0.0
+    token_ids: list[int] = field(default_factory=list)  # the answer's tokens, its stop token not among them
+    error: str | None = None  # with "error": the sentence to show
+    caller_error: bool = False  # the error is the request's (a UserError), not the model's
+    reasoning_tokens: int = 0  # of the completion tokens, those whose text was reasoning
+
+    @staticmethod
+    def failed(sentence: str, caller_error: bool = False) -> End:
+        return End("error", error=sentence, caller_error=caller_error)
+
+
+Event = Delta | Reasoning | ToolCallDelta | Rendered | Queued | End
+
+
+@dataclass
+class Answer:
+    """A whole answer, as `Engine.complete` returns it."""
+
+    text: str
+    end: End
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)  # each call whole
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What every door uses of a model: its facts, prompt lengths, and answers as streams of events."""
+
+    tokenizer: object  # Accessory's tokenizer API: encode(s, bos, eos), decode(ids)
+    max_seq_len: int  # the context, in tokens
+
+    @property
+    def sees_images(self) -> bool: ...
+
+    @property
+    def chat_renderer(self) -> object | None:
+        """What renders the model's own chat template (a processor or tokenizer), or None."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why the model cannot answer any more (a worker died), or None."""
+
+    def summary(self) -> dict:
+        """Facts for the page and /v1/models: path, architecture, dtype, device, context, sees_images, ..."""
+
+    def generation_defaults(self) -> Sampling:
+        """The chat's sampling with what the model's own generation_config sets (what /v1 uses)."""
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int: ...
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The answer's events; never raises (see the module's docstring)."""
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers to several requests of one sampling (in-process: one left-padded batch)."""
+
+    def drop_sessions(self, browser_session: str) -> None:
+        """Forget the KV caches of a closed browser session."""
+
+
+POOL = "/*"  # a session key ending so names a pool matched by token prefix (model/prefix_cache.py)
+
+
+def session_key(browser_session: str, door: str) -> str:
+    """The key of one door (a tab, the /chat API) of one browser session: its Stop and its KV cache."""
+    return f"{browser_session}/{door}"
+
+
+def in_session(key: str, browser_session: str) -> bool:
+    """Whether `key` is one of `browser_session`'s (see `session_key`)."""
+    return key == browser_session or key.startswith(browser_session + "/")
+
+
+def checkpoint_name(summary: dict) -> str:
+    """The loaded checkpoint's folder name(s), from `Engine.summary()`'s path: nothing else of the server's disk."""
+    return ", ".join(Path(folder).name for folder in str(summary.get("path", "")).split(", "))
+
+
+def add_call_piece(calls: list[ToolCallDelta], piece: ToolCallDelta) -> None:
+    """Add a streamed piece of a tool call to `calls`, the whole calls so far (by index)."""
+    if piece.index < len(calls):
+        calls[piece.index].arguments += piece.arguments
+    else:
+        calls.append(replace(piece))
+
+
+def collect(events: Iterator[Event]) -> Answer:
+    """A stream read to its end, as one answer (its reasoning and tool calls apart)."""
+    text, reasoning, calls, end = [], [], [], None
+    for event in events:
+        if isinstance(event, Delta):
+            text.append(event.text)
+        elif isinstance(event, Reasoning):
+            reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            add_call_piece(calls, event)
+        elif isinstance(event, End):
+            end = event
+    end = end or End.failed("The answer ended without its last event.")
+    return Answer("".join(text), end, "".join(reasoning), calls)

@@ -1,0 +1,306 @@
+"""The browser launchers' two processes: the model in the launcher's process, the web server in one of its own.
+
+Why two: on the CPU (and for small models on a GPU) a decoding step is mostly Python, so the model needs the GIL
+nearly all the time. In one process, Gradio's event loop took it from the model for every request and every update
+it sent: bench/ui_overhead.py measured 0.70-0.78 of the tokens/s a bare Gradio endpoint delivers, and 40-60 ms more
+to the first piece. Apart, neither waits for the other, and on the CPU the model leaves one core to the server
+(`leave_a_core_to_the_server`), whose threads would otherwise stall the model's parallel work.
+
+Why the model stays in the launcher's process: that process is rank 0 of the --n_gpus and torchrun layouts
+(model/parallel.py), so one layout serves them all; the server process only needs the tokenizer.
+
+The server's side (`PipeEngine`) is the engine (engine/interface.py) the doors use there: it holds the tokenizer and
+the model's facts, asks the model for prompt lengths, and streams answers over the pipe, only the new text of each
+step. The model's side (`serve_model`) answers each request on a thread of its own, tagged with the request's
+number; a cancel flag set in the server (Stop, a new message, a client gone) or a reader that leaves is passed on,
+so the model stops within a step.
+Either process ending ends the other: a model that dies (a worker lost, out of memory, killed) becomes one
+sentence in the chat, and the server exits a moment later with it; a server that stops ends the launcher.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+
+import torch
+
+from local_chat.errors import UserError, described
+from local_chat.model.meta import MetaModel
+from local_chat.model.parallel import EXIT_AFTER_FAILURE_S
+
+from .interface import Answer, End, Event, Request, Sampling, collect
+
+CANCEL_POLL_S = 0.02  # how often a request waiting for the model looks at its cancel flag and for a failure
+FAILURE_POLL_S = 0.25  # how often the model's side looks for a failure (a tensor-parallel worker that died)
+
+
+def leave_a_core_to_the_server(model: MetaModel) -> None:
+    """On the CPU, the model's threads leave one core to the web server (and its clients on this machine): a
+    parallel region waits for its slowest thread, and a server thread on the same core delays every step."""
+    if model.device.type == "cpu":
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
+
+
+def serve_in_own_process(model: MetaModel, run_server: Callable, *server_args) -> None:
+    """Start `run_server(engine, *server_args)` (a `PipeEngine` over `model`) in a process of its own and answer
+    its requests here until it ends; a server that fails ends this process with code 1."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe()
+    facts = model_facts(model)
+    server = context.Process(target=_server_main, name="web-server", args=(there, facts, run_server, server_args))
+    server.start()
+    there.close()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a terminated launcher ends its server too
+    try:
+        serve_model(model, here)  # until the server's process ends
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server.is_alive():
+            server.terminate()
+        server.join()
+    if server.exitcode == 1:
+        raise SystemExit(1)  # it said why
+    if server.exitcode not in (0, -signal.SIGTERM):
+        print(f"error: the web server's process stopped (exit code {server.exitcode}).", file=sys.stderr)
+        raise SystemExit(1)
+
+
+# ----- the model's side -----
+
+
+def serve_model(model: MetaModel, connection) -> None:
+    """Answer the requests arriving on `connection` until the other side closes it."""
+    send = _locked_sender(connection)
+    cancels: dict[int, threading.Event] = {}
+    stopped = threading.Event()
+    threading.Thread(target=_report_failure, args=(model, send, stopped), name="failure-watch", daemon=True).start()
+    try:
+        while True:
+            try:
+                request = connection.recv()
+            except (EOFError, OSError):
+                return
+            kind, number, *rest = request
+            if kind == "stream":
+                cancels[number] = rest[0].cancel = threading.Event()
+                threading.Thread(
+                    target=_stream, args=(model, send, number, rest[0], cancels), name="answer", daemon=True
+                ).start()
+            elif kind == "cancel":
+                if (event := cancels.get(number)) is not None:
+                    event.set()
+            elif kind == "prompt_length":
+                _reply(send, number, lambda: model.prompt_length(*rest[0]))  # noqa: B023 (called at once)
+            elif kind == "drop":
+                model.drop_sessions(rest[0])
+    finally:
+        stopped.set()
+
+
+def _stream(model: MetaModel, send, number: int, request: Request, cancels: dict) -> None:
+    try:
+        for event in model.stream(request):
+            send((number, "event", event))
+    finally:
+        cancels.pop(number, None)
+
+
+def _reply(send, number: int, compute: Callable) -> None:
+    try:
+        send((number, "value", compute()))
+    except Exception as error:
+        send((number, "error", _portable(error)))
+
+
+def _portable(error: Exception) -> Exception:
+    """`error` as the server can receive it: itself when it pickles, else a RuntimeError saying what it was; a bug
+    (not the user's mistake nor memory running out) leaves its traceback in this terminal, where its frames are."""
+    if not isinstance(error, (UserError, torch.OutOfMemoryError)):
+        traceback.print_exception(error)
+    try:
+        pickle.dumps(error)
+        return error
+    except Exception:
+        return RuntimeError(described(error))
+
+
+def _report_failure(model: MetaModel, send, stopped: threading.Event) -> None:
+    """Tell the server once the model cannot answer any more (model/parallel.py ends this process soon after)."""
+    while not stopped.wait(FAILURE_POLL_S):
+        if (sentence := model.failure) is not None:
+            send((None, "failure", sentence))
+            return
+
+
+def _locked_sender(connection) -> Callable:
+    lock = threading.Lock()
+
+    def send(message) -> None:
+        with lock:
+            try:
+                connection.send(message)
+            except (OSError, EOFError):
+                pass  # the server is gone; the request loop ends on its own
+
+    return send
+
+
+# ----- the server's side -----
+
+
+def _server_main(connection, facts: dict, run_server: Callable, server_args: tuple) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which ends this process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as it does: an exit that cleans up
+    try:
+        run_server(PipeEngine(connection, facts), *server_args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def model_facts(model) -> dict:
+    """What the web server's process gets to know of the model once, at start-up (see `PipeEngine`)."""
+    return {
+        "tokenizer": model.tokenizer,
+        "chat_renderer": model.chat_renderer,
+        "summary": model.summary(),
+        "generation_defaults": model.generation_defaults(),
+    }
+
+
+class PipeEngine:
+    """The engine (engine/interface.py) of the model in another process, over a pipe."""
+
+    def __init__(self, connection, facts: dict, end_process: bool = True):
+        self.tokenizer = facts["tokenizer"]
+        self.chat_renderer = facts["chat_renderer"]
+        self._summary = facts["summary"]
+        self._generation_defaults = facts["generation_defaults"]
+        self.max_seq_len = self._summary["context"]
+        self.sees_images = self._summary["sees_images"]
+        self._connection = connection
+        self._send = _locked_sender(connection)
+        self._numbers = itertools.count()
+        self._waiting: dict[int, queue.Queue] = {}
+        self._failure: str | None = None
+        self._end_process = end_process  # when the model's process ends (tests keep theirs)
+        threading.Thread(target=self._receive, name="model-replies", daemon=True).start()
+
+    def summary(self) -> dict:
+        return dict(self._summary)
+
+    def generation_defaults(self) -> Sampling:
+        return self._generation_defaults
+
+    @property
+    def failure(self) -> str | None:
+        """Why the model cannot answer any more, or None."""
+        return self._failure
+
+    def drop_sessions(self, browser_session: str) -> None:
+        self._send(("drop", 0, browser_session))
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
+        number, replies = self._open("prompt_length", (prompt, images, image_transform))
+        try:
+            return self._next(replies)[1]
+        finally:
+            self._waiting.pop(number, None)
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """One answer after the other (the model's process batches only what arrives together)."""
+        return [collect(self.stream(request)) for request in requests]
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The model's process's `MetaModel.stream`: the same events; its failure ends the stream as one sentence."""
+        cancel = request.cancel
+        try:
+            number, replies = self._open("stream", request.portable())
+        except UserError as error:
+            yield End.failed(str(error))
+            return
+
+        def pass_on_cancel() -> None:
+            nonlocal cancel
+            if cancel is not None and cancel.is_set():
+                self._send(("cancel", number))
+                cancel = None  # once is enough
+
+        finished = False
+        try:
+            while True:
+                try:
+                    _, event = self._next(replies, pass_on_cancel)
+                except UserError as error:
+                    finished = True
+                    yield End.failed(str(error))
+                    return
+                finished = isinstance(event, End)
+                yield event
+                if finished:
+                    return
+        finally:
+            self._waiting.pop(number, None)
+            if not finished:
+                self._send(("cancel", number))  # the reader left: the model stops at its next step
+
+    def _open(self, kind: str, *payload) -> tuple[int, queue.Queue]:
+        if self._failure is not None:
+            raise UserError(self._failure)
+        number = next(self._numbers)
+        self._waiting[number] = replies = queue.Queue()
+        self._send((kind, number, *payload))
+        return number, replies
+
+    def _next(self, replies: queue.Queue, while_waiting: Callable[[], None] = lambda: None) -> tuple[str, object]:
+        """The next reply to a request; raises its error, or the model's failure."""
+        while True:
+            try:
+                kind, value = replies.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                if self._failure is not None:
+                    raise UserError(self._failure)
+                while_waiting()
+                continue
+            if kind == "error":
+                raise value
+            return kind, value
+
+    def _receive(self) -> None:
+        """Hand each reply to the request it answers; when the model's process ends, fail every request."""
+        while True:
+            try:
+                number, kind, value = self._connection.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "failure":
+                self._failure = value
+            elif (replies := self._waiting.get(number)) is not None:
+                replies.put((kind, value))
+        self._model_gone()
+
+    def _model_gone(self) -> None:
+        """The launcher's process ended: say so (unless it said why already), then end this server too."""
+        told = self._failure is not None
+        if not told:
+            self._failure = (
+                "The model's process stopped, so the model cannot answer any more; restart the app "
+                "(see its terminal for why)."
+            )
+        if self._end_process:
+            if not told:
+                print(f"error: {self._failure}", file=sys.stderr, flush=True)
+                time.sleep(EXIT_AFTER_FAILURE_S)  # long enough for the sentence to reach the browser
+            os._exit(1)

@@ -1,0 +1,477 @@
+"""An engine that is another server: vLLM, SGLang, TGI, `transformers serve` or another local-chat, reached over the
+OpenAI protocol at `--api_base` (the launchers load no model then). What the page and /v1 offer works against it.
+
+- Chat messages go to `/v1/chat/completions` as they are (the engine applies its own chat template; engine/chats.py
+  leaves out the oldest turns that do not fit); raw prompts (the Single-turn tab, Accessory's templates) go to
+  `/v1/completions`. Images go as `data:` URLs.
+- Stop (or a client gone) closes the request's stream: vLLM, SGLang, TGI and local-chat abort a request whose client
+  leaves. Stop strings are cut here too, exactly as the local engines cut them, whatever the engine does with them.
+- The context is what `/v1/models` says (vLLM's `max_model_len`, local-chat's `context_length`), else unknown (the
+  engine's own 400 then shows). Prompts are counted with the engine's `/tokenize` where it has one (vLLM, SGLang,
+  local-chat), else estimated from the characters per token of the last answer's `usage.prompt_tokens`.
+- An engine that cannot be reached at start-up is one sentence (the launcher exits 1); one that goes down mid-answer
+  ends that answer with a sentence, and the next request reaches it again once it is back. An engine's 4xx is shown
+  with its own message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from local_chat.errors import UserError, described
+from local_chat.model.detokenize import StopStrings
+from local_chat.prompting.chat import image_parts, message_text
+from local_chat.prompting.response_formats import Region, ThinkSplitter
+
+from .interface import Answer, Delta, End, Event, Reasoning, Request, Sampling, TokenLogprob, ToolCallDelta, collect
+
+CONNECT_TIMEOUT_S = 10.0
+CANCEL_POLL_S = 0.02  # how often an answer's cancel flag is looked at while the engine is silent
+TEMPLATE_TOKENS = 256  # more than any chat template adds around a short conversation's messages
+CHARS_PER_TOKEN = 4.0  # the estimate of a prompt's tokens until the engine's first usage says better
+UNKNOWN_CONTEXT = 1 << 20  # an engine that does not say its context: never shortened here, its own 400 shows
+CONTEXT_FIELDS = ("max_model_len", "context_length", "max_context_length", "max_total_tokens", "context_window")
+IMAGES_NEED_MESSAGES = "Images go to the engine with its chat template: choose the template chat_template."
+
+
+class EngineTemplate:
+    """The `chat_renderer` of an engine that applies its model's chat template itself (see templates/multi_turn.py)."""
+
+    applied_by_engine = True
+    chat_template = "the engine's own"
+
+
+class TokenEstimate:
+    """The `tokenizer` of a remote engine: it counts a text's tokens (prompting/'s history cuts), nothing else."""
+
+    def __init__(self, engine: RemoteEngine):
+        self._engine = engine
+
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        return [0] * self._engine.estimated_tokens(len(text))
+
+
+def shown_url(url: str) -> str:
+    """`url` without a user name or password, as the page and the terminal show it."""
+    parts = urlsplit(url)
+    return (
+        urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+        if parts.hostname
+        else url
+    )
+
+
+class RemoteEngine:
+    """The engine (engine/interface.py) of a model another server serves over the OpenAI protocol."""
+
+    def __init__(
+        self,
+        api_base: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        sees_images: bool = False,
+        context: int | None = None,
+    ):
+        """`context`: the model's, in tokens, where the engine's /v1/models does not say it."""
+        from openai import OpenAI
+
+        self.api_base = api_base.rstrip("/")
+        self.url = shown_url(self.api_base)
+        self._key = api_key or "none"
+        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+        self.client = OpenAI(base_url=self.api_base, api_key=self._key, max_retries=0, timeout=timeout)
+        card = self._model_card(model)
+        self.model = card["id"]
+        said = next((card[f] for f in CONTEXT_FIELDS if isinstance(card.get(f), int) and card[f] > 0), None)
+        context = said or context
+        self.context_known = context is not None
+        self.max_seq_len = context or UNKNOWN_CONTEXT
+        self.sees_images = sees_images
+        self.chat_renderer = EngineTemplate()
+        self.tokenizer = TokenEstimate(self)
+        self.failure = None  # an engine that is down fails each request, not the app
+        self._chars_per_token = CHARS_PER_TOKEN
+        self._optional_refused = False  # the engine refused top_k / repetition_penalty / stream_options once
+        self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {self._key}"})
+        self.counts_with_tokenize = self._tokenize({"prompt": "Hi"}) is not None
+
+    # ----- facts -----
+
+    def _model_card(self, wanted: str | None) -> dict:
+        """The engine's `/v1/models` entry for `wanted` (default: its first model)."""
+        import openai
+
+        try:
+            cards = [card.to_dict() for card in self.client.models.list()]
+        except openai.APIConnectionError as error:
+            raise UserError(
+                f"The engine at {self.url} cannot be reached ({described(error.__cause__ or error)}); start it, or "
+                "check --api_base (its OpenAI address, for example http://127.0.0.1:8000/v1)."
+            )
+        except openai.AuthenticationError:
+            raise UserError(f"The engine at {self.url} refused the key (401); pass its key with --api_base_key.")
+        except openai.NotFoundError:
+            raise UserError(
+                f"{self.url} has no /models: is --api_base the engine's OpenAI address, ending in /v1 (for example "
+                "http://127.0.0.1:8000/v1)?"
+            )
+        except openai.APIError as error:
+            raise UserError(f"The engine at {self.url} answered its model list with an error: {engine_message(error)}")
+        if not cards:
+            raise UserError(f"The engine at {self.url} serves no model (its /v1/models is empty); load one there.")
+        if wanted is None:
+            return cards[0]
+        card = next((card for card in cards if card.get("id") == wanted), None)
+        if card is None:
+            names = ", ".join(str(card.get("id")) for card in cards)
+            raise UserError(f"The engine at {self.url} has no model {wanted!r}; pass --model with one of: {names}.")
+        return card
+
+    def summary(self) -> dict:
+        return {
+            "path": self.model,
+            "engine_url": self.url,
+            "architecture": "served by an engine",
+            "context": self.max_seq_len,
+            "context_known": self.context_known,
+            "sees_images": self.sees_images,
+            "compiled": False,
+            "weight_mib": 0,
+            "batching": "the engine's",
+        }
+
+    def generation_defaults(self) -> Sampling:
+        return Sampling()
+
+    def drop_sessions(self, browser_session: str) -> None:
+        """Nothing is kept here between turns (the engine caches prefixes itself where it can)."""
+
+    # ----- prompt lengths -----
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
+        """A raw prompt's tokens: counted by the engine's /tokenize where it has one, else estimated (see
+        `messages_length`)."""
+        if images:
+            raise UserError(IMAGES_NEED_MESSAGES)
+        return self._length(len(prompt.encode()), len(prompt), {"prompt": prompt})
+
+    def messages_length(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """The tokens of chat messages (images as `data:` URLs, as engine/chats.py hands them over) with the engine's
+        template and `tools`: counted by its /tokenize, else estimated."""
+        texts = [json.dumps(tools)] if tools else []
+        texts += [message_text(m.get("content")) + str(m.get("reasoning_content") or "") for m in messages]
+        images = any(image_parts(m) for m in messages)
+        size = sum(len(t.encode()) for t in texts) + (self.max_seq_len if images else 0)
+        body = {"messages": messages, "add_generation_prompt": True, **({"tools": tools} if tools else {})}
+        return self._length(size, sum(map(len, texts)), body)
+
+    def _length(self, size: int, characters: int, body: dict) -> int:
+        """A prompt's tokens, counted where it may not fit: one of `size` bytes (no tokenizer makes more tokens than
+        UTF-8 bytes, and a template adds less than `TEMPLATE_TOKENS`) that surely fits in half the context is only
+        estimated, from its `characters`: counting it would cost a round trip to the engine before every answer, and
+        nothing is decided by its exact length (see prompting/messages.py)."""
+        surely_fits = size + TEMPLATE_TOKENS <= self.max_seq_len // 2
+        counted = self._tokenize(body) if self.counts_with_tokenize and not surely_fits else None
+        return counted if counted is not None else self.estimated_tokens(characters)
+
+    def estimated_tokens(self, characters: int) -> int:
+        return math.ceil(characters / self._chars_per_token)
+
+    def _tokenize(self, body: dict) -> int | None:
+        """The engine's count of a prompt or of messages (vLLM's and SGLang's /tokenize, beside /v1), or None."""
+        root = re.sub(r"/v1$", "", self.api_base)
+        try:
+            reply = self._http.post(root + "/tokenize", json={"model": self.model} | body)
+            count = reply.json().get("count") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return count if isinstance(count, int) else None
+
+    # ----- answers -----
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers, asked of the engine all at once (it batches them)."""
+        with ThreadPoolExecutor(max(1, len(requests))) as pool:
+            return list(pool.map(lambda request: collect(self.stream(request)), requests))
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        import openai
+
+        started = time.perf_counter()
+        messages = request.messages
+        if request.images and messages is None:
+            yield End.failed(IMAGES_NEED_MESSAGES, caller_error=True)
+            return
+        try:
+            reply = self._open(request, messages)
+        except openai.APIConnectionError as error:
+            yield End.failed(self._unreachable(error))
+            return
+        except openai.APIStatusError as error:
+            yield End.failed(f"The engine refused the request: {engine_message(error)}", error.status_code < 500)
+            return
+        yield from self._read(reply, request, messages, started)
+
+    def _open(self, request: Request, messages: list[dict] | None):
+        """The engine's stream of chunks for `request`. An engine that refuses the optional fields (a 400 with them,
+        none without) gets the request again without them, and from then on."""
+        import openai
+
+        fields, optional = self._fields(request, messages is not None)
+        if self._optional_refused or not optional:
+            return self._create(messages, request.prompt, fields)
+        try:
+            extra_body = fields.get("extra_body", {}) | optional.get("extra_body", {})
+            return self._create(
+                messages, request.prompt, fields | optional | ({"extra_body": extra_body} if extra_body else {})
+            )
+        except (openai.BadRequestError, openai.UnprocessableEntityError):  # 422: FastAPI's checks
+            reply = self._create(messages, request.prompt, fields)  # its own 400 is the one shown
+            self._optional_refused = True
+            names = ", ".join([*(k for k in optional if k != "extra_body"), *optional.get("extra_body", {})])
+            print(f"note: the engine at {self.url} refuses {names}; they are left out from now on.", file=sys.stderr)
+            return reply
+
+    def _create(self, messages: list[dict] | None, prompt: str, fields: dict):
+        """The engine's streamed response (raised: its 4xx or 5xx, or a failed connection). Its server-sent events
+        are read as JSON here: the `openai` package's typed chunks cost more CPU per token than the rest of the
+        front together, which on a machine shared with the engine slowed the engine itself."""
+        if messages is not None:
+            create = self.client.chat.completions.with_streaming_response.create
+            return create(model=self.model, messages=messages, stream=True, **fields).__enter__()
+        create = self.client.completions.with_streaming_response.create
+        return create(model=self.model, prompt=prompt, stream=True, **fields).__enter__()
+
+    def _fields(self, request: Request, chat: bool) -> tuple[dict, dict]:
+        """(the request's fields, the optional ones an engine may refuse: vLLM's and SGLang's extras, usage)."""
+        s = request.sampling
+        fields: dict = {"temperature": s.temperature, "top_p": s.top_p}
+        if s.max_new_tokens < self.max_seq_len:  # else up to the end of the context: the engine's own limit
+            fields["max_tokens"] = s.max_new_tokens
+        if s.seed is not None:
+            fields["seed"] = s.seed
+        if request.stop:
+            fields["stop"] = list(request.stop)
+        if request.logprobs is not None:
+            fields |= {"logprobs": True, "top_logprobs": request.logprobs} if chat else {"logprobs": request.logprobs}
+        optional: dict = {"stream_options": {"include_usage": True}}
+        options = request.chat
+        if options is not None and options.tools:  # the engine renders them and parses its calls itself
+            fields |= {"tools": options.tools} | ({} if options.parallel_tool_calls else {"parallel_tool_calls": False})
+            optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
+        variables = dict(options.template_kwargs) if options is not None else {}
+        if "reasoning_effort" in variables:  # OpenAI's own field, which engines map to their templates
+            optional["reasoning_effort"] = variables.pop("reasoning_effort")
+        if variables:
+            fields["extra_body"] = {"chat_template_kwargs": variables}
+        extra = {"top_k": s.top_k} if s.top_k else {}
+        extra |= {"repetition_penalty": s.repetition_penalty} if s.repetition_penalty != 1.0 else {}
+        return fields, optional | ({"extra_body": extra} if extra else {})
+
+    def _read(self, reply, request: Request, messages: list[dict] | None, started: float) -> Iterator[Event]:
+        """The answer's events from the engine's chunks: stop strings cut, Stop closing the stream."""
+
+        finished = threading.Event()
+        threading.Thread(target=close_on_cancel, args=(reply, request.cancel, finished), daemon=True).start()
+        stops = StopStrings(request.stop)
+        text, shown, pieces, pending = "", 0, 0, []
+        usage, finish, first_at = None, None, None
+        raw_reasoning = raw_think_splitter(request) if messages is not None else None
+        reasoning, answer = Region(Reasoning), Region(Delta)  # whitespace at either end left out, as parsed
+        try:
+            for chunk in server_events(reply):
+                if isinstance(chunk.get("error"), dict):  # an error event in the stream: the engine's own message
+                    caller = chunk["error"].get("type") == "invalid_request_error"
+                    sentence = chunk["error"].get("message") or "the engine gave no reason"
+                    yield End.failed(f"The engine ended the answer with an error: {sentence}", caller)
+                    return
+                usage = chunk.get("usage") or usage
+                choice = (chunk.get("choices") or [None])[0] or {}
+                if messages is not None:
+                    delta = choice.get("delta") or {}
+                    if any(delta.get(k) for k in ("reasoning_content", "reasoning", "tool_calls")):
+                        raw_reasoning = None  # the engine parses its answers itself
+                    yield from reasoning_and_calls(delta, reasoning)
+                piece = (choice.get("delta") or {}).get("content") if messages is not None else choice.get("text")
+                if piece and raw_reasoning is not None:
+                    split = raw_reasoning.feed(piece)
+                    yield from (e for e in split if isinstance(e, Reasoning))
+                    piece = "".join(e.text for e in split if isinstance(e, Delta))
+                elif piece and messages is not None:  # the answer after the reasoning, trimmed as a parsed one is
+                    piece = "".join(e.text for e in answer.chunk(piece))
+                if piece:
+                    first_at, pieces, text = first_at or time.perf_counter(), pieces + 1, text + piece
+                    pending += chunk_logprobs(choice.get("logprobs"), messages is not None)
+                    hit = stops.find(text)
+                    end = hit if hit >= 0 else stops.safe_length(text)
+                    if end > shown:
+                        yield Delta(text[shown:end], pending)
+                        shown, pending = end, []
+                    if hit >= 0:
+                        finish = "stop"
+                        break
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"] if choice["finish_reason"] in ("length", "tool_calls") else "stop"
+                if request.cancel is not None and request.cancel.is_set():
+                    finish = "cancelled"
+                    break
+        except transport_errors() as error:
+            if request.cancel is None or not request.cancel.is_set():
+                yield End.failed(
+                    f"The engine at {self.url} stopped in the middle of the answer ({described(error)}); the app "
+                    "keeps running: send the message again once the engine is back."
+                )
+                return
+            finish = "cancelled"
+        finally:
+            finished.set()
+            reply.close()  # the engine aborts a request whose stream is closed
+        if finish is None:
+            finish = "cancelled" if request.cancel is not None and request.cancel.is_set() else "stop"
+        if raw_reasoning is not None and finish != "cancelled":
+            yield from raw_reasoning.finish()  # what the splitter held back: the end of a tag that never came
+        yield self._end(finish, usage, pieces, prompt_characters(request.prompt, messages), started, first_at)
+
+    renders_messages = True  # chat messages go to the engine as they are (engine/chats.py passes them through)
+
+    def _end(self, finish: str, usage, pieces: int, prompt_chars: int, started: float, first_at) -> End:
+        now = time.perf_counter()
+        usage = usage or {}
+        prompt_tokens = usage.get("prompt_tokens") or self.estimated_tokens(prompt_chars)
+        completion = usage.get("completion_tokens") or pieces
+        if usage.get("prompt_tokens"):
+            self._chars_per_token = max(0.5, prompt_chars / usage["prompt_tokens"])
+        details = usage.get("prompt_tokens_details") or {}
+        total, decode = now - started, now - (first_at or now)
+        return End(
+            finish,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion,
+            cached_tokens=details.get("cached_tokens") or 0,
+            time_to_first_token=(first_at or now) - started,
+            total_time=total,
+            tokens_per_second=completion / total if total > 0 else 0.0,
+            decode_tokens_per_second=(completion - 1) / decode if completion > 1 and decode > 0 else 0.0,
+        )
+
+    def _unreachable(self, error: Exception) -> str:
+        return (
+            f"The engine at {self.url} cannot be reached ({described(error.__cause__ or error)}); the app keeps "
+            "running: send the message again once the engine is back."
+        )
+
+
+def close_on_cancel(reply, cancel: threading.Event | None, finished: threading.Event) -> None:
+    """Close `reply` (the engine then aborts the request) once `cancel` is set, even while the engine is silent."""
+    if cancel is None:
+        return
+    while not finished.wait(CANCEL_POLL_S):
+        if cancel.is_set():
+            reply.close()
+            return
+
+
+def transport_errors() -> tuple[type[Exception], ...]:
+    """What reading a stream raises when the connection fails: httpx's errors, and httpx2's (the HTTP client of the
+    `openai` package from its version 3)."""
+    import openai
+
+    errors: list[type[Exception]] = [httpx.HTTPError, openai.APIConnectionError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.HTTPError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def raw_think_splitter(request: Request):
+    """What splits reasoning sent raw in the answer's text out of it."""
+    kwargs = request.chat.template_kwargs if request.chat is not None else {}
+    return ThinkSplitter(opened=kwargs.get("enable_thinking") is True)
+
+
+def reasoning_and_calls(delta: dict, reasoning: Region) -> Iterator[Event]:
+    """The reasoning (under either name engines send it) and tool-call pieces of a chat chunk's delta."""
+    text = delta.get("reasoning_content") or delta.get("reasoning")
+    if text:
+        yield from reasoning.chunk(text)
+    for call in delta.get("tool_calls") or []:
+        function = call.get("function") or {}
+        yield ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"), function.get("arguments") or "")
+
+
+def server_events(response) -> Iterator[dict]:
+    """The JSON objects of a streamed response's server-sent events, up to `data: [DONE]`."""
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue  # not an event of the protocol (a comment, a keep-alive)
+        if isinstance(event, dict):
+            yield event
+
+
+def chunk_logprobs(logprobs: dict | None, chat: bool) -> list[TokenLogprob]:
+    """The log-probabilities a chunk's choice carries, in the engine interface's shape (token ids are not sent:
+    -1)."""
+    if not logprobs:
+        return []
+    if chat:
+        return [
+            TokenLogprob(
+                -1, t["token"], t["logprob"], [(top["token"], top["logprob"]) for top in t.get("top_logprobs") or []]
+            )
+            for t in logprobs.get("content") or []
+        ]
+    tokens = logprobs.get("tokens") or []
+    tops = logprobs.get("top_logprobs") or [{}] * len(tokens)
+    return [
+        TokenLogprob(-1, token, value, sorted((top or {}).items(), key=lambda kv: -kv[1]))
+        for token, value, top in zip(tokens, logprobs.get("token_logprobs") or [], tops)
+    ]
+
+
+def prompt_characters(prompt: str, messages: list[dict] | None) -> int:
+    """A prompt's size in characters, as the estimate of its tokens counts it: a chat's message texts only."""
+    if messages is None:
+        return len(prompt)
+    return sum(len(message_text(m.get("content"))) for m in messages)
+
+
+def engine_message(error) -> str:
+    """An engine's error in one line: its own message where its body has one (OpenAI's `error.message`, or FastAPI's
+    `detail`), and its status."""
+    body = getattr(error, "body", None)
+    message = None
+    if isinstance(body, dict):
+        inner = body.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else body.get("message")
+        detail = body.get("detail")
+        if message is None and detail is not None:
+            message = (
+                detail
+                if isinstance(detail, str)
+                else "; ".join(
+                    f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" if isinstance(d, dict) else str(d)
+                    for d in (detail if isinstance(detail, list) else [detail])
+                )
+            )
+    status = getattr(error, "status_code", None)
+    return f"{message or described(error)}" + (f" ({status})" if status else "")

@@ -1,0 +1,18 @@
+"""Errors: `UserError`, the one exception type for mistakes a user can make and fix, and `described`, how any
+other error is told in a sentence. Imports nothing: every layer may raise and describe errors."""
+
+__all__ = ["UserError", "described"]
+
+
+class UserError(ValueError):
+    """A problem the user caused and can fix; its message is one sentence naming the problem and the fix.
+
+    Launchers print it without a traceback and exit with code 1; the chat shows it as a message. It is a
+    `ValueError`, so callers that caught the `ValueError`s of Accessory's API (an unknown template name) still do.
+    """
+
+
+def described(error: BaseException, limit: int = 200) -> str:
+    """ "RuntimeError: the first line of its message", short enough for a sentence."""
+    first = next(iter(str(error).strip().splitlines()), "")[:limit]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__

@@ -1,0 +1,322 @@
+"""Saved conversations: one SQLite database (standard library, WAL mode) at --history_db, the images beside it.
+
+- Each conversation belongs to an owner (the login name with --auth, else an unguessable id kept in the browser);
+  every read and write names its owner, and a conversation of another owner is refused whatever id is asked for.
+- Messages are stored as the page keeps them (ui/turns.py): {"role", "content", "metadata"?, "kind"?}, content a
+  string or a list of parts, `{"type": "text", "text"}` or `{"type": "image", "sha256"}`; a reasoning model's thought
+  is its own "thinking" message before its answer (schema 2; schema 1 kept it in the answer's text, and kinds in
+  titles and text). A conversation's page options (its thinking switch) are kept beside its messages.
+- Images are PNG files named by the SHA-256 of their bytes, in a folder beside the database: the same image is never
+  stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
+  against the conversation's owner), never through Gradio's file serving.
+- The schema has a version (`PRAGMA user_version`) and migrations from the first version on. A database that is
+  corrupt, locked by another process, of a newer schema, or in use by another app is one sentence (`UserError`),
+  never replaced or overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from local_chat.errors import UserError
+
+APP_NAME = "local-chat"
+SCHEMA_VERSION = 2
+# schema 1's page conventions, which schema 2 turns into kinds
+V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
+V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
+
+
+def typed_v1_messages(db: sqlite3.Connection) -> None:
+    """Schema 2: every saved message gets its kind (from schema 1's titles and error mark), and an answer's leading
+    <think>...</think> becomes its own thinking message before it."""
+    for conversation_id, data in db.execute("SELECT id, messages FROM conversations").fetchall():
+        typed = []
+        for message in json.loads(data):
+            typed.extend(_typed_v1(message))
+        db.execute("UPDATE conversations SET messages = ? WHERE id = ?", (json.dumps(typed, ensure_ascii=False),
+                                                                           conversation_id))  # fmt: skip
+
+
+def _typed_v1(message: dict) -> list[dict]:
+    title = (message.get("metadata") or {}).get("title")
+    content = message.get("content")
+    if message.get("role") != "assistant":
+        return [message]
+    if title:
+        return [{**message, "kind": V1_TITLES.get(title, "stats")}]
+    if isinstance(content, str) and content.startswith(V1_ERROR_MARK):
+        return [{**message, "kind": "error"}]
+    thought = V1_THOUGHT.match(content) if isinstance(content, str) else None
+    if thought is None:
+        return [message]
+    thinking = {"role": "assistant", "content": thought[1].strip(), "kind": "thinking",
+                "metadata": {"title": "Thinking", "status": "done"}}  # fmt: skip
+    return [thinking, {**message, "content": content[thought.end() :]}]
+
+
+# the steps that bring a database from version N-1 to N: SQL statements, or functions of the connection
+MIGRATIONS: dict[int, list] = {
+    1: [
+        "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, title TEXT NOT NULL, "
+        "created REAL NOT NULL, updated REAL NOT NULL, messages TEXT NOT NULL)",
+        "CREATE INDEX conversations_by_owner ON conversations (owner, updated DESC)",
+    ],
+    2: ["ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'", typed_v1_messages],
+}
+TITLE_CHARS = 60
+LOCK_TIMEOUT_S = 5.0
+
+
+def default_db_path() -> Path:
+    """Where conversations are kept by default: $XDG_DATA_HOME/local-chat/ (else ~/.local/share/local-chat/)."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / APP_NAME / "conversations.db"
+
+
+@dataclass
+class Conversation:
+    id: str
+    title: str
+    updated: float
+    messages: list[dict]
+    options: dict = field(default_factory=dict)  # the page's choices for it (its thinking switch)
+
+
+def title_of(messages: list[dict]) -> str:
+    """A conversation's default title: the start of its first user message's text."""
+    for message in messages:
+        if message.get("role") == "user":
+            text = " ".join(text_of(message["content"]).split())
+            if text:
+                return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+    return "New chat"
+
+
+def text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+
+
+def image_hashes(messages: list[dict]) -> set[str]:
+    return {
+        part["sha256"]
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image"
+    }
+
+
+class Store:
+    """The conversations of every owner, in one SQLite file that this app holds for as long as it runs."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+        self.images = self.path.with_name(self.path.stem + "-images")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.images.mkdir(exist_ok=True)
+        except OSError as error:
+            raise UserError(f"The history folder {self.path.parent} cannot be created ({error.strerror}); pass "
+                            "--history_db with a writable place, or --no_history.")  # fmt: skip
+        self._app_lock = hold_app_lock(self.path)
+        self._write = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: a commit survives the app's crash
+            self._migrate()
+            if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("quick_check failed")
+            self.keys = self._keys()
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error) or "busy" in str(error):
+                raise UserError(
+                    f"The history database {self.path} is locked by another program; close it, or pass "
+                    "--history_db with another file (or --no_history)."
+                )
+            raise self._damaged(error)
+        except sqlite3.DatabaseError as error:
+            raise self._damaged(error)
+
+    def _damaged(self, error: Exception) -> UserError:
+        return UserError(
+            f"The history database {self.path} cannot be read ({error}): it is damaged or not a database. It was "
+            "left as it is; move it away to start a new one, or pass --history_db with another file (or --no_history)."
+        )
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"The history database {self.path} was written by a newer version of this app (schema {version}; "
+                f"this one reads up to {SCHEMA_VERSION}); update the app, or pass --history_db with another file."
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            with self._transaction():
+                if self._db.execute("PRAGMA user_version").fetchone()[0] >= target:
+                    continue  # another app upgraded it meanwhile
+                for step in MIGRATIONS[target]:
+                    step(self._db) if callable(step) else self._db.execute(step)
+                self._db.execute(f"PRAGMA user_version = {target}")
+
+    def _transaction(self):
+        store = self
+
+        class Transaction:
+            def __enter__(self):
+                store._write.acquire()
+                store._db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, kind, error, trace):
+                try:
+                    store._db.execute("COMMIT" if kind is None else "ROLLBACK")
+                finally:
+                    store._write.release()
+
+        return Transaction()
+
+    def _keys(self) -> dict[str, str]:
+        """The database's own secrets, made once: the browser id's storage key and its encryption secret (kept here,
+        so a restart does not orphan every browser's conversations), and the key that signs image addresses."""
+        wanted = ("browser_storage_key", "browser_secret", "image_key")
+        with self._transaction():
+            for name in wanted:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO settings (key, value) VALUES (?, ?)", (name, secrets.token_hex(32))
+                )
+        rows = self._db.execute("SELECT key, value FROM settings").fetchall()
+        return {key: value for key, value in rows if key in wanted}
+
+    # ----- conversations -----
+
+    def titles(self, owner: str) -> list[tuple[str, str]]:
+        """(title, id) of `owner`'s conversations, the latest changed first."""
+        rows = self._db.execute(
+            "SELECT title, id FROM conversations WHERE owner = ? ORDER BY updated DESC", (owner,)
+        ).fetchall()
+        return [(title, id_) for title, id_ in rows]
+
+    def get(self, owner: str, conversation_id: str) -> Conversation:
+        row = self._db.execute(
+            "SELECT id, title, updated, messages, options FROM conversations WHERE id = ? AND owner = ?",
+            (str(conversation_id), owner),
+        ).fetchone()
+        if row is None:
+            raise UserError("There is no such conversation among yours; it may have been deleted.")
+        return Conversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]))
+
+    def save(
+        self,
+        owner: str,
+        conversation_id: str | None,
+        messages: list[dict],
+        title: str | None = None,
+        options: dict | None = None,
+    ) -> str:
+        """Write `messages` (and `options`, where given) as the conversation `conversation_id` of `owner` (a new one
+        when None); its id."""
+        now = time.time()
+        data = json.dumps(messages, ensure_ascii=False)
+        kept = json.dumps(options or {})
+        with self._transaction():
+            if conversation_id is not None:
+                updated = self._db.execute(
+                    "UPDATE conversations SET messages = ?, updated = ?, options = CASE WHEN ? THEN ? ELSE options END "
+                    "WHERE id = ? AND owner = ?",
+                    (data, now, options is not None, kept, conversation_id, owner),
+                ).rowcount
+                if updated:
+                    return conversation_id
+                if self._db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone():
+                    raise UserError("There is no such conversation among yours; it may have been deleted.")
+            conversation_id = conversation_id or secrets.token_urlsafe(16)
+            self._db.execute(
+                "INSERT INTO conversations (id, owner, title, created, updated, messages, options) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, owner, title or title_of(messages), now, now, data, kept),
+            )
+        return conversation_id
+
+    def rename(self, owner: str, conversation_id: str, title: str) -> None:
+        title = " ".join((title or "").split())[:200]
+        if not title:
+            raise UserError("The new title is empty; type one first.")
+        self._change(owner, conversation_id, "UPDATE conversations SET title = ? WHERE id = ? AND owner = ?", title)
+
+    def delete(self, owner: str, conversation_id: str) -> None:
+        self._change(owner, conversation_id, "DELETE FROM conversations WHERE id = ? AND owner = ?")
+
+    def _change(self, owner: str, conversation_id: str, statement: str, *values) -> None:
+        with self._transaction():
+            if not self._db.execute(statement, (*values, str(conversation_id), owner)).rowcount:
+                raise UserError("There is no such conversation among yours; it may have been deleted.")
+
+    # ----- images -----
+
+    def put_image(self, png: bytes) -> str:
+        """Keep a PNG (once, whoever sends it again); its SHA-256."""
+        digest = hashlib.sha256(png).hexdigest()
+        path = self.images / f"{digest}.png"
+        if not path.exists():
+            partial = path.with_suffix(f".{secrets.token_hex(4)}.part")
+            partial.write_bytes(png)
+            partial.replace(path)  # whole or absent, even if the app is killed meanwhile
+        return digest
+
+    def image_path(self, digest: str) -> Path:
+        return self.images / f"{digest}.png"
+
+    def image_signature(self, owner: str, conversation_id: str, digest: str) -> str:
+        message = f"{owner}\n{conversation_id}\n{digest}".encode()
+        return hmac.new(bytes.fromhex(self.keys["image_key"]), message, hashlib.sha256).hexdigest()[:32]
+
+    def signed(self, owner: str, conversation_id: str, digest: str, signature: str) -> bool:
+        """Whether `signature` is the one `owner` was given for image `digest` of conversation `conversation_id`."""
+        return hmac.compare_digest(self.image_signature(owner, conversation_id, digest), signature)
+
+    def image_for_owner_of(self, conversation_id: str, digest: str, signature: str) -> Path | None:
+        """The image `digest` of conversation `conversation_id` when `signature` is the one its owner was given."""
+        row = self._db.execute("SELECT owner, messages FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        if row is None or digest not in image_hashes(json.loads(row[1])):
+            return None
+        if not self.signed(row[0], conversation_id, digest, signature):
+            return None
+        path = self.image_path(digest)
+        return path if path.exists() else None
+
+    def close(self) -> None:
+        self._db.close()
+        self._app_lock.close()
+
+
+def hold_app_lock(path: Path):
+    """An exclusive lock on PATH.lock for as long as this app runs: a second app on the same database is refused."""
+    lock_path = path.with_name(path.name + ".lock")
+    handle = open(lock_path, "a+")
+    try:
+        import fcntl
+
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # not on POSIX: no lock between apps
+        return handle
+    except OSError:
+        handle.close()
+        raise UserError(
+            f"Another app is using the history database {path}; stop it, or pass --history_db with another file "
+            "(or --no_history)."
+        )
+    return handle

@@ -1,0 +1,112 @@
+"""The browser launchers: `python app.py` (local-chat) and Accessory's demos/*.py, each a set of tabs over one model.
+
+The model loads in the launcher's process; the web server runs in a process of its own (engine/process.py says why).
+With --api_base no model loads: the web server runs in the launcher's process, over the engine (engine/remote.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from local_chat.errors import UserError
+
+from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
+from .loading import ENGINE_PLACES, check_serving_flags, compile_before_answering, load_model, start_batching
+
+
+def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
+    """Parse the shared flags, load the model (the demo model by default) and serve the app with `tabs`: the model
+    in this process, the web server in a process of its own."""
+    args = parser(description).parse_args(argv)  # before torch and transformers load: --help answers at once
+    from local_chat.prompting import default_template
+
+    try:
+        check_serving_flags(args)
+        open_history(args).close()  # a database that cannot be used is told now, not after the model loads
+        model = load_model(args, with_visual=with_visual)
+        template = default_template(model, args.template)
+    except UserError as error:
+        fail(error)
+    for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.api_base is not None:  # no model here: the web server is the only process
+        args.concurrency = args.concurrency or ENGINE_PLACES
+        serve(model, description, tabs, template, args)
+        return
+    from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process  # torch: a local model
+
+    leave_a_core_to_the_server(model)
+    compile_before_answering(model)  # with the threads it will answer with
+    start_batching(model, args)
+    try:
+        serve_in_own_process(model, serve, description, tabs, template, args)
+    finally:
+        model.stop_batching()  # its thread would keep the process alive
+
+
+def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -> None:
+    """The web server's process: the page and the /v1 API over `model` (a `PipeEngine`, or a `RemoteEngine`), served
+    until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
+    from local_chat.api import OpenAIAPI
+    from local_chat.engine.in_order import InArrivalOrder
+    from local_chat.ui import build_app
+    from local_chat.ui.blocks import PAGE
+
+    engine = InArrivalOrder(model, args.concurrency)
+    store = open_history(args)
+    app = build_app(engine, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
+    app.queue(default_concurrency_limit=args.concurrency)
+    keys = api_keys(args.api_key) if args.api_key else None
+    api = None if api_off_reason(args) else OpenAIAPI(engine, template, args.image_transform, args.max_upload_mb, keys)
+    routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
+    if store.on:
+        print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)
+    try:
+        app.launch(
+            app_kwargs={"routes": routes},
+            server_name=args.host,
+            server_port=args.port,
+            share=args.share,
+            **PAGE,
+            auth=logins(args.auth) if args.auth else None,
+            max_file_size=int(args.max_upload_mb * 1e6),
+            quiet=True,  # Gradio would suggest its own `share=True` where the app's flag is --share
+            prevent_thread_lock=True,
+        )
+        print(f"* Running on {app.local_url}", file=sys.stderr, flush=True)
+        print(f"* Public link: {app.share_url}" if args.share else "* --share makes a public link.", file=sys.stderr,
+              flush=True)  # fmt: skip
+        app.block_thread()
+    finally:  # ended by the launcher (SystemExit): stop the server's threads, so that the process can exit
+        app.close()
+        store.close()
+
+
+def open_history(args):
+    """The saved conversations (ui/history.py's `SavedChats`) the flags ask for: --history_db (default: in the
+    user's data folder), or none with --no_history."""
+    from local_chat.history import Store, default_db_path
+    from local_chat.ui.history import SavedChats
+
+    return SavedChats(None if args.no_history else Store(args.history_db or default_db_path()), args.max_upload_mb)
+
+
+def app(argv=None) -> None:
+    """`local-chat`, `python app.py`: the Chat tab (images where the model sees them) and the Single-turn tab."""
+    launch("Chat with a local model", ("chat", "single"), argv=argv)
+
+
+def multi_turn(argv=None) -> None:
+    launch("Multi-turn chat", ("chat",), argv=argv)
+
+
+def multi_turn_mm(argv=None) -> None:
+    launch("Multi-turn chat about images", ("chat",), with_visual=True, argv=argv)
+
+
+def single_turn(argv=None) -> None:
+    launch("Single-turn instructions", ("single",), argv=argv)
+
+
+def single_turn_mm(argv=None) -> None:
+    launch("Single-turn questions about an image", ("chat_single",), with_visual=True, argv=argv)

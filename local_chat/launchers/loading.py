@@ -1,0 +1,258 @@
+"""The model the launchers' flags name: checked, spread over processes or GPUs as asked, loaded, and compiled before
+the first answer. Imports torch and transformers only when it runs, like launchers/flags.py."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL
+from local_chat.errors import UserError
+
+from .flags import api_keys, check_port_free, first_free_port, logins
+
+if TYPE_CHECKING:
+    from local_chat.model.meta import MetaModel
+
+
+# flags that choose or load a local model, at anything but their defaults (nothing is loaded with --api_base)
+MODEL_FLAGS = (
+    "pretrained_path",
+    "llama_type",
+    "llama_config",
+    "tokenizer_path",
+    "dtype",
+    "quant",
+    "device",
+    "compile",
+    "no_cuda_graphs",
+    "gpu_ids",
+    "trust_remote_code",
+)
+
+
+def check_serving_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads."""
+    check_engine_flags(args)
+    if args.api_base is None:
+        parallel_plan(args)
+    if getattr(args, "auth", None) is not None:
+        logins(args.auth)
+    if getattr(args, "api_key", None) is not None:
+        api_keys(args.api_key)
+    if getattr(args, "port", None) is not None:
+        check_port_free(args.host, args.port)
+    elif hasattr(args, "port"):
+        args.port = first_free_port(args.host)
+    if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
+        raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
+    if getattr(args, "max_upload_mb", 1) <= 0:
+        raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
+
+
+def check_engine_flags(args: argparse.Namespace) -> None:
+    """--api_base goes with --api_base_key, --model and --vision, and with no flag of a local model."""
+    if args.api_base is None:
+        alone = [f"--{name}" for name in ("api_base_key", "model", "vision") if getattr(args, name)]
+        if alone:
+            raise UserError(
+                f"{' and '.join(alone)} {'go' if len(alone) > 1 else 'goes'} with --api_base URL (an engine's "
+                "model); a local model is chosen with --pretrained_path."
+            )
+        return
+    if not args.api_base.startswith(("http://", "https://")):
+        raise UserError(f"--api_base {args.api_base!r} is not a URL; give the engine's, like http://127.0.0.1:8000/v1.")
+    local = [f"--{name}" for name in MODEL_FLAGS if getattr(args, name, None) not in (None, False)]
+    local += ["--n_gpus"] if args.n_gpus != 1 else []
+    local += ["--parallel"] if args.parallel != "tensor" else []
+    if local:
+        raise UserError(
+            f"--api_base uses the engine's model, so {', '.join(local)} cannot apply: load the model in the engine "
+            "(its own flags), or leave --api_base out to load it here."
+        )
+    if args.api_base_key is not None:
+        api_keys(args.api_base_key)
+
+
+def connect_engine(args: argparse.Namespace, with_visual: bool = False):
+    """The `RemoteEngine` of --api_base (engine/remote.py), its model chosen and checked."""
+    from local_chat.engine.remote import RemoteEngine
+
+    if with_visual and not args.vision:
+        raise UserError(
+            "This demo asks about images: add --vision if the engine's model sees them (its model list does not say)."
+        )
+    key = api_keys(args.api_base_key)[0] if args.api_base_key else None
+    engine = RemoteEngine(args.api_base, key, args.model, sees_images=args.vision, context=args.max_seq_len)
+    print(
+        f"Engine: {engine.url}, model {engine.model}, context "
+        f"{engine.max_seq_len if engine.context_known else 'not said (the engine refuses what does not fit)'}"
+        f"{', prompts counted with its /tokenize' if engine.counts_with_tokenize else ''}.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return engine
+
+
+def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(ranks, mode, device): how many processes or GPUs the model spreads over, "tensor" or "pipeline", and
+    "cuda" or "cpu"."""
+    import torch
+
+    from local_chat.model.parallel import torchrun_world
+
+    world = torchrun_world()
+    size = world or (len(args.gpu_ids) if args.gpu_ids else args.n_gpus)
+    if size < 1:
+        raise UserError(f"--n_gpus {size}: give at least 1.")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if size == 1 or world:
+        return size, "tensor", device
+    if args.device is None and device == "cpu":
+        raise UserError(
+            f"--n_gpus {size} was asked for but no GPU is visible; add --device cpu to run {size} "
+            "CPU processes instead."
+        )
+    if device == "cuda":
+        visible = torch.cuda.device_count()
+        wanted = args.gpu_ids or list(range(size))
+        if max(wanted) >= visible:
+            raise UserError(
+                f"{size} GPUs were asked for ({', '.join(map(str, wanted))}) but {visible} "
+                f"{'is' if visible == 1 else 'are'} visible; lower --n_gpus or fix --gpu_ids."
+            )
+    if args.parallel == "pipeline" and device != "cuda":
+        raise UserError(
+            "--parallel pipeline spreads layers over GPUs; on the CPU use tensor parallel "
+            "(--n_gpus N --device cpu runs N processes)."
+        )
+    if args.parallel == "tensor" and (kind := unsplittable(args)):
+        if device != "cuda":
+            raise UserError(
+                f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
+                "plan for it); run it in one process, or on GPUs, where pipeline mode runs it."
+            )
+        return size, "pipeline", device  # load_model says so
+    return size, args.parallel, device
+
+
+def unsplittable(args: argparse.Namespace) -> str | None:
+    """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
+    from local_chat.model.loading import unsplittable_model_type
+
+    return unsplittable_model_type(checkpoint_paths(args), getattr(args, "trust_remote_code", False))
+
+
+def checkpoint_paths(args: argparse.Namespace) -> list[str]:
+    """--pretrained_path (a --config file may give one path as a plain string), else the built-in demo model."""
+    if args.pretrained_path is None:
+        if not (DEMO_MODEL / "config.json").exists():
+            raise UserError(
+                f"The built-in demo model is missing from {DEMO_MODEL}; build it with "
+                "`python -m demo_model`, or pass --pretrained_path."
+            )
+        return [str(DEMO_MODEL)]
+    return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
+
+
+def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
+    """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
+    spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
+    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way.
+    With --api_base, no model loads: the engine's is used (`connect_engine`)."""
+    if args.api_base is not None:
+        return connect_engine(args, with_visual)
+    from local_chat.model.parallel import start_ranks, torchrun_world
+
+    size, mode, device = parallel_plan(args)
+    if args.gpu_ids:  # before CUDA starts here or in a worker: rank r then uses the r-th listed GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, args.gpu_ids))
+    if device == "cpu" and size > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # transformers places tensor-parallel shards on any visible GPU
+    if size == 1 and not torchrun_world():
+        return load_shard(args, with_visual, None)
+    if mode == "pipeline":
+        why = "" if args.parallel == "pipeline" else " (chosen for you: tensor parallel cannot split this model)"
+        print(f"Parallel mode: pipeline, the layers spread over {size} GPUs{why}.", file=sys.stderr)
+        return load_shard(args, with_visual, None, device="auto")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, once
+        print(
+            f"Parallel mode: tensor parallel over {size} {'GPUs' if device == 'cuda' else 'CPU processes'}.",
+            file=sys.stderr,
+        )
+    return start_ranks(
+        size,
+        device,
+        functools.partial(load_shard, args, with_visual),
+        args.master_addr,
+        args.master_port or free_port(),
+    )
+
+
+def load_shard(
+    args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None, followers=None
+) -> MetaModel:
+    """This process's model: whole, or its share of each layer within `mp_group` (`followers`: rank 0's, see
+    model/parallel.py)."""
+    from local_chat.model.meta import MetaModel
+    from local_chat.model.prefix_cache import PrefixCaches
+
+    paths = checkpoint_paths(args)
+    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
+    return MetaModel.from_pretrained(
+        paths if len(paths) > 1 else paths[0],
+        llama_type=args.llama_type,
+        llama_config=args.llama_config,
+        tokenizer_path=args.tokenizer_path,
+        with_visual=with_visual,
+        max_seq_len=args.max_seq_len or DEFAULT_CONTEXT,
+        dtype=args.dtype,
+        device=device or args.device,
+        quant=args.quant,
+        compile=args.compile,
+        cuda_graphs=not getattr(args, "no_cuda_graphs", False),
+        mp_group=mp_group,
+        trust_remote_code=args.trust_remote_code,
+        prefix_caches=PrefixCaches(
+            getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
+        ),
+        followers=followers,
+    )
+
+
+def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:
+    """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer.
+    Call it once the model's threads are set: torch compiles again for another thread count."""
+    if model.compiled is None:
+        return
+    print(
+        "Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
+
+
+BATCH_PLACES = 8  # answers at a time where --concurrency is not given and the model can batch them
+ENGINE_PLACES = 64  # answers at a time with --api_base where --concurrency is not given: the engine batches them
+
+
+def start_batching(model: MetaModel, args: argparse.Namespace) -> None:
+    """Batch the answers that run at the same time where the model allows it (model/batching.py), and settle
+    --concurrency: as given, else 8 with batching and 1 without. The terminal says which."""
+    places = args.concurrency or BATCH_PLACES
+    cache_bytes = None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20)
+    print("Batching: " + model.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
+    if args.concurrency is None:
+        args.concurrency = places if model.batcher is not None else 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,217 @@
+"""Continuous batching: answers wanted at the same time computed together, one batch per decode step.
+
+transformers' `ContinuousBatchingManager` does the batching (a paged KV cache, its scheduler, prefix sharing between
+requests and across a conversation's turns); this module only feeds it and reads it. It is a second source of tokens
+for `MetaModel._answer`, not a second generation path: each token it makes goes to the answer's `AnswerStream`,
+which takes every stop decision (EOS, stop strings, cancel, length) as it does for the one-at-a-time path, and a
+stop cancels the request in the batch.
+
+Which answers it takes (`MetaModel._answer`, `MetaModel._batchable`): only those that start while another is in
+flight (an answer alone runs the one-at-a-time path, which is faster for one sequence and keeps its session's
+cache), and only those the batch can give exactly. The manager has one sampler for the whole batch, without seeds,
+repetition penalty or the alternatives' log-probabilities, and takes token ids only, so an answer that asks for one
+of those, or whose prompt carries more than token ids (an image, a family's per-token inputs), runs the one-at-a-
+time path beside the batch, and the terminal says why (`why_unbatchable`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import torch
+
+from local_chat.engine.interface import Sampling
+
+from .answer_stream import AnswerStream
+
+PAGE_TOKENS = 64  # tokens a page of the paged cache holds: a conversation's history is reused in whole pages
+MAX_BATCH_TOKENS = 2048  # tokens one forward pass runs at most (longer prompts are prefilled in chunks)
+CANCEL_POLL_S = 0.05  # how often an answer waiting for its next token looks at its cancel flag
+START_TIMEOUT_S = 600.0  # an answer whose first token has not come after this long failed
+
+
+class BatchFailed(RuntimeError):
+    """The batch could not finish a request (the manager said why)."""
+
+
+def why_unbatchable(sampling: Sampling, logprobs: int | None, extra_inputs: bool) -> str | None:
+    """Why an answer cannot be computed in the batch (what it asks for that the batch cannot give), or None."""
+    if extra_inputs:
+        return "its prompt carries more than token ids (an image, or this model's per-token inputs)"
+    if sampling.seed is not None:
+        return "it asks for a seed (the batch samples from one random stream)"
+    if sampling.repetition_penalty != 1.0:
+        return "it asks for a repetition penalty"
+    if logprobs is not None:
+        return "it asks for log-probabilities"
+    return None
+
+
+def paged_cache_tokens(llma, places: int, context: int, budget_bytes: int | None) -> int:
+    """How many tokens the paged cache holds: `budget_bytes` worth (--max_cache_mb), else room for `places` whole
+    contexts, but at most a quarter of the memory free on the model's device."""
+    config = llma.config.get_text_config()
+    layers = getattr(config, "per_layer_config", None) or [config] * config.num_hidden_layers  # Gemma 4's vary
+    per_token = sum(2 * _kv_width(layer) for layer in layers) * llma.dtype.itemsize
+    if budget_bytes is not None:
+        return budget_bytes // per_token
+    return min(places * context, _free_memory(llma.device) // 4 // per_token)
+
+
+def _kv_width(layer) -> int:
+    """The numbers a layer's cache keeps for each token, keys or values."""
+    heads = getattr(layer, "num_key_value_heads", None) or layer.num_attention_heads
+    return heads * (getattr(layer, "head_dim", None) or layer.hidden_size // layer.num_attention_heads)
+
+
+def _free_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def forwards_take_turns(llma) -> Callable[[], None]:
+    """Make forward passes on `llma` run one at a time; returns what undoes it.
+
+    transformers' forward sets the shared `config.is_causal` for the length of a call (the batch's steps set it to
+    False) and puts the old value back after. A step of the one-at-a-time path that overlapped a batch's step ran
+    with it False, and could put that back for good: every later answer then attended both ways (wrong tokens).
+    Taking turns costs nothing the two did not already share (the device, the CPU's threads)."""
+    lock = threading.Lock()
+    forward = llma.forward
+
+    def in_turn(*args, **kwargs):
+        with lock:
+            return forward(*args, **kwargs)
+
+    llma.forward = in_turn
+
+    def undo() -> None:
+        if llma.forward is in_turn:
+            del llma.forward
+
+    return undo
+
+
+class ContinuousBatcher:
+    """One `ContinuousBatchingManager` over `llma`, running on its own thread, with each request's outputs routed
+    to the answer that waits for them."""
+
+    def __init__(self, llma, places: int, cache_tokens: int):
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+
+        self.places = places
+        self.cache_tokens = cache_tokens
+        self._vocab_size = llma.config.get_text_config().vocab_size
+        # One sampler for the batch, with each request's temperature, top-k and top-p (greedy: top-k 1). The
+        # values here only make transformers create the three per-request processors; every request sets its own.
+        sampler = GenerationConfig(do_sample=True, temperature=0.5, top_k=2, top_p=0.5, eos_token_id=-1)
+        config = ContinuousBatchingConfig(
+            page_size=PAGE_TOKENS,
+            num_blocks=max(1, cache_tokens // PAGE_TOKENS),
+            max_batch_tokens=MAX_BATCH_TOKENS,
+            max_requests_per_batch=places,
+            allow_block_sharing=True,
+            per_request_processors=True,
+            auto_switch_to_flash=False,  # the one-at-a-time path shares the model and its attention implementation
+        )
+        self._forwards_alone_again = forwards_take_turns(llma)
+        try:
+            self._manager = llma.init_continuous_batching(generation_config=sampler, continuous_batching_config=config)
+            self._results = self._manager.output_router.output_queue  # every request's outputs, in one queue
+        except BaseException:
+            self._forwards_alone_again()
+            raise
+        self._outputs: dict[str, queue.Queue] = {}
+        self._lock = threading.Lock()
+        self._numbers = iter(range(1 << 62))
+        self.answers = 0  # how many answers the batch took
+        self._manager.start()
+        threading.Thread(target=self._route, name="batch-outputs", daemon=True).start()
+
+    def describe(self) -> str:
+        return (
+            f"continuous batching (transformers), up to {self.places} answers per step, paged cache of "
+            f"{self.cache_tokens} tokens"
+        )
+
+    def stop(self) -> None:
+        """End the batch's thread now (answers still in it fail)."""
+        self._manager.stop(block=True, timeout=10.0, hard_stop=True)
+        self._forwards_alone_again()
+        self._results.put(None)  # the routing thread ends too
+
+    def tokens(
+        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream
+    ) -> Iterator[int]:
+        """Push the answer's tokens to `stream` one at a time, yielding each after it, until the stream is done (it
+        takes every stop decision) or cancelled while no token comes; the request then leaves the batch.
+        `prompt_ids` ends with the tokens `stream` holds already (an answer begun on the one-at-a-time path).
+        Raises `BatchFailed` if the batch fails it."""
+        with self._lock:
+            request_id = f"answer-{next(self._numbers)}"
+            self._outputs[request_id] = outputs = queue.Queue()
+            self.answers += 1
+        self._manager.add_request(
+            prompt_ids,
+            request_id=request_id,
+            max_new_tokens=stream.max_new_tokens - len(stream.token_ids),
+            streaming=True,
+            eos_token_id=sorted(eos_ids) or -1,
+            **self._sampler_settings(sampling),
+        )
+        seen, ended_in_batch = 0, False
+        try:
+            while not stream.done:
+                output = self._next_output(outputs, stream.cancelled)
+                if output is None:
+                    stream.finish("cancelled")
+                    return
+                if output.error is not None:
+                    raise BatchFailed(output.error)
+                ended_in_batch = output.is_finished()
+                for token in output.generated_tokens[seen:]:
+                    seen += 1
+                    stream.push(token)
+                    yield token
+                    if stream.done:
+                        return
+        finally:
+            with self._lock:
+                self._outputs.pop(request_id, None)
+            if not ended_in_batch:
+                self._manager.cancel_request(request_id)
+
+    def _sampler_settings(self, sampling: Sampling) -> dict:
+        if sampling.greedy:
+            return {"temperature": 1.0, "top_k": 1, "top_p": 1.0}
+        top_k = sampling.top_k if sampling.top_k > 0 else self._vocab_size
+        return {"temperature": float(sampling.temperature), "top_k": top_k, "top_p": float(sampling.top_p)}
+
+    def _next_output(self, outputs: queue.Queue, cancelled: Callable[[], bool]):
+        """The request's next output; None once `cancelled()` while waiting for it."""
+        waited = 0.0
+        while True:
+            try:
+                return outputs.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                waited += CANCEL_POLL_S
+                if cancelled():
+                    return None
+                if not self._manager.is_running():
+                    raise BatchFailed(f"the batch stopped ({self._manager.background_thread_status.fatal_error})")
+                if waited > START_TIMEOUT_S:
+                    raise BatchFailed("no token came for 10 minutes")
+
+    def _route(self) -> None:
+        """Hand each output of the manager to the answer that waits for it (outputs of cancelled answers are
+        dropped)."""
+        while (output := self._results.get()) is not None:
+            with self._lock:
+                waiting = self._outputs.get(output.request_id)
+            if waiting is not None:
+                waiting.put(output)
