@@ -14,17 +14,19 @@ from collections.abc import Iterator
 
 import gradio as gr
 
+from local_chat.engine.interface import CHAT_SAMPLING
+
 
 def replay(schedule: dict[str, list[list]]):
     def chat(
         message: str,
         history: list[dict],
         image: gr.FileData | None = None,
-        max_gen_len: int = 256,
-        temperature: float = 0.1,
-        top_p: float = 0.75,
-        top_k: int = 0,
-        repetition_penalty: float = 1.0,
+        max_gen_len: int = CHAT_SAMPLING.max_new_tokens,
+        temperature: float = CHAT_SAMPLING.temperature,
+        top_p: float = CHAT_SAMPLING.top_p,
+        top_k: int = CHAT_SAMPLING.top_k,
+        repetition_penalty: float = CHAT_SAMPLING.repetition_penalty,
         system: str | None = None,
         template: str | None = None,
     ) -> Iterator[str]:

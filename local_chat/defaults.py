@@ -8,7 +8,9 @@ from pathlib import Path
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb: an image, or a conversation file to import
 # auto: the model's processor fits the image (or the transform its config records); the others are model.image's
 IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks
-DEFAULT_CONTEXT = 4096  # --max_seq_len's default for a local model
+IMAGE_TRANSFORM = "auto"  # --image_transform's default, and the page's
+DEFAULT_CONTEXT = 4096  # --max_seq_len's default for a local model, and `MetaModel.from_pretrained`'s
+MAX_CACHED_SESSIONS = 8  # --max_cached_sessions: conversations whose KV cache is kept between turns
 
 
 def _demo_model() -> Path:

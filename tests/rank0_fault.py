@@ -6,11 +6,11 @@ import time
 
 from local_chat.engine import Request, Sampling
 from local_chat.launchers.flags import parser
-from local_chat.launchers.loading import load_model
+from local_chat.launchers.loading import load_engine
 
 
 def main() -> None:
-    model = load_model(parser("fault").parse_args(["--n_gpus", "2", "--device", "cpu"]))
+    model = load_engine(parser("fault").parse_args(["--n_gpus", "2", "--device", "cpu"]))
     original, calls = model.llma.forward, [0]
 
     def failing_forward(*args, **kwargs):

@@ -452,10 +452,10 @@ def test_cuda_graphs_are_off_where_they_cannot_run_and_the_model_line_says_why()
     """The plain launch replays its decode steps from CUDA graphs only on one GPU (tests/test_gpu.py runs them);
     elsewhere, and with --no_cuda_graphs, the model's facts say why not."""
     from local_chat.launchers.flags import parser
-    from local_chat.launchers.loading import load_model
+    from local_chat.launchers.loading import load_engine
 
-    model = load_model(parser("test").parse_args(["--no_cuda_graphs"]))
+    model = load_engine(parser("test").parse_args(["--no_cuda_graphs"]))
     assert model.graphs is None and model.info["cuda_graphs"] == "off: --no_cuda_graphs"
     on_the_cpu = MetaModel(model.llma, model.tokenizer)
     assert on_the_cpu.graphs is None and on_the_cpu.info["cuda_graphs"] == "off: not on a GPU"
-    assert on_the_cpu.summary()["cuda_graphs"] is False
+    assert on_the_cpu.summary().cuda_graphs is False

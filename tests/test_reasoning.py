@@ -322,7 +322,7 @@ def test_the_same_answer_parsed_as_transformers_serve_parses_it(peer, text, tool
 def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, tmp_path, capsys):
     from local_chat.launchers import generate
 
-    monkeypatch.setattr(generate, "load_model", lambda args: qwen3[0])
+    monkeypatch.setattr(generate, "load_engine", lambda args: qwen3[0])
     answer(qwen3, THOUGHT_AND_ANSWER)
     output = tmp_path / "out.jsonl"
     generate.main(["--prompts", "Hello there!", "--output", str(output), "--max_new_tokens", "300"])

@@ -124,7 +124,7 @@ def test_the_prompt_panel_shows_where_the_images_went(llava, tmp_path):
     path = tmp_path / "red.png"
     Image.new("RGB", (32, 32), "red").save(path)
     chat = ChatTab(llava, Cancels(), "default", "auto", SavedChats(None))
-    marker = llava.summary()["image_marker"]
+    marker = llava.summary().image_marker
     assert marker.strip() == llava.processor.image_token
     _, _, prompt, *_ = submit(chat, {"text": "What is it?", "files": [str(path), str(path)]})
     assert prompt.startswith(marker * 2 + "A chat between") and prompt.count(marker.strip()) == 2

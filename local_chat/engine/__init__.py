@@ -5,11 +5,13 @@ its pipe (engine/process.py), another server's model (engine/remote.py), one que
 
 from .interface import (
     ACCESSORY_SAMPLING,
+    CHAT_SAMPLING,
     Answer,
     ChatOptions,
     Delta,
     End,
     Engine,
+    EngineSummary,
     Event,
     Queued,
     Reasoning,
@@ -24,11 +26,13 @@ from .interface import (
 
 __all__ = [
     "ACCESSORY_SAMPLING",
+    "CHAT_SAMPLING",
     "Answer",
     "ChatOptions",
     "Delta",
     "End",
     "Engine",
+    "EngineSummary",
     "Event",
     "Queued",
     "Reasoning",

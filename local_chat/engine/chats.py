@@ -192,7 +192,7 @@ class AnswerFormat:
     @staticmethod
     def of(engine: Engine) -> AnswerFormat:
         renderer = engine.chat_renderer
-        template, own = response_format(renderer, engine.summary().get("model_type"))
+        template, own = response_format(renderer, engine.summary().model_type)
         return AnswerFormat(template, own and renderer is not None, engine.tokenizer)
 
 

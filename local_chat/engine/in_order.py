@@ -12,7 +12,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 
-from .interface import Answer, End, Engine, Event, Queued, Request, Sampling, collect
+from .interface import Answer, End, Engine, EngineSummary, Event, Queued, Request, Sampling, collect
 
 WAIT_POLL_S = 0.05  # how often a waiting request looks at its cancel flag
 
@@ -55,7 +55,7 @@ class InArrivalOrder:
     def failure(self) -> str | None:
         return self.engine.failure
 
-    def summary(self) -> dict:
+    def summary(self) -> EngineSummary:
         return self.engine.summary()
 
     def generation_defaults(self) -> Sampling:

@@ -64,6 +64,7 @@ class Sampling:
         return replace(self, **changes)
 
 
+CHAT_SAMPLING = Sampling()  # the chat's: the page's controls and the /chat and /single_turn API start from it
 ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
 
 
@@ -209,8 +210,8 @@ class Engine(Protocol):
     def failure(self) -> str | None:
         """Why the model cannot answer any more (a worker died), or None."""
 
-    def summary(self) -> dict:
-        """Facts for the page and /v1/models: path, architecture, dtype, device, context, sees_images, ..."""
+    def summary(self) -> EngineSummary:
+        """What the engine's model is: for the page's model panel, /v1/models and the response format."""
 
     def generation_defaults(self) -> Sampling:
         """The chat's sampling with what the model's own generation_config sets (what /v1 uses)."""
@@ -227,6 +228,34 @@ class Engine(Protocol):
         """Forget the KV caches of a closed browser session."""
 
 
+@dataclass(frozen=True)
+class EngineSummary:
+    """What an engine says of its model (`Engine.summary()`). `engine_url` is set where another server serves it
+    (engine/remote.py); the rest of a remote model is unknown and keeps the defaults."""
+
+    path: str  # the checkpoint's folder(s), ", "-joined; a remote engine's model id
+    context: int  # tokens, prompt and answer
+    sees_images: bool
+    engine_url: str | None = None
+    context_known: bool = True  # False: a remote engine that does not say its context
+    architecture: str = ""
+    model_type: str | None = None  # the config's: picks the family's response format
+    format: str = ""  # the checkpoint's: Hugging Face, LLaMA2-Accessory (2 shards), ...
+    dtype: str = ""
+    device: str = ""
+    quant: str = "none"
+    weight_mib: float = 0.0
+    compiled: bool = False
+    cuda_graphs: bool = False
+    batching: str = "off"
+    image_marker: str = ""  # what stands for an image in a prompt whose template has no marker of its own
+    image_token: str = ""
+
+    @property
+    def remote(self) -> bool:
+        return self.engine_url is not None
+
+
 POOL = "/*"  # a session key ending so names a pool matched by token prefix (model/prefix_cache.py)
 
 
@@ -240,9 +269,9 @@ def in_session(key: str, browser_session: str) -> bool:
     return key == browser_session or key.startswith(browser_session + "/")
 
 
-def checkpoint_name(summary: dict) -> str:
+def checkpoint_name(summary: EngineSummary) -> str:
     """The loaded checkpoint's folder name(s), from `Engine.summary()`'s path: nothing else of the server's disk."""
-    return ", ".join(Path(folder).name for folder in str(summary.get("path", "")).split(", "))
+    return ", ".join(Path(folder).name for folder in summary.path.split(", "))
 
 
 def add_call_piece(calls: list[ToolCallDelta], piece: ToolCallDelta) -> None:

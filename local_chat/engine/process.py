@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -37,10 +38,72 @@ from local_chat.errors import UserError, described
 from local_chat.model.meta import MetaModel
 from local_chat.model.parallel import EXIT_AFTER_FAILURE_S
 
-from .interface import Answer, End, Event, Request, Sampling, collect
+from .interface import Answer, End, EngineSummary, Event, Request, Sampling, collect
 
 CANCEL_POLL_S = 0.02  # how often a request waiting for the model looks at its cancel flag and for a failure
 FAILURE_POLL_S = 0.25  # how often the model's side looks for a failure (a tensor-parallel worker that died)
+
+
+# ----- what goes over the pipe: from the server, numbered requests; from the model, replies to a number -----
+
+
+@dataclass(frozen=True)
+class StreamAnswer:
+    """Answer `request`: its events come back as `Streamed` replies."""
+
+    number: int
+    request: Request
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    """Stop answering request `number` (Stop, a new message, a reader gone): the model stops at its next step."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class CountPrompt:
+    """How many tokens `prompt` (with its images) is: a `Counted` reply, or `Refused`."""
+
+    number: int
+    prompt: str
+    images: list | None
+    image_transform: str | None
+
+
+@dataclass(frozen=True)
+class DropSessions:
+    """Forget the KV caches of a closed browser session (no reply)."""
+
+    browser_session: str
+
+
+@dataclass(frozen=True)
+class Streamed:
+    number: int
+    event: Event
+
+
+@dataclass(frozen=True)
+class Counted:
+    number: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The request failed: `error` is raised in the server, where the request was made."""
+
+    number: int
+    error: Exception
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    """The model cannot answer any more (a tensor-parallel worker died): every request fails with `sentence`."""
+
+    sentence: str
 
 
 def leave_a_core_to_the_server(model: MetaModel) -> None:
@@ -92,36 +155,35 @@ def serve_model(model: MetaModel, connection) -> None:
                 request = connection.recv()
             except (EOFError, OSError):
                 return
-            kind, number, *rest = request
-            if kind == "stream":
-                cancels[number] = rest[0].cancel = threading.Event()
+            if isinstance(request, StreamAnswer):
+                cancels[request.number] = request.request.cancel = threading.Event()
                 threading.Thread(
-                    target=_stream, args=(model, send, number, rest[0], cancels), name="answer", daemon=True
+                    target=_stream, args=(model, send, request, cancels), name="answer", daemon=True
                 ).start()
-            elif kind == "cancel":
-                if (event := cancels.get(number)) is not None:
+            elif isinstance(request, CancelAnswer):
+                if (event := cancels.get(request.number)) is not None:
                     event.set()
-            elif kind == "prompt_length":
-                _reply(send, number, lambda: model.prompt_length(*rest[0]))  # noqa: B023 (called at once)
-            elif kind == "drop":
-                model.drop_sessions(rest[0])
+            elif isinstance(request, CountPrompt):
+                send(_counted(model, request))
+            elif isinstance(request, DropSessions):
+                model.drop_sessions(request.browser_session)
     finally:
         stopped.set()
 
 
-def _stream(model: MetaModel, send, number: int, request: Request, cancels: dict) -> None:
+def _stream(model: MetaModel, send, asked: StreamAnswer, cancels: dict) -> None:
     try:
-        for event in model.stream(request):
-            send((number, "event", event))
+        for event in model.stream(asked.request):
+            send(Streamed(asked.number, event))
     finally:
-        cancels.pop(number, None)
+        cancels.pop(asked.number, None)
 
 
-def _reply(send, number: int, compute: Callable) -> None:
+def _counted(model: MetaModel, asked: CountPrompt) -> Counted | Refused:
     try:
-        send((number, "value", compute()))
+        return Counted(asked.number, model.prompt_length(asked.prompt, asked.images, asked.image_transform))
     except Exception as error:
-        send((number, "error", _portable(error)))
+        return Refused(asked.number, _portable(error))
 
 
 def _portable(error: Exception) -> Exception:
@@ -140,7 +202,7 @@ def _report_failure(model: MetaModel, send, stopped: threading.Event) -> None:
     """Tell the server once the model cannot answer any more (model/parallel.py ends this process soon after)."""
     while not stopped.wait(FAILURE_POLL_S):
         if (sentence := model.failure) is not None:
-            send((None, "failure", sentence))
+            send(ModelFailed(sentence))
             return
 
 
@@ -188,8 +250,8 @@ class PipeEngine:
         self.chat_renderer = facts["chat_renderer"]
         self._summary = facts["summary"]
         self._generation_defaults = facts["generation_defaults"]
-        self.max_seq_len = self._summary["context"]
-        self.sees_images = self._summary["sees_images"]
+        self.max_seq_len = self._summary.context
+        self.sees_images = self._summary.sees_images
         self._connection = connection
         self._send = _locked_sender(connection)
         self._numbers = itertools.count()
@@ -198,8 +260,8 @@ class PipeEngine:
         self._end_process = end_process  # when the model's process ends (tests keep theirs)
         threading.Thread(target=self._receive, name="model-replies", daemon=True).start()
 
-    def summary(self) -> dict:
-        return dict(self._summary)
+    def summary(self) -> EngineSummary:
+        return self._summary
 
     def generation_defaults(self) -> Sampling:
         return self._generation_defaults
@@ -210,12 +272,12 @@ class PipeEngine:
         return self._failure
 
     def drop_sessions(self, browser_session: str) -> None:
-        self._send(("drop", 0, browser_session))
+        self._send(DropSessions(browser_session))
 
     def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
-        number, replies = self._open("prompt_length", (prompt, images, image_transform))
+        number, replies = self._open(lambda number: CountPrompt(number, prompt, images, image_transform))
         try:
-            return self._next(replies)[1]
+            return self._next(replies).tokens
         finally:
             self._waiting.pop(number, None)
 
@@ -227,7 +289,7 @@ class PipeEngine:
         """The model's process's `MetaModel.stream`: the same events; its failure ends the stream as one sentence."""
         cancel = request.cancel
         try:
-            number, replies = self._open("stream", request.portable())
+            number, replies = self._open(lambda number: StreamAnswer(number, request.portable()))
         except UserError as error:
             yield End.failed(str(error))
             return
@@ -235,14 +297,14 @@ class PipeEngine:
         def pass_on_cancel() -> None:
             nonlocal cancel
             if cancel is not None and cancel.is_set():
-                self._send(("cancel", number))
+                self._send(CancelAnswer(number))
                 cancel = None  # once is enough
 
         finished = False
         try:
             while True:
                 try:
-                    _, event = self._next(replies, pass_on_cancel)
+                    event = self._next(replies, pass_on_cancel).event
                 except UserError as error:
                     finished = True
                     yield End.failed(str(error))
@@ -254,41 +316,42 @@ class PipeEngine:
         finally:
             self._waiting.pop(number, None)
             if not finished:
-                self._send(("cancel", number))  # the reader left: the model stops at its next step
+                self._send(CancelAnswer(number))  # the reader left: the model stops at its next step
 
-    def _open(self, kind: str, *payload) -> tuple[int, queue.Queue]:
+    def _open(self, message: Callable[[int], object]) -> tuple[int, queue.Queue]:
+        """Send `message(number)` under a new request number, and the queue its replies will arrive in."""
         if self._failure is not None:
             raise UserError(self._failure)
         number = next(self._numbers)
         self._waiting[number] = replies = queue.Queue()
-        self._send((kind, number, *payload))
+        self._send(message(number))
         return number, replies
 
-    def _next(self, replies: queue.Queue, while_waiting: Callable[[], None] = lambda: None) -> tuple[str, object]:
+    def _next(self, replies: queue.Queue, while_waiting: Callable[[], None] = lambda: None) -> Streamed | Counted:
         """The next reply to a request; raises its error, or the model's failure."""
         while True:
             try:
-                kind, value = replies.get(timeout=CANCEL_POLL_S)
+                reply = replies.get(timeout=CANCEL_POLL_S)
             except queue.Empty:
                 if self._failure is not None:
                     raise UserError(self._failure)
                 while_waiting()
                 continue
-            if kind == "error":
-                raise value
-            return kind, value
+            if isinstance(reply, Refused):
+                raise reply.error
+            return reply
 
     def _receive(self) -> None:
         """Hand each reply to the request it answers; when the model's process ends, fail every request."""
         while True:
             try:
-                number, kind, value = self._connection.recv()
+                reply = self._connection.recv()
             except (EOFError, OSError):
                 break
-            if kind == "failure":
-                self._failure = value
-            elif (replies := self._waiting.get(number)) is not None:
-                replies.put((kind, value))
+            if isinstance(reply, ModelFailed):
+                self._failure = reply.sentence
+            elif (replies := self._waiting.get(reply.number)) is not None:
+                replies.put(reply)
         self._model_gone()
 
     def _model_gone(self) -> None:

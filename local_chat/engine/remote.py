@@ -33,7 +33,19 @@ from local_chat.model.detokenize import StopStrings
 from local_chat.prompting.chat import image_parts, message_text
 from local_chat.prompting.response_formats import Region, ThinkSplitter
 
-from .interface import Answer, Delta, End, Event, Reasoning, Request, Sampling, TokenLogprob, ToolCallDelta, collect
+from .interface import (
+    Answer,
+    Delta,
+    End,
+    EngineSummary,
+    Event,
+    Reasoning,
+    Request,
+    Sampling,
+    TokenLogprob,
+    ToolCallDelta,
+    collect,
+)
 
 CONNECT_TIMEOUT_S = 10.0
 CANCEL_POLL_S = 0.02  # how often an answer's cancel flag is looked at while the engine is silent
@@ -137,18 +149,16 @@ class RemoteEngine:
             raise UserError(f"The engine at {self.url} has no model {wanted!r}; pass --model with one of: {names}.")
         return card
 
-    def summary(self) -> dict:
-        return {
-            "path": self.model,
-            "engine_url": self.url,
-            "architecture": "served by an engine",
-            "context": self.max_seq_len,
-            "context_known": self.context_known,
-            "sees_images": self.sees_images,
-            "compiled": False,
-            "weight_mib": 0,
-            "batching": "the engine's",
-        }
+    def summary(self) -> EngineSummary:
+        return EngineSummary(
+            path=self.model,
+            context=self.max_seq_len,
+            sees_images=self.sees_images,
+            engine_url=self.url,
+            context_known=self.context_known,
+            architecture="served by an engine",
+            batching="the engine's",
+        )
 
     def generation_defaults(self) -> Sampling:
         return Sampling()

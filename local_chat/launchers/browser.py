@@ -11,7 +11,7 @@ import sys
 from local_chat.errors import UserError
 
 from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
-from .loading import ENGINE_PLACES, check_serving_flags, compile_before_answering, load_model, start_batching
+from .loading import ENGINE_PLACES, check_serving_flags, compile_before_answering, load_engine, start_batching
 
 
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
@@ -23,7 +23,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     try:
         check_serving_flags(args)
         open_history(args).close()  # a database that cannot be used is told now, not after the model loads
-        model = load_model(args, with_visual=with_visual)
+        model = load_engine(args, with_visual=with_visual)
         template = default_template(model, args.template)
     except UserError as error:
         fail(error)

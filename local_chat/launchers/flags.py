@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from local_chat.defaults import DEFAULT_CONTEXT, IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from local_chat.defaults import DEFAULT_CONTEXT, IMAGE_TRANSFORM, IMAGE_TRANSFORMS, MAX_CACHED_SESSIONS, MAX_UPLOAD_MB
 from local_chat.errors import UserError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -32,7 +32,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--image_transform",
         choices=IMAGE_TRANSFORMS,
-        default="auto",
+        default=IMAGE_TRANSFORM,
         help="how an uploaded image is fitted to the model: auto (default) lets the model's processor do it "
         "(its resolution, tiling), or the transform the model was trained with (the demo model's "
         "padded_resize); padded_resize or resized_center_crop square it first, as Accessory does",
@@ -87,7 +87,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--max_cached_sessions",
         type=int,
-        default=8,
+        default=MAX_CACHED_SESSIONS,
         help="conversations whose KV cache is kept between turns, so a turn runs only its new tokens "
         "(least recently used dropped first; 0: none)",
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 from local_chat.errors import UserError
 
 from .flags import FlagParser, add_model_flags, fail
-from .loading import check_serving_flags, compile_before_answering, load_model
+from .loading import check_serving_flags, compile_before_answering, load_engine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.batch_size < 1:
         raise UserError(f"--batch_size is {args.batch_size}; give 1 or more.")
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
-    model = load_model(args)
+    model = load_engine(args)
     batches = range(0, len(prompts), args.batch_size)
     if args.api_base is None:  # so --compile's figures leave the compilation out
         compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})

@@ -17,6 +17,7 @@ from local_chat.errors import UserError
 from .flags import api_keys, check_port_free, first_free_port, logins
 
 if TYPE_CHECKING:
+    from local_chat.engine.remote import RemoteEngine
     from local_chat.model.meta import MetaModel
 
 
@@ -137,7 +138,7 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
                 f"This {kind} model cannot be split over processes (transformers has no tensor-parallel "
                 "plan for it); run it in one process, or on GPUs, where pipeline mode runs it."
             )
-        return size, "pipeline", device  # load_model says so
+        return size, "pipeline", device  # load_engine says so
     return size, args.parallel, device
 
 
@@ -160,11 +161,11 @@ def checkpoint_paths(args: argparse.Namespace) -> list[str]:
     return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
 
 
-def load_model(args: argparse.Namespace, with_visual: bool = False) -> MetaModel:
-    """The model the flags name (the built-in demo model when no --pretrained_path is given), on one device or
-    spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process layout).
-    `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower either way.
-    With --api_base, no model loads: the engine's is used (`connect_engine`)."""
+def load_engine(args: argparse.Namespace, with_visual: bool = False) -> MetaModel | RemoteEngine:
+    """The engine of the model the flags name: a `MetaModel` (the built-in demo model when no --pretrained_path is
+    given) on one device or spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process
+    layout). `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower
+    either way. With --api_base, no model loads: the engine's is used (`connect_engine`)."""
     if args.api_base is not None:
         return connect_engine(args, with_visual)
     from local_chat.model.parallel import start_ranks, torchrun_world

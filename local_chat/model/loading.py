@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers.processing_utils import ProcessorMixin
 
+from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError, described
 
 from . import checkpoint as ckpt
@@ -128,7 +129,7 @@ def load(
     llama_config=None,
     tokenizer_path=None,
     with_visual=False,
-    max_seq_len=4096,
+    max_seq_len=DEFAULT_CONTEXT,
     mp_group=None,
     dtype=None,
     device=None,

@@ -15,7 +15,18 @@ import torch
 from PIL import Image
 from transformers import DynamicCache
 
-from local_chat.engine.interface import ACCESSORY_SAMPLING, Answer, Delta, End, Event, Request, Sampling, TokenLogprob
+from local_chat.defaults import DEFAULT_CONTEXT
+from local_chat.engine.interface import (
+    ACCESSORY_SAMPLING,
+    Answer,
+    Delta,
+    End,
+    EngineSummary,
+    Event,
+    Request,
+    Sampling,
+    TokenLogprob,
+)
 from local_chat.errors import UserError, described
 
 from .answer_stream import AnswerStream, batch_decider
@@ -74,7 +85,7 @@ class MetaModel(torch.nn.Module):
         llma,
         tokenizer,
         processor=None,
-        max_seq_len: int = 4096,
+        max_seq_len: int = DEFAULT_CONTEXT,
         info: dict | None = None,
         compile: bool = False,
         lockstep: Lockstep | None = None,
@@ -82,10 +93,10 @@ class MetaModel(torch.nn.Module):
         followers=None,
         cuda_graphs: bool = True,
     ):
-        """`prefix_caches`: the conversations' KV caches kept between turns (default: 8 sessions); `lockstep` and
-        `followers`: tensor parallel's (model/parallel.py): the ranks that decide each step together, and on rank 0
-        of the launchers' layout the other ranks each generation is announced to; `cuda_graphs`: on one GPU without
-        `compile`, replay the decode steps from CUDA graphs (model/graphs.py)."""
+        """`prefix_caches`: the conversations' KV caches kept between turns (default: `MAX_CACHED_SESSIONS` of
+        them); `lockstep` and `followers`: tensor parallel's (model/parallel.py): the ranks that decide each
+        step together, and on rank 0 of the launchers' layout the other ranks each generation is announced to;
+        `cuda_graphs`: on one GPU without `compile`, replay the decode steps from CUDA graphs (model/graphs.py)."""
         super().__init__()
         if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
             raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
@@ -130,7 +141,7 @@ class MetaModel(torch.nn.Module):
         llama_config=None,
         tokenizer_path: str | None = None,
         with_visual: bool = False,
-        max_seq_len: int = 4096,
+        max_seq_len: int = DEFAULT_CONTEXT,
         mp_group=None,
         dtype=None,
         device=None,
@@ -233,23 +244,28 @@ class MetaModel(torch.nn.Module):
             side = math.isqrt(patches) * getattr(image_processor, "patch_size", 16)
         return int(side)
 
-    def summary(self) -> dict:
+    def summary(self) -> EngineSummary:
         """`info` (path, format, dtype, device, quantization) with the architecture, weight MiB and context: what
         the app's model panel shows."""
-        return {
-            **self.info,
-            "architecture": self.info.get("architecture", type(self.llma).__name__),
-            "model_type": getattr(getattr(self.llma, "config", None), "model_type", None),  # its response format
-            "weight_mib": weight_bytes(self.llma) / 2**20,
-            "context": self.max_seq_len,
-            "sees_images": self.sees_images,
-            "compiled": self.compiled is not None,
-            "cuda_graphs": self.graphs is not None,
-            "batching": self.info["batching"],
-            # what stands for an image in a prompt that has no marker of its own (the processor puts it in front)
-            "image_marker": image_marker(self.processor) if self.sees_images else "",
-            "image_token": getattr(self.processor, "image_token", "") if self.sees_images else "",
-        }
+        info = self.info
+        return EngineSummary(
+            path=str(info.get("path", "")),
+            context=self.max_seq_len,
+            sees_images=self.sees_images,
+            architecture=str(info.get("architecture", type(self.llma).__name__)),
+            model_type=getattr(getattr(self.llma, "config", None), "model_type", None),
+            format=str(info.get("format", "")),
+            dtype=str(info.get("dtype", "")),
+            device=str(info.get("device", "")),
+            quant=str(info.get("quant", "none")),
+            weight_mib=weight_bytes(self.llma) / 2**20,
+            compiled=self.compiled is not None,
+            cuda_graphs=self.graphs is not None,
+            batching=str(info["batching"]),
+            # the processor puts it in front of a prompt whose template has no image marker
+            image_marker=image_marker(self.processor) if self.sees_images else "",
+            image_token=getattr(self.processor, "image_token", "") if self.sees_images else "",
+        )
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
         """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are

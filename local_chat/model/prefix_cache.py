@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from local_chat.defaults import MAX_CACHED_SESSIONS
 from local_chat.engine.interface import POOL, in_session
 
 
@@ -77,7 +78,7 @@ def reusable_length(prefix: CachedPrefix, ids: list[int], key: str | None, image
 class PrefixCaches:
     """The cached prefixes of recent sessions, by session key, least recently used dropped first."""
 
-    def __init__(self, max_sessions: int = 8, max_bytes: int | None = None):
+    def __init__(self, max_sessions: int = MAX_CACHED_SESSIONS, max_bytes: int | None = None):
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, CachedPrefix] = OrderedDict()

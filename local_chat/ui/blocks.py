@@ -1,4 +1,5 @@
-"""The Gradio app: the Chat and Single-turn tabs over one engine, and the /chat and /single_turn API.
+"""The Gradio app: the Chat and Single-turn tabs over one engine, with the /chat and /single_turn API beside them
+(ui/gradio_api.py).
 
 The chat and the /chat API send chat messages (with the chosen template) to the engine, which renders them
 (engine/chats.py: the prompt comes back first, as `Rendered`, and the answer parsed, its reasoning apart); the
@@ -14,15 +15,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator
 from html import escape
 
 import gradio as gr
 
-from local_chat.defaults import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
-from local_chat.engine import ChatOptions, Engine, Request, Sampling, checkpoint_name
+from local_chat.defaults import IMAGE_TRANSFORM, IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from local_chat.engine import ChatOptions, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
-from local_chat.engine.interface import session_key
+from local_chat.engine.interface import CHAT_SAMPLING, session_key
 from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.prompting import (
@@ -30,17 +30,16 @@ from local_chat.prompting import (
     conversation_templates,
     default_system,
     default_template,
-    history_pairs,
     message_text,
     open_upload,
     single_turn_prompt,
 )
-from local_chat.prompting.chat import history_system, question_parts
 from local_chat.prompting.messages import template_reads
 from local_chat.templates.single_turn import TEMPLATE_NAMES
 
 from . import turns
 from .chat import Cancels, answer_updates
+from .gradio_api import api_chat, api_single_turn, page_sampling
 from .history import IMAGE_REF, SavedChats, new_conversation_id
 from .turns import DROPPED_TITLE, ERROR_MARK, kind_of, model_view, up_to_last_question, view  # noqa: F401 (tests)
 
@@ -106,20 +105,19 @@ def model_panel(model: Engine) -> str:
     """The model line over the tabs (HTML): a short summary, its details a tap away; the checkpoint by its folder's
     name (nothing of the server's disk)."""
     facts = model.summary()
-    seeing = " · sees images" if facts["sees_images"] else ""
-    if "engine_url" in facts:  # engine/remote.py: a model another server serves
-        context = f"{facts['context']} tokens" if facts["context_known"] else "the engine's context"
-        summary = f"<b>Model</b> <code>{escape(facts['path'])}</code> · {context}{seeing}"
-        details = f"served by {escape(facts['engine_url'])} · batching: the engine's"
+    seeing = " · sees images" if facts.sees_images else ""
+    if facts.remote:  # engine/remote.py: a model another server serves
+        context = f"{facts.context} tokens" if facts.context_known else "the engine's context"
+        summary = f"<b>Model</b> <code>{escape(facts.path)}</code> · {context}{seeing}"
+        details = f"served by {escape(facts.engine_url)} · batching: {escape(facts.batching)}"
     else:
-        summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts['context']} tokens{seeing}"
+        summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts.context} tokens{seeing}"
         details = (
-            f"{escape(str(facts['architecture']))} · {facts.get('format', '')} · dtype {facts.get('dtype', '')} · "
-            f"device {facts.get('device', '')} · quantization {facts.get('quant', 'none')} · weights "
-            f"{facts['weight_mib']:,.0f} MiB"
-            + (" · compiled decoding" if facts["compiled"] else "")
-            + (" · CUDA graphs" if facts.get("cuda_graphs") else "")
-            + f" · batching: {escape(str(facts.get('batching', 'off')))}"
+            f"{escape(facts.architecture)} · {facts.format} · dtype {facts.dtype} · device {facts.device} · "
+            f"quantization {facts.quant} · weights {facts.weight_mib:,.0f} MiB"
+            + (" · compiled decoding" if facts.compiled else "")
+            + (" · CUDA graphs" if facts.cuda_graphs else "")
+            + f" · batching: {escape(facts.batching)}"
         )
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
 
@@ -130,7 +128,7 @@ def shown_prompt(model: Engine, text: str, images: int) -> str:
     if not images:
         return text
     facts = model.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
-    marker, token = facts.get("image_marker", ""), facts.get("image_token", "")
+    marker, token = facts.image_marker, facts.image_token
     if marker and token and token not in text:
         return marker * images + text
     return text
@@ -202,13 +200,8 @@ def thinking_kwargs(thinking) -> dict:
     return {}
 
 
-def page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty) -> Sampling:
-    """The sampling the page's settings (`sampling_controls`, in that order), or the /chat API's, ask for."""
-    return Sampling(int(max_gen_len), float(temperature), float(top_p), int(top_k), float(repetition_penalty))
-
-
 def sampling_controls() -> list[gr.components.Component]:
-    defaults = Sampling()
+    defaults = CHAT_SAMPLING
     with gr.Accordion("Settings", open=False):
         max_gen_len = gr.Slider(1, 2048, value=defaults.max_new_tokens, step=1, label="Max answer length (tokens)")
         temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
@@ -838,130 +831,11 @@ class SingleTurnTab:
         stop.click(self.stop, None, None, cancels=runs, **toggle).then(lambda: idle, None, [run, stop], **toggle)
 
 
-def api_error(sentence: str) -> gr.Error:
-    """The sentence for an API caller; a caller's mistake is not the server's, so no traceback in its terminal."""
-    return gr.Error(sentence, print_exception=False)
-
-
-async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
-    """The growing answer for an API caller; an error ends the call as that one sentence."""
-    async for update in answer_updates(engine, request):
-        if update.error:
-            raise api_error(update.error)
-        if update.text or update.line:  # not the prompt's rendering alone, nor reasoning alone (not shown here)
-            yield update.text.strip()
-
-
-def api_messages(history: list, message: str, image, system: str | None, max_mb: float) -> list[dict]:
-    """The /chat API's arguments as chat messages: `system` (else the history's last system message), the history's
-    turns (messages, or older clients' [question, answer] pairs), then `message`; `image` goes with the first
-    question."""
-    if not (message or "").strip():
-        raise UserError(EMPTY_MESSAGE)
-    system = system if system is not None else history_system(history)
-    messages = [{"role": "system", "content": system}] if system is not None else []
-    for question, answer in history_pairs(history, max_mb):
-        text, images = question_parts(question)
-        messages += [user_message(text, images), {"role": "assistant", "content": answer}]
-    messages.append({"role": "user", "content": message})
-    if image is not None:
-        first = next(m for m in messages if m["role"] == "user")
-        first["content"] = [{"type": "image", "image": image}, *parts_of(first["content"])]
-    return messages
-
-
-def user_message(text: str, images: list) -> dict:
-    parts = [{"type": "image", "image": image} for image in images]
-    return {"role": "user", "content": [*parts, {"type": "text", "text": text}] if parts else text}
-
-
-def parts_of(content) -> list:
-    return content if isinstance(content, list) else [{"type": "text", "text": content}]
-
-
-def api_chat(
-    model: Engine,
-    cancels: Cancels,
-    launcher_template: str,
-    image_transform: str,
-    max_upload_mb: float = MAX_UPLOAD_MB,
-):
-    model = ChatEngine.over(model, launcher_template, max_upload_mb)
-
-    async def chat(
-        message: str,
-        history: list[dict],
-        image: gr.FileData | None = None,
-        max_gen_len: int = 256,
-        temperature: float = 0.1,
-        top_p: float = 0.75,
-        top_k: int = 0,
-        repetition_penalty: float = 1.0,
-        system: str | None = None,
-        template: str | None = None,
-        request: gr.Request = None,
-    ) -> AsyncIterator[str]:
-        """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
-        turns of a history longer than the context are left out. `system` (or a "system" message in `history`)
-        replaces the template's system prompt; `template` (default: the launcher's) is a conversation template."""
-        key = session_key(request.session_hash, "api")
-        cancel = cancels.fresh(key)
-        path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
-        try:
-            if template in TEMPLATE_NAMES:
-                raise UserError(
-                    f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
-                    f"one of: {', '.join(conversation_templates(model))}."
-                )
-            picture = open_upload(path, max_upload_mb)
-            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
-            messages = api_messages(history, message, picture, system, max_upload_mb)
-        except UserError as error:
-            raise api_error(str(error))
-        answer = Request(
-            sampling=settings,
-            image_transform=image_transform,
-            session=key,
-            cancel=cancel,
-            messages=messages,
-            chat=ChatOptions(template=template or launcher_template, answer_tokens=settings.max_new_tokens),
-        )
-        async for text in api_answer(model, answer):
-            yield text
-
-    return chat
-
-
-def api_single_turn(model: Engine, cancels: Cancels):
-    async def single_turn(
-        instruction: str,
-        input: str = "",
-        template: str = "alpaca",
-        max_gen_len: int = 256,
-        temperature: float = 0.1,
-        top_p: float = 0.75,
-        top_k: int = 0,
-        repetition_penalty: float = 1.0,
-        request: gr.Request = None,
-    ) -> AsyncIterator[str]:
-        """Answer one instruction in a single-turn template (alpaca, shortqa, qg, caption, None)."""
-        cancel = cancels.fresh(session_key(request.session_hash, "api-single"))
-        try:
-            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
-            prompt = single_turn_prompt(instruction, input, template)
-        except UserError as error:
-            raise api_error(str(error))
-        async for text in api_answer(model, Request(prompt, settings, cancel=cancel)):
-            yield text
-
-    return single_turn
-
-
 def build_app(
     model: Engine,
     tabs: tuple[str, ...] = ("chat", "single"),
     template: str | None = None,
-    image_transform: str = "padded_resize",
+    image_transform: str = IMAGE_TRANSFORM,
     title: str = "Chat",
     max_upload_mb: float = MAX_UPLOAD_MB,
     store: Store | None = None,
