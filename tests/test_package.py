@@ -137,7 +137,7 @@ def test_a_non_editable_install_has_the_package_the_faces_and_the_commands(tmp_p
     faces are its only top-level names, the console scripts run, and the faces import."""
     source, target = tmp_path / "source", tmp_path / "site"  # built from a copy: the build leaves files beside it
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "tests", "assets", "build", "*.egg-info"))
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target"]
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target"]  # setuptools as pyproject asks
     subprocess.run([*install, str(target), str(source)], check=True, capture_output=True, timeout=300)
     top = {
         p.name for p in target.iterdir() if not p.name.endswith(".dist-info") and p.name not in ("bin", "__pycache__")

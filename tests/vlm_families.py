@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tiny_models import CORPUS, TEXT_CONFIG
 
-from local_chat.model.loading import broken_torchvision, images_only, pixtral_processor_class
+from local_chat.model.processors import broken_torchvision, images_only, pixtral_processor_class
 
 TEMPLATES = Path(__file__).resolve().parent / "chat_templates"
 FAMILIES = (

@@ -31,7 +31,7 @@ import httpx
 from local_chat.errors import UserError, described
 from local_chat.model.detokenize import StopStrings
 from local_chat.prompting.chat import image_parts, message_text
-from local_chat.prompting.response_formats import Region, ThinkSplitter
+from local_chat.prompting.response_formats import Region
 
 from .interface import (
     Answer,
@@ -42,9 +42,16 @@ from .interface import (
     Reasoning,
     Request,
     Sampling,
-    TokenLogprob,
-    ToolCallDelta,
     collect,
+)
+from .openai_wire import (
+    chunk_logprobs,
+    engine_message,
+    prompt_characters,
+    raw_think_splitter,
+    reasoning_and_calls,
+    server_events,
+    transport_errors,
 )
 
 CONNECT_TIMEOUT_S = 10.0
@@ -389,99 +396,3 @@ def close_on_cancel(reply, cancel: threading.Event | None, finished: threading.E
         if cancel.is_set():
             reply.close()
             return
-
-
-def transport_errors() -> tuple[type[Exception], ...]:
-    """What reading a stream raises when the connection fails: httpx's errors, and httpx2's (the HTTP client of the
-    `openai` package from its version 3)."""
-    import openai
-
-    errors: list[type[Exception]] = [httpx.HTTPError, openai.APIConnectionError]
-    try:
-        import httpx2
-
-        errors.append(httpx2.HTTPError)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-def raw_think_splitter(request: Request):
-    """What splits reasoning sent raw in the answer's text out of it."""
-    kwargs = request.chat.template_kwargs if request.chat is not None else {}
-    return ThinkSplitter(opened=kwargs.get("enable_thinking") is True)
-
-
-def reasoning_and_calls(delta: dict, reasoning: Region) -> Iterator[Event]:
-    """The reasoning (under either name engines send it) and tool-call pieces of a chat chunk's delta."""
-    text = delta.get("reasoning_content") or delta.get("reasoning")
-    if text:
-        yield from reasoning.chunk(text)
-    for call in delta.get("tool_calls") or []:
-        function = call.get("function") or {}
-        yield ToolCallDelta(call.get("index", 0), call.get("id"), function.get("name"), function.get("arguments") or "")
-
-
-def server_events(response) -> Iterator[dict]:
-    """The JSON objects of a streamed response's server-sent events, up to `data: [DONE]`."""
-    for line in response.iter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            continue  # not an event of the protocol (a comment, a keep-alive)
-        if isinstance(event, dict):
-            yield event
-
-
-def chunk_logprobs(logprobs: dict | None, chat: bool) -> list[TokenLogprob]:
-    """The log-probabilities a chunk's choice carries, in the engine interface's shape (token ids are not sent:
-    -1)."""
-    if not logprobs:
-        return []
-    if chat:
-        return [
-            TokenLogprob(
-                -1, t["token"], t["logprob"], [(top["token"], top["logprob"]) for top in t.get("top_logprobs") or []]
-            )
-            for t in logprobs.get("content") or []
-        ]
-    tokens = logprobs.get("tokens") or []
-    tops = logprobs.get("top_logprobs") or [{}] * len(tokens)
-    return [
-        TokenLogprob(-1, token, value, sorted((top or {}).items(), key=lambda kv: -kv[1]))
-        for token, value, top in zip(tokens, logprobs.get("token_logprobs") or [], tops)
-    ]
-
-
-def prompt_characters(prompt: str, messages: list[dict] | None) -> int:
-    """A prompt's size in characters, as the estimate of its tokens counts it: a chat's message texts only."""
-    if messages is None:
-        return len(prompt)
-    return sum(len(message_text(m.get("content"))) for m in messages)
-
-
-def engine_message(error) -> str:
-    """An engine's error in one line: its own message where its body has one (OpenAI's `error.message`, or FastAPI's
-    `detail`), and its status."""
-    body = getattr(error, "body", None)
-    message = None
-    if isinstance(body, dict):
-        inner = body.get("error")
-        message = inner.get("message") if isinstance(inner, dict) else body.get("message")
-        detail = body.get("detail")
-        if message is None and detail is not None:
-            message = (
-                detail
-                if isinstance(detail, str)
-                else "; ".join(
-                    f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" if isinstance(d, dict) else str(d)
-                    for d in (detail if isinstance(detail, list) else [detail])
-                )
-            )
-    status = getattr(error, "status_code", None)
-    return f"{message or described(error)}" + (f" ({status})" if status else "")

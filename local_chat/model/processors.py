@@ -1,0 +1,159 @@
+"""A checkpoint's processor (vision models): loaded with PIL image processors where it can have them, without the
+video processor transformers would make with torchvision (the chat sends images only), and picklable to the web
+server's process even where its class was made here. A processor that cannot load is one sentence."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import types
+from pathlib import Path
+
+import torch
+from transformers.processing_utils import ProcessorMixin
+
+from local_chat.errors import UserError, described
+
+
+def load_processor(folder: Path, config, remote: dict):
+    """The folder's processor, with PIL image processors where it can have them. Without torchvision, which
+    transformers' video processors need (Qwen2-VL's, say), a processor that also takes videos loads without its
+    video processor: the chat sends images only."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, backend="pil", **remote)
+    except ImportError:  # a part with no PIL backend: transformers' own choice (torchvision where it loads)
+        try:
+            return AutoProcessor.from_pretrained(folder, **remote)
+        except ImportError:
+            if saved_processor_class(folder) == "PixtralProcessor":
+                return pixtral_processor_class().from_pretrained(folder, backend="pil", **remote)
+            processor_class = registered_processor_class(config)
+            if processor_class is None or "video_processor" not in processor_class.get_attributes():
+                raise
+            return images_only(processor_class).from_pretrained(folder, backend="pil", **remote)
+    except ValueError as exc:  # an image processor with no backend that loads here (Llama 4's needs torchvision)
+        if "Missing optional dependencies" in str(exc):
+            raise ImportError(str(exc)) from exc
+        raise
+
+
+def saved_processor_class(folder: Path) -> str | None:
+    """The processor class a checkpoint's processor_config.json names, or None."""
+    try:
+        return json.loads((folder / "processor_config.json").read_text()).get("processor_class")
+    except (OSError, ValueError):
+        return None
+
+
+@functools.cache
+def pixtral_processor_class():
+    """Pixtral's processor (Ministral 3's, Mistral Small 3's): transformers refuses it without torchvision, which it
+    needs for one helper only, the image size after resizing; its PIL image processor's module has the same one."""
+    import sys
+
+    name = "transformers.models.pixtral.image_processing_pixtral"
+    if importlib.util.find_spec("torchvision") is None and name not in sys.modules:
+        from transformers.models.pixtral import image_processing_pil_pixtral as pil
+
+        stand_in = types.ModuleType(name)
+        stand_in.get_resize_output_image_size = pil.get_resize_output_image_size
+        sys.modules[name] = stand_in
+    from transformers.models.pixtral.processing_pixtral import PixtralProcessor
+
+    class Pixtral(PixtralProcessor):
+        def __reduce__(self):  # the web server's process makes its module stand in too before it unpickles one
+            return _rebuilt, (pixtral_processor_class, (), self.__dict__)
+
+    Pixtral.__name__ = PixtralProcessor.__name__  # what a saved processor_config.json names
+    return Pixtral
+
+
+def registered_processor_class(config):
+    """The processor class transformers registers for `config`'s model type, or None."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    return PROCESSOR_MAPPING.get(type(config), None)
+
+
+class _WithoutVideo(ProcessorMixin):
+    """Between a processor and transformers' `ProcessorMixin`: the video processor its `__init__` passes on (None)
+    is left out."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.pop("video_processor", None)
+        super().__init__(*args, **kwargs)
+
+
+@functools.cache
+def images_only(processor_class):
+    """`processor_class` with no video processor to load or check: the images, text and chat template are its own."""
+
+    class ImagesOnly(processor_class, _WithoutVideo):
+        __init__ = _video_optional(processor_class.__init__)
+
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return [name for name in processor_class.get_attributes() if name != "video_processor"]
+
+        def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
+            return _rebuilt, (images_only, (processor_class,), self.__dict__)
+
+    ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
+    return ImagesOnly
+
+
+def _video_optional(init):
+    """A processor's `__init__` whose video processor defaults to None (Gemma 4's asks for one): the same code, so
+    that transformers still reads its parameters from it."""
+    code, defaults = init.__code__, init.__defaults__ or ()
+    names = code.co_varnames[1 : code.co_argcount]
+    if "video_processor" not in names or names.index("video_processor") != len(names) - len(defaults) - 1:
+        return init  # it has a default already (Qwen2-VL's), or required parameters follow it
+    optional = types.FunctionType(code, init.__globals__, init.__name__, (None, *defaults), init.__closure__)
+    optional.__kwdefaults__ = init.__kwdefaults__
+    return optional
+
+
+def _rebuilt(make_class, args: tuple, state: dict):
+    """A processor of a class made here (`make_class(*args)`), as pickle brings it to another process."""
+    processor = object.__new__(make_class(*args))
+    processor.__dict__.update(state)
+    return processor
+
+
+def broken_torchvision() -> str | None:
+    """Why an installed torchvision does not import (PyPI's wheel beside the CPU build of torch: "operator
+    torchvision::nms does not exist"), or None. transformers then fails to import every image processor."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:
+        return described(exc)
+    return None
+
+
+def missing_package_error(folder: Path, model_type: str, exc: ImportError) -> UserError:
+    if (problem := broken_torchvision()) is not None:
+        return UserError(
+            f"torchvision is installed but does not load beside torch {torch.__version__} ({problem}), "
+            "and transformers' image processors fail with it: pip uninstall torchvision, or install the "
+            "release built for this torch."
+        )
+    text = str(exc)
+    if "torchvision" in text.lower() or "video processor" in text.lower():  # processors made for torchvision only
+        return UserError(
+            f"{folder} holds a {model_type} model, whose processor needs torchvision, which is not "
+            f"installed or does not load beside torch {torch.__version__}: pip install the torchvision "
+            "release built for this torch (pytorch.org lists them), or load another model."
+        )
+    first_line = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return UserError(
+        f"{folder} holds a {model_type} model that needs a package this machine lacks ({first_line}); "
+        "install it with pip, or load another model."
+    )
