@@ -21,8 +21,8 @@ from local_chat.engine.in_order import InArrivalOrder
 from local_chat.launchers.loading import free_port
 from local_chat.prompting import default_template
 from local_chat.ui import build_app
-from local_chat.ui.blocks import PAGE
 from local_chat.ui.history import SavedChats
+from local_chat.ui.layout import PAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # the project is installed (pip install -e .)

@@ -50,7 +50,7 @@ def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -
     from local_chat.api import OpenAIAPI
     from local_chat.engine.in_order import InArrivalOrder
     from local_chat.ui import build_app
-    from local_chat.ui.blocks import PAGE
+    from local_chat.ui.layout import PAGE
 
     engine = InArrivalOrder(model, args.concurrency)
     store = open_history(args)

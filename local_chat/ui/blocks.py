@@ -14,15 +14,13 @@ and the /v1 API's requests in arrival order.
 from __future__ import annotations
 
 import functools
-import inspect
-from html import escape
 
 import gradio as gr
 
 from local_chat.defaults import IMAGE_TRANSFORM, IMAGE_TRANSFORMS, MAX_UPLOAD_MB
-from local_chat.engine import ChatOptions, Engine, Request, checkpoint_name
+from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
-from local_chat.engine.interface import CHAT_SAMPLING, session_key
+from local_chat.engine.interface import session_key
 from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.prompting import (
@@ -32,136 +30,30 @@ from local_chat.prompting import (
     default_template,
     message_text,
     open_upload,
-    single_turn_prompt,
 )
 from local_chat.prompting.messages import template_reads
-from local_chat.templates.single_turn import TEMPLATE_NAMES
 
 from . import turns
 from .chat import Cancels, answer_updates
+from .conversations import SavedConversations
 from .gradio_api import api_chat, api_single_turn, page_sampling
 from .history import IMAGE_REF, SavedChats, new_conversation_id
+from .layout import (
+    EXAMPLES,
+    IMAGE_EXAMPLES,
+    busy_box,
+    idle_box,
+    model_panel,
+    prompt_panel,
+    sampling_controls,
+    shown_prompt,
+)
+from .single_turn import SingleTurnTab
 from .turns import DROPPED_TITLE, ERROR_MARK, kind_of, model_view, up_to_last_question, view  # noqa: F401 (tests)
-
-EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
-IMAGE_EXAMPLES = [
-    {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
-]
-CSS = """
-.stats { font-size: 0.8em; opacity: 0.75; }
-.model-line { font-size: var(--text-md); }
-.model-line summary { cursor: pointer; }
-.model-line .model-details { color: var(--body-text-color-subdued); font-size: var(--text-sm); margin-top: 2px; }
-.conversation img { max-width: min(240px, 60vw); max-height: 240px; border-radius: 6px; }
-/* Gradio's own clear (the trash icon) would empty a saved conversation's view: New chat does that job */
-.conversation button[aria-label="Clear"] { display: none; }
-/* a notice with no body (an answer's figures, the place in the queue): a quiet line, no box, nothing to open */
-.conversation .thought-group:has(> [aria-busy="true"]) { border: none; background: none; padding: 0; margin: 0; }
-.conversation [role="button"][aria-busy="true"] { pointer-events: none; font-size: var(--text-sm); opacity: 0.7; }
-.conversation [role="button"][aria-busy="true"] .arrow { display: none; }
-/* the prompt panel as tall as its text (Gradio's wrapped code box keeps max_lines' height even when empty) */
-.prompt-view .cm-scroller { min-height: 0 !important; }
-@media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
-/* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
-@media (max-width: 768px) {
-  .sidebar.conversations .toggle-button { border: 1px solid var(--border-color-primary) !important;
-    border-radius: 50% !important; width: 36px !important; height: 36px !important; left: calc(100% + 6px) !important; }
-  .sidebar.conversations.open .toggle-button { left: auto !important; right: 8px !important; }
-  .sidebar.conversations .sidebar-content { padding-right: 52px !important; }
-}
-"""
-# Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
-# cannot make the browser call an outside address (and send it whatever the model put into the URL).
-HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
-# run by the page once it has loaded (launch's `js`)
-PAGE_JS = """() => {
-  // Escape stops the answer that streams (the message box's Stop, shown only then)
-  document.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape") return;
-    const stop = Array.from(document.querySelectorAll("button.stop-button")).find((b) => b.offsetParent !== null);
-    if (stop) stop.click();
-  }, true);  // in the capture phase: the message box handles its own keys
-  // on a narrow screen the conversations start closed: the chat and its message box come first
-  let tries = 0;
-  const timer = setInterval(() => {
-    const sidebar = document.querySelector(".sidebar.conversations");
-    if (sidebar && window.innerWidth < 700 && sidebar.classList.contains("open")) {
-      sidebar.querySelector(".toggle-button").click();
-    }
-    // on a wide screen the model's details show under its name; on a narrow one they are a tap away
-    const details = document.querySelector(".model-line details");
-    if (details && window.innerWidth >= 700) details.open = true;
-    if ((sidebar && details) || ++tries > 50) clearInterval(timer);
-  }, 100);
-}"""
-# what `launch` needs besides the address; the footer's "Settings" (Gradio's) would stand beside the chat's own
-PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS, "footer_links": ["api", "gradio"]}
-# every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
-GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
-UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
-
-
-def model_panel(model: Engine) -> str:
-    """The model line over the tabs (HTML): a short summary, its details a tap away; the checkpoint by its folder's
-    name (nothing of the server's disk)."""
-    facts = model.summary()
-    seeing = " · sees images" if facts.sees_images else ""
-    if facts.remote:  # engine/remote.py: a model another server serves
-        context = f"{facts.context} tokens" if facts.context_known else "the engine's context"
-        summary = f"<b>Model</b> <code>{escape(facts.path)}</code> · {context}{seeing}"
-        details = f"served by {escape(facts.engine_url)} · batching: {escape(facts.batching)}"
-    else:
-        summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts.context} tokens{seeing}"
-        details = (
-            f"{escape(facts.architecture)} · {facts.format} · dtype {facts.dtype} · device {facts.device} · "
-            f"quantization {facts.quant} · weights {facts.weight_mib:,.0f} MiB"
-            + (" · compiled decoding" if facts.compiled else "")
-            + (" · CUDA graphs" if facts.cuda_graphs else "")
-            + f" · batching: {escape(facts.batching)}"
-        )
-    return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
-
-
-def shown_prompt(model: Engine, text: str, images: int) -> str:
-    """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
-    model's processor puts in front for each image, so that the panel shows where the images went."""
-    if not images:
-        return text
-    facts = model.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
-    marker, token = facts.image_marker, facts.image_token
-    if marker and token and token not in text:
-        return marker * images + text
-    return text
-
+from .wiring import GENERATION, UI_ONLY, with_view
 
 EFFORTS = ("low", "medium", "high")
 ENGINE_THINKING = ("engine's default", "think", "don't think")  # the switch over an engine (--api_base)
-
-
-def with_view(handler, at: int = 0):
-    """`handler`, whose output `at` is the chat's typed list (ui/turns.py), with the Chatbot's view of it before it:
-    wired to outputs [..., chatbot, entries, ...]."""
-
-    def split(out):
-        out = list(out)
-        entries = out[at]
-        shown = view(entries) if isinstance(entries, list) else entries  # else gr.skip(): both skipped
-        return (*out[:at], shown, *out[at:])
-
-    if inspect.isasyncgenfunction(handler):
-
-        @functools.wraps(handler)
-        async def streamed(*args, **kwargs):
-            async for out in handler(*args, **kwargs):
-                yield split(out)
-
-        return streamed
-
-    @functools.wraps(handler)
-    def returned(*args, **kwargs):
-        return split(handler(*args, **kwargs))
-
-    return returned
 
 
 def thinking_switch(model: Engine) -> tuple[str | None, object]:
@@ -200,28 +92,6 @@ def thinking_kwargs(thinking) -> dict:
     return {}
 
 
-def sampling_controls() -> list[gr.components.Component]:
-    defaults = CHAT_SAMPLING
-    with gr.Accordion("Settings", open=False):
-        max_gen_len = gr.Slider(1, 2048, value=defaults.max_new_tokens, step=1, label="Max answer length (tokens)")
-        temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
-        top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top p")
-        with gr.Accordion("More", open=False):
-            top_k = gr.Slider(0, 200, value=defaults.top_k, step=1, label="Top k (0 = off)")
-            repetition_penalty = gr.Slider(
-                1.0, 2.0, value=defaults.repetition_penalty, step=0.05, label="Repetition penalty"
-            )
-    return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
-
-
-def prompt_panel() -> gr.Code:
-    """The "Prompt sent to the model" panel: the exact text, its long lines wrapped."""
-    with gr.Accordion("Prompt sent to the model", open=False):
-        return gr.Code(
-            label="Prompt", language=None, interactive=False, wrap_lines=True, max_lines=20, elem_classes="prompt-view"
-        )
-
-
 def edited_question(content, edited_text: str) -> dict:
     """A user message whose text was edited: its images (saved ones' addresses, or upload files) stay, the text is
     the new one."""
@@ -229,14 +99,6 @@ def edited_question(content, edited_text: str) -> dict:
     files = [p for p in content if isinstance(p, dict) and p.get("type") == "file"] if isinstance(content, list) else []
     text = saved + IMAGE_REF.sub("", edited_text)
     return {"role": "user", "content": [*files, text] if files else text}
-
-
-def busy_box():
-    return gr.update(submit_btn=False, stop_btn="Stop")
-
-
-def idle_box():
-    return gr.update(submit_btn="Send", stop_btn=False)
 
 
 def message_parts(message) -> tuple[str, list[str]]:
@@ -250,7 +112,7 @@ def message_parts(message) -> tuple[str, list[str]]:
 FORMER_TABS = {"vision": "chat", "vision_single": "chat_single"}  # the Vision chat became the chat's attachments
 
 
-class ChatTab:
+class ChatTab(SavedConversations):
     """The chat: text and images in one conversation, each image going to the model with the message it was
     attached to; saved as it goes where saved conversations are on (`saved`); or single questions (`single_turn`),
     each answered alone. `history` is Gradio's list of {"role", "content"} messages."""
@@ -533,92 +395,6 @@ class ChatTab:
             *self._commit(self._owner(browser_id, request), conversation, history),
         )
 
-    # ----- saved conversations -----
-
-    def first_load(self, browser_id, was_open, request: gr.Request):
-        """The page's first load: the browser's id (made now if it has none), its conversations, and the one that
-        was open on its page before (a reload), reopened: (id, list, chat, conversation, title)."""
-        browser_id = self.saved.browser_id(browser_id)
-        owner = self._owner(browser_id, request)
-        shown, conversation, title = [], None, ""
-        was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
-        if isinstance(was_open, str):
-            try:
-                found = self.saved.store.get(owner, was_open)
-                shown, conversation, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
-            except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
-                pass
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
-        return browser_id, listed, shown, conversation, title
-
-    def open(self, chosen, browser_id, request: gr.Request):
-        """Reopen one of this owner's conversations: (chat, conversation, title, note)."""
-        if not chosen:
-            return gr.skip(), gr.skip(), gr.skip(), ""
-        try:
-            owner = self._owner(browser_id, request)
-            found = self.saved.store.get(owner, chosen)
-        except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), str(error)
-        return self.saved.shown(owner, found.id, found.messages), found.id, found.title, ""
-
-    @staticmethod
-    def new_chat():
-        return [], None, gr.update(value=None), "", "", None
-
-    @staticmethod
-    def conversation_actions(conversation):
-        """What depends on which conversation is open: the browser's memory of it (a reload reopens it), the actions
-        that need one (enabled only then), and a delete confirmation, which belonged to the one before."""
-        needs_one = gr.update(interactive=conversation is not None)
-        # in a dict: the browser keeps no empty value, and a reload after New chat must find "none open"
-        return {"conversation": conversation}, *[needs_one] * 5, gr.update(visible=False), None
-
-    def rename(self, conversation, title, browser_id, request: gr.Request):
-        try:
-            owner = self._owner(browser_id, request)
-            if conversation is None:
-                raise UserError("Send a message first: a new chat gets its title from it.")
-            self.saved.store.rename(owner, conversation, title)
-        except UserError as error:
-            return gr.skip(), str(error)
-        return gr.update(choices=self.saved.choices(owner), value=conversation), "Renamed."
-
-    def delete(self, asked_for, conversation, browser_id, request: gr.Request):
-        """Delete the conversation the confirmation was asked for (`asked_for`), only while it is the one open."""
-        if asked_for is None or asked_for != conversation:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "Nothing was deleted: open the conversation to delete."
-        try:
-            owner = self._owner(browser_id, request)
-            self.saved.store.delete(owner, conversation)
-        except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
-        return [], None, gr.update(choices=self.saved.choices(owner), value=None), "", "Deleted."
-
-    def export(self, kind: str):
-        def export(conversation, browser_id, request: gr.Request):
-            try:
-                if conversation is None:
-                    raise UserError("There is nothing to export yet: send a message first.")
-                path = self.saved.export(self._owner(browser_id, request), conversation, kind)
-            except UserError as error:
-                return gr.update(visible=False), str(error)
-            return gr.update(value=path, visible=True), ""
-
-        return export
-
-    def import_file(self, file, browser_id, request: gr.Request):
-        path = file if isinstance(file, str) else getattr(file, "name", None)
-        try:
-            owner = self._owner(browser_id, request)
-            conversation = self.saved.import_file(owner, path)
-            found = self.saved.store.get(owner, conversation)
-        except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
-        shown = self.saved.shown(owner, conversation, found.messages)
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
-        return shown, conversation, listed, found.title, "Imported."
-
     # ----- the layout -----
 
     def build(self, browser_id) -> None:
@@ -707,128 +483,6 @@ class ChatTab:
         template.change(lambda name: default_system(model, name), template, system, **quiet)
         self.chatbot, self.entries, self.conversation, self.runs = chatbot, entries, conversation, runs
         self.thinking = thinking
-
-    def build_sidebar(self) -> None:
-        """New chat and this owner's conversations, newest first (reopen, rename, delete, export, import)."""
-        with gr.Sidebar(label="Conversations", open=True, elem_classes="conversations"):
-            self.new_button = gr.Button("New chat", variant="primary", size="sm")
-            self.sidebar_list = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
-            with gr.Accordion("This conversation", open=False):
-                none_open = dict(interactive=False)  # until a conversation is open (`conversation_actions`)
-                self.title = gr.Textbox(label="Title", max_lines=1, **none_open)
-                self.rename_button = gr.Button("Rename", size="sm", **none_open)
-                with gr.Row():
-                    self.export_json = gr.Button("Export JSON", size="sm", **none_open)
-                    self.export_markdown = gr.Button("Export Markdown", size="sm", **none_open)
-                self.download = gr.File(label="Export", visible=False, interactive=False)
-                self.delete_button = gr.Button("Delete", variant="stop", size="sm", **none_open)
-                with gr.Row(visible=False) as self.confirm_row:
-                    self.confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
-                    self.keep = gr.Button("Keep it", size="sm")
-            self.import_button = gr.UploadButton("Import", file_types=[".json", ".md"], size="sm")
-            self.note = gr.Markdown(elem_classes="stats")
-
-    def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
-        quiet = dict(api_visibility=UI_ONLY)
-        chatbot, entries, conversation, chats = self.chatbot, self.entries, self.conversation, self.sidebar_list
-        chat = [chatbot, entries]
-        was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
-        asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
-        restore = dict(fn=self.thinking_of, inputs=[conversation, browser_id], outputs=self.thinking, **quiet)
-        app.load(
-            with_view(self.first_load, at=2),
-            [browser_id, was_open],
-            [browser_id, chats, *chat, conversation, self.title],
-            **quiet,
-        ).then(**restore)
-        actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
-        conversation.change(
-            self.conversation_actions, conversation, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
-        )
-        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
-        # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
-        for trigger in (self.new_button.click, chatbot.clear):
-            trigger(**stop).then(
-                with_view(self.new_chat), None, [*chat, conversation, chats, self.title, self.note, self.download],
-                **quiet,
-            ).then(**restore)  # fmt: skip
-        chats.input(**stop).then(
-            with_view(self.open), [chats, browser_id], [*chat, conversation, self.title, self.note], **quiet
-        ).then(**restore)
-        self.rename_button.click(self.rename, [conversation, self.title, browser_id], [chats, self.note], **quiet)
-        for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
-            button.click(self.export(kind), [conversation, browser_id], [self.download, self.note], **quiet)
-        shown, hidden = gr.update(visible=True), gr.update(visible=False)
-        self.delete_button.click(lambda c: (shown, c), conversation, [self.confirm_row, asked_to_delete], **quiet)
-        self.keep.click(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
-        self.confirm_delete.click(**stop).then(
-            with_view(self.delete),
-            [asked_to_delete, conversation, browser_id],
-            [*chat, conversation, chats, self.title, self.note],
-            **quiet,
-        ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet).then(**restore)
-        self.import_button.upload(
-            with_view(self.import_file),
-            [self.import_button, browser_id],
-            [*chat, conversation, chats, self.title, self.note],
-            **quiet,
-        ).then(**restore)
-
-
-class SingleTurnTab:
-    def __init__(self, model: Engine, cancels: Cancels):
-        self.model, self.cancels = model, cancels
-
-    async def run(
-        self,
-        instruction,
-        input_text,
-        template,
-        max_gen_len,
-        temperature,
-        top_p,
-        top_k,
-        repetition_penalty,
-        request: gr.Request,
-    ):
-        cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
-        try:
-            settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
-            prompt = single_turn_prompt(instruction, input_text, template)
-        except UserError as error:
-            yield ERROR_MARK + str(error), "", ""
-            return
-        async for update in answer_updates(self.model, Request(prompt, settings, cancel=cancel)):
-            yield (ERROR_MARK + update.error) if update.error else update.text.strip(), update.line, prompt
-
-    def stop(self, request: gr.Request):
-        self.cancels.cancel(session_key(request.session_hash, "single"))
-
-    def build(self) -> None:
-        instruction = gr.Textbox(
-            label="Instruction", lines=3, placeholder="What is the capital of France?", elem_classes="message"
-        )
-        input_text = gr.Textbox(label="Input (optional context)", lines=2)
-        template = gr.Dropdown(list(TEMPLATE_NAMES), value="alpaca", label="Template")
-        with gr.Row():
-            run = gr.Button("Generate", variant="primary")
-            stop = gr.Button("Stop", variant="stop", visible=False)  # only while an answer streams
-        answer = gr.Textbox(label="Answer", lines=6, interactive=False, buttons=["copy"])
-        stats = gr.Markdown(elem_classes="stats")
-        gr.Examples([e["text"] for e in EXAMPLES], inputs=instruction, label="Examples")
-        sampling = sampling_controls()
-        prompt_view = prompt_panel()
-        inputs = [instruction, input_text, template, *sampling]
-        common = dict(**GENERATION, api_visibility=UI_ONLY)
-        toggle = dict(queue=False, show_progress="hidden", api_visibility=UI_ONLY)
-        running = [gr.update(visible=False), gr.update(visible=True)]  # (Generate, Stop)
-        idle = [gr.update(visible=True), gr.update(visible=False)]
-        runs = []
-        for trigger in (run.click, instruction.submit):
-            trigger(lambda: running, None, [run, stop], **toggle)
-            runs.append(trigger(self.run, inputs, [answer, stats, prompt_view], **common))
-            runs[-1].then(lambda: idle, None, [run, stop], **toggle)
-        stop.click(self.stop, None, None, cancels=runs, **toggle).then(lambda: idle, None, [run, stop], **toggle)
 
 
 def build_app(

@@ -1,0 +1,128 @@
+"""The page's look: its CSS, head and script (`PAGE`, handed to Gradio's launch), the examples, the model line over
+the tabs, the sampling settings, the prompt panel and the message box's Send/Stop states."""
+
+from __future__ import annotations
+
+from html import escape
+
+import gradio as gr
+
+from local_chat.engine import Engine, checkpoint_name
+from local_chat.engine.interface import CHAT_SAMPLING
+
+EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
+IMAGE_EXAMPLES = [
+    {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
+]
+CSS = """
+.stats { font-size: 0.8em; opacity: 0.75; }
+.model-line { font-size: var(--text-md); }
+.model-line summary { cursor: pointer; }
+.model-line .model-details { color: var(--body-text-color-subdued); font-size: var(--text-sm); margin-top: 2px; }
+.conversation img { max-width: min(240px, 60vw); max-height: 240px; border-radius: 6px; }
+/* Gradio's own clear (the trash icon) would empty a saved conversation's view: New chat does that job */
+.conversation button[aria-label="Clear"] { display: none; }
+/* a notice with no body (an answer's figures, the place in the queue): a quiet line, no box, nothing to open */
+.conversation .thought-group:has(> [aria-busy="true"]) { border: none; background: none; padding: 0; margin: 0; }
+.conversation [role="button"][aria-busy="true"] { pointer-events: none; font-size: var(--text-sm); opacity: 0.7; }
+.conversation [role="button"][aria-busy="true"] .arrow { display: none; }
+/* the prompt panel as tall as its text (Gradio's wrapped code box keeps max_lines' height even when empty) */
+.prompt-view .cm-scroller { min-height: 0 !important; }
+@media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
+/* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
+@media (max-width: 768px) {
+  .sidebar.conversations .toggle-button { border: 1px solid var(--border-color-primary) !important;
+    border-radius: 50% !important; width: 36px !important; height: 36px !important; left: calc(100% + 6px) !important; }
+  .sidebar.conversations.open .toggle-button { left: auto !important; right: 8px !important; }
+  .sidebar.conversations .sidebar-content { padding-right: 52px !important; }
+}
+"""
+# Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
+# cannot make the browser call an outside address (and send it whatever the model put into the URL).
+HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
+# run by the page once it has loaded (launch's `js`)
+PAGE_JS = """() => {
+  // Escape stops the answer that streams (the message box's Stop, shown only then)
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const stop = Array.from(document.querySelectorAll("button.stop-button")).find((b) => b.offsetParent !== null);
+    if (stop) stop.click();
+  }, true);  // in the capture phase: the message box handles its own keys
+  // on a narrow screen the conversations start closed: the chat and its message box come first
+  let tries = 0;
+  const timer = setInterval(() => {
+    const sidebar = document.querySelector(".sidebar.conversations");
+    if (sidebar && window.innerWidth < 700 && sidebar.classList.contains("open")) {
+      sidebar.querySelector(".toggle-button").click();
+    }
+    // on a wide screen the model's details show under its name; on a narrow one they are a tap away
+    const details = document.querySelector(".model-line details");
+    if (details && window.innerWidth >= 700) details.open = true;
+    if ((sidebar && details) || ++tries > 50) clearInterval(timer);
+  }, 100);
+}"""
+# what `launch` needs besides the address; the footer's "Settings" (Gradio's) would stand beside the chat's own
+PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS, "footer_links": ["api", "gradio"]}
+
+
+def model_panel(model: Engine) -> str:
+    """The model line over the tabs (HTML): a short summary, its details a tap away; the checkpoint by its folder's
+    name (nothing of the server's disk)."""
+    facts = model.summary()
+    seeing = " · sees images" if facts.sees_images else ""
+    if facts.remote:  # engine/remote.py: a model another server serves
+        context = f"{facts.context} tokens" if facts.context_known else "the engine's context"
+        summary = f"<b>Model</b> <code>{escape(facts.path)}</code> · {context}{seeing}"
+        details = f"served by {escape(facts.engine_url)} · batching: {escape(facts.batching)}"
+    else:
+        summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts.context} tokens{seeing}"
+        details = (
+            f"{escape(facts.architecture)} · {facts.format} · dtype {facts.dtype} · device {facts.device} · "
+            f"quantization {facts.quant} · weights {facts.weight_mib:,.0f} MiB"
+            + (" · compiled decoding" if facts.compiled else "")
+            + (" · CUDA graphs" if facts.cuda_graphs else "")
+            + f" · batching: {escape(facts.batching)}"
+        )
+    return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
+
+
+def shown_prompt(model: Engine, text: str, images: int) -> str:
+    """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
+    model's processor puts in front for each image, so that the panel shows where the images went."""
+    if not images:
+        return text
+    facts = model.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
+    marker, token = facts.image_marker, facts.image_token
+    if marker and token and token not in text:
+        return marker * images + text
+    return text
+
+
+def sampling_controls() -> list[gr.components.Component]:
+    defaults = CHAT_SAMPLING
+    with gr.Accordion("Settings", open=False):
+        max_gen_len = gr.Slider(1, 2048, value=defaults.max_new_tokens, step=1, label="Max answer length (tokens)")
+        temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
+        top_p = gr.Slider(0.05, 1.0, value=defaults.top_p, step=0.05, label="Top p")
+        with gr.Accordion("More", open=False):
+            top_k = gr.Slider(0, 200, value=defaults.top_k, step=1, label="Top k (0 = off)")
+            repetition_penalty = gr.Slider(
+                1.0, 2.0, value=defaults.repetition_penalty, step=0.05, label="Repetition penalty"
+            )
+    return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
+
+
+def prompt_panel() -> gr.Code:
+    """The "Prompt sent to the model" panel: the exact text, its long lines wrapped."""
+    with gr.Accordion("Prompt sent to the model", open=False):
+        return gr.Code(
+            label="Prompt", language=None, interactive=False, wrap_lines=True, max_lines=20, elem_classes="prompt-view"
+        )
+
+
+def busy_box():
+    return gr.update(submit_btn=False, stop_btn="Stop")
+
+
+def idle_box():
+    return gr.update(submit_btn="Send", stop_btn=False)
