@@ -3,14 +3,18 @@ saved with its real processor class and published chat template (tests/vlm_famil
 own processor and `generate` say it should."""
 
 import json
+import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
 import vlm_families
-from app_server import launched
+from app_server import launched, serve
 from PIL import Image
 from transformers import DynamicCache
 
+from local_chat.engine.process import model_facts
 from local_chat.errors import UserError
 from local_chat.model.generation import prefill
 from local_chat.model.meta import MetaModel
@@ -245,27 +249,48 @@ def test_qwen_vl_loads_without_its_video_processor_where_torchvision_is_missing(
     assert model.processor.get_attributes() == ["image_processor", "tokenizer"]
 
 
-@pytest.mark.parametrize("name", vlm_families.FAMILIES)
-def test_the_app_answers_two_turns_with_an_image(name, tmp_path):
-    """`python app.py --pretrained_path DIR`, as a user starts it, through gradio_client."""
+def two_turns_with_an_image(client, image_path) -> None:
+    """Two /chat turns about the image at `image_path`, through gradio_client: each a text answer."""
     from gradio_client import handle_file
 
-    folder = vlm_families.build(name, tmp_path / name)
+    first = client.predict(
+        message=FIRST, history=[], image=handle_file(str(image_path)), max_gen_len=6, api_name="/chat"
+    )
+    history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first}]
+    second = client.predict(
+        message=SECOND, history=history, image=handle_file(str(image_path)), max_gen_len=6, api_name="/chat"
+    )
+    assert isinstance(first, str) and isinstance(second, str)
+
+
+@pytest.mark.parametrize("family", vlm_families.FAMILIES, indirect=True)
+def test_the_app_answers_two_turns_with_an_image(family, tmp_path):
+    """The page's /chat over each family's model, served in this process; what the web server's own process gets
+    of the model (its processor, made here for some families) unpickles in a fresh interpreter, as the launchers'
+    spawned server does. (`test_a_vision_checkpoint_launched_as_a_user_starts_it` runs the two processes.)"""
+    from gradio_client import Client
+
+    name, _, model = family
+    RED.save(tmp_path / "red.png")
+    with serve(model) as (url, _):
+        two_turns_with_an_image(Client(url, verbose=False), tmp_path / "red.png")
+    unpickled = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; print(type(pickle.load(sys.stdin.buffer)['chat_renderer']))"],
+        input=pickle.dumps(model_facts(model)),
+        capture_output=True,
+        timeout=120,
+    )
+    assert unpickled.returncode == 0, unpickled.stderr.decode()[-2000:]
+
+
+def test_a_vision_checkpoint_launched_as_a_user_starts_it(tmp_path):
+    """`python app.py --pretrained_path DIR` on a family whose processor class is made here (Mistral 3's Pixtral
+    stand-in), through gradio_client."""
+    folder = vlm_families.build("mistral3", tmp_path / "mistral3")
     RED.save(tmp_path / "red.png")
     app, client = launched("--pretrained_path", str(folder), "--max_seq_len", "1024")
     try:
-        first = client.predict(
-            message=FIRST, history=[], image=handle_file(str(tmp_path / "red.png")), max_gen_len=6, api_name="/chat"
-        )
-        history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first}]
-        second = client.predict(
-            message=SECOND,
-            history=history,
-            image=handle_file(str(tmp_path / "red.png")),
-            max_gen_len=6,
-            api_name="/chat",
-        )
-        assert isinstance(first, str) and isinstance(second, str)
+        two_turns_with_an_image(client, tmp_path / "red.png")
     finally:
         app.terminate()
         app.wait(timeout=30)
