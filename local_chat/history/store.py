@@ -86,7 +86,10 @@ def default_db_path() -> Path:
 
 
 @dataclass
-class Conversation:
+class SavedConversation:
+    """One saved conversation as the store returns it (not Accessory's template class `Conversation`, templates/;
+    the page keeps only its `id`)."""
+
     id: str
     title: str
     updated: float
@@ -210,14 +213,14 @@ class Store:
         ).fetchall()
         return [(title, id_) for title, id_ in rows]
 
-    def get(self, owner: str, conversation_id: str) -> Conversation:
+    def get(self, owner: str, conversation_id: str) -> SavedConversation:
         row = self._db.execute(
             "SELECT id, title, updated, messages, options FROM conversations WHERE id = ? AND owner = ?",
             (str(conversation_id), owner),
         ).fetchone()
         if row is None:
             raise UserError("There is no such conversation among yours; it may have been deleted.")
-        return Conversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]))
+        return SavedConversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]))
 
     def save(
         self,

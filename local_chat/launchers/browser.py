@@ -44,20 +44,20 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         model.stop_batching()  # its thread would keep the process alive
 
 
-def serve(model, description: str, tabs: tuple[str, ...], template: str, args) -> None:
-    """The web server's process: the page and the /v1 API over `model` (a `PipeEngine`, or a `RemoteEngine`), served
-    until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
+def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:
+    """The web server's process: the page and the /v1 API over `engine` (a `PipeEngine`, or a `RemoteEngine`),
+    served until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
     from local_chat.api import OpenAIAPI
     from local_chat.engine.in_order import InArrivalOrder
     from local_chat.ui import build_app
     from local_chat.ui.layout import PAGE
 
-    engine = InArrivalOrder(model, args.concurrency)
+    queue = InArrivalOrder(engine, args.concurrency)
     store = open_history(args)
-    app = build_app(engine, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
+    app = build_app(queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
-    api = None if api_off_reason(args) else OpenAIAPI(engine, template, args.image_transform, args.max_upload_mb, keys)
+    api = None if api_off_reason(args) else OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys)
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)

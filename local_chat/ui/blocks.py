@@ -56,14 +56,14 @@ EFFORTS = ("low", "medium", "high")
 ENGINE_THINKING = ("engine's default", "think", "don't think")  # the switch over an engine (--api_base)
 
 
-def thinking_switch(model: Engine) -> tuple[str | None, object]:
+def thinking_switch(engine: Engine) -> tuple[str | None, object]:
     """(the template variable the page's thinking switch sets: "enable_thinking", "reasoning_effort", or None where
     the model's template reads neither; the switch's first value: what the template does with it unset). An engine
     that renders messages itself (--api_base) gets a switch whose template is unknown here: the engine's default
     (nothing sent), or `chat_template_kwargs.enable_thinking` true or false."""
-    if getattr(model, "renders_messages", False):
+    if getattr(engine, "renders_messages", False):
         return "enable_thinking", ENGINE_THINKING[0]
-    reads, renderer = template_reads(model), model.chat_renderer
+    reads, renderer = template_reads(engine), engine.chat_renderer
     probe = [{"role": "user", "content": "Hi"}]
 
     def render(**variables):
@@ -119,7 +119,7 @@ class ChatTab(SavedConversations):
 
     def __init__(
         self,
-        model: Engine,
+        engine: Engine,
         cancels: Cancels,
         template: str,
         image_transform: str,
@@ -127,7 +127,7 @@ class ChatTab(SavedConversations):
         single_turn: bool = False,
         max_upload_mb: float = MAX_UPLOAD_MB,
     ):
-        self.model = ChatEngine.over(model, template, max_upload_mb)  # chat messages rendered, answers parsed
+        self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
         self.cancels, self.saved, self.single_turn = cancels, saved, single_turn
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
@@ -175,10 +175,10 @@ class ChatTab(SavedConversations):
         history.append(turns.answer(""))
         yield history, gr.skip(), conversation, listed
         prompt, line, failed = gr.skip(), "", False
-        async for update in answer_updates(self.model, answer):
+        async for update in answer_updates(self.engine, answer):
             if update.rendered is not None:
-                prompt = shown_prompt(self.model, update.rendered.text, update.rendered.images)
-                turns.with_dropped_turns(history, update.rendered.dropped_turns, self.model.max_seq_len)
+                prompt = shown_prompt(self.engine, update.rendered.text, update.rendered.images)
+                turns.with_dropped_turns(history, update.rendered.dropped_turns, self.engine.max_seq_len)
                 asked = len(history) - 1
             line, failed = update.line, update.error is not None
             thought = update.reasoning and turns.thinking(
@@ -205,7 +205,7 @@ class ChatTab(SavedConversations):
 
     @functools.cached_property
     def switch(self) -> tuple[str | None, object]:
-        return thinking_switch(self.model) if not self.single_turn else (None, None)
+        return thinking_switch(self.engine) if not self.single_turn else (None, None)
 
     def thinking_of(self, conversation, browser_id, request: gr.Request):
         """The thinking switch as the open conversation left it (else as the template starts it)."""
@@ -283,7 +283,7 @@ class ChatTab(SavedConversations):
     def _attached(self, files) -> tuple[list[tuple[str, object]], str]:
         """(path, checked image) of each attached file that can be read, and the sentence for those that cannot
         (empty when none): a model that cannot see refuses them all."""
-        if files and not self.model.sees_images:
+        if files and not self.engine.sees_images:
             return [], (
                 "This model does not see images, so the attachment was taken out of the message (your text is still "
                 "there); start a model that sees them to ask about an image."
@@ -398,7 +398,7 @@ class ChatTab(SavedConversations):
     # ----- the layout -----
 
     def build(self, browser_id) -> None:
-        model = self.model
+        engine = self.engine
         conversation = gr.State(None)
         chatbot = gr.Chatbot(
             label="Conversation",
@@ -406,16 +406,16 @@ class ChatTab(SavedConversations):
             min_height=260,
             buttons=["copy", "copy_all"],
             editable="user",
-            placeholder="Ask something" + (", or attach an image" if model.sees_images else "") + ".",
+            placeholder="Ask something" + (", or attach an image" if engine.sees_images else "") + ".",
             elem_classes="conversation",
         )
         message = gr.MultimodalTextbox(
             show_label=False,
             placeholder="Type a message and press Enter"
-            + (" (attach, drop or paste images)" if model.sees_images else ""),
-            file_types=["image"] if model.sees_images else [],
+            + (" (attach, drop or paste images)" if engine.sees_images else ""),
+            file_types=["image"] if engine.sees_images else [],
             file_count="multiple",
-            sources=["upload"] if model.sees_images else [],
+            sources=["upload"] if engine.sees_images else [],
             max_lines=6,
             autofocus=True,
             submit_btn="Send",
@@ -431,12 +431,12 @@ class ChatTab(SavedConversations):
         elif variable == "reasoning_effort":
             thinking = gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
         gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
-        names = conversation_templates(model)
+        names = conversation_templates(engine)
         with gr.Accordion("Template and system prompt", open=False):
             template = gr.Dropdown(names, value=self.template, label="Template")
-            system = gr.Textbox(default_system(model, self.template), label="System prompt", lines=2)
+            system = gr.Textbox(default_system(engine, self.template), label="System prompt", lines=2)
         transform = gr.State(self.image_transform)
-        if model.sees_images:
+        if engine.sees_images:
             with gr.Accordion("Image transform", open=False):
                 transform = gr.Radio(
                     IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
@@ -480,13 +480,13 @@ class ChatTab(SavedConversations):
             [chatbot, entries, message, conversation, chats],
             **quiet,
         ).then(idle_box, None, message, **toggle)
-        template.change(lambda name: default_system(model, name), template, system, **quiet)
+        template.change(lambda name: default_system(engine, name), template, system, **quiet)
         self.chatbot, self.entries, self.conversation, self.runs = chatbot, entries, conversation, runs
         self.thinking = thinking
 
 
 def build_app(
-    model: Engine,
+    engine: Engine,
     tabs: tuple[str, ...] = ("chat", "single"),
     template: str | None = None,
     image_transform: str = IMAGE_TRANSFORM,
@@ -498,7 +498,7 @@ def build_app(
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
     ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route."""
-    template = default_template(model, template)
+    template = default_template(engine, template)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))
@@ -506,34 +506,34 @@ def build_app(
     with gr.Blocks(title=title) as app:
         browser_id = saved.browser_state() if saved.on else gr.State(None)
         chat_tabs = {
-            tab: ChatTab(model, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb)
+            tab: ChatTab(engine, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb)
             for tab in tabs
             if tab.startswith("chat")
         }
         saving = next((chat for chat in chat_tabs.values() if chat.saving), None)
         if saving is not None:
             saving.build_sidebar()
-        gr.HTML(model_panel(model), elem_classes="model-line")
+        gr.HTML(model_panel(engine), elem_classes="model-line")
         with gr.Tabs():
             for tab in tabs:
                 with gr.Tab(labels[tab], id=tab):
                     if tab == "single":
-                        SingleTurnTab(model, cancels).build()
+                        SingleTurnTab(engine, cancels).build()
                     else:
                         chat_tabs[tab].build(browser_id)
         if saving is not None:
             saving.wire_sidebar(browser_id, app)
         gr.api(
-            api_chat(model, cancels, template, image_transform, max_upload_mb),
+            api_chat(engine, cancels, template, image_transform, max_upload_mb),
             api_name="chat",
             **GENERATION,
         )
         if "single" in tabs:
-            gr.api(api_single_turn(model, cancels), api_name="single_turn", **GENERATION)
+            gr.api(api_single_turn(engine, cancels), api_name="single_turn", **GENERATION)
 
         def tab_closed(request: gr.Request):
             cancels.cancel_session(request.session_hash)
-            model.drop_sessions(request.session_hash)
+            engine.drop_sessions(request.session_hash)
 
         app.unload(tab_closed)
     return app

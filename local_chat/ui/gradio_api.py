@@ -73,13 +73,13 @@ def parts_of(content) -> list:
 
 
 def api_chat(
-    model: Engine,
+    engine: Engine,
     cancels: Cancels,
     launcher_template: str,
     image_transform: str,
     max_upload_mb: float = MAX_UPLOAD_MB,
 ):
-    model = ChatEngine.over(model, launcher_template, max_upload_mb)
+    engine = ChatEngine.over(engine, launcher_template, max_upload_mb)
 
     async def chat(
         message: str,
@@ -104,7 +104,7 @@ def api_chat(
             if template in TEMPLATE_NAMES:
                 raise UserError(
                     f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
-                    f"one of: {', '.join(conversation_templates(model))}."
+                    f"one of: {', '.join(conversation_templates(engine))}."
                 )
             picture = open_upload(path, max_upload_mb)
             settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
@@ -119,13 +119,13 @@ def api_chat(
             messages=messages,
             chat=ChatOptions(template=template or launcher_template, answer_tokens=settings.max_new_tokens),
         )
-        async for text in api_answer(model, answer):
+        async for text in api_answer(engine, answer):
             yield text
 
     return chat
 
 
-def api_single_turn(model: Engine, cancels: Cancels):
+def api_single_turn(engine: Engine, cancels: Cancels):
     async def single_turn(
         instruction: str,
         input: str = "",
@@ -144,7 +144,7 @@ def api_single_turn(model: Engine, cancels: Cancels):
             prompt = single_turn_prompt(instruction, input, template)
         except UserError as error:
             raise api_error(str(error))
-        async for text in api_answer(model, Request(prompt, settings, cancel=cancel)):
+        async for text in api_answer(engine, Request(prompt, settings, cancel=cancel)):
             yield text
 
     return single_turn

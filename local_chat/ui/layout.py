@@ -65,10 +65,10 @@ PAGE_JS = """() => {
 PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS, "footer_links": ["api", "gradio"]}
 
 
-def model_panel(model: Engine) -> str:
+def model_panel(engine: Engine) -> str:
     """The model line over the tabs (HTML): a short summary, its details a tap away; the checkpoint by its folder's
     name (nothing of the server's disk)."""
-    facts = model.summary()
+    facts = engine.summary()
     seeing = " · sees images" if facts.sees_images else ""
     if facts.remote:  # engine/remote.py: a model another server serves
         context = f"{facts.context} tokens" if facts.context_known else "the engine's context"
@@ -86,12 +86,12 @@ def model_panel(model: Engine) -> str:
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
 
 
-def shown_prompt(model: Engine, text: str, images: int) -> str:
+def shown_prompt(engine: Engine, text: str, images: int) -> str:
     """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
     model's processor puts in front for each image, so that the panel shows where the images went."""
     if not images:
         return text
-    facts = model.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
+    facts = engine.summary()  # asked only for a prompt with images: a local model's sums its weights' sizes
     marker, token = facts.image_marker, facts.image_token
     if marker and token and token not in text:
         return marker * images + text

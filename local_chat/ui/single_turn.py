@@ -19,8 +19,8 @@ from .wiring import GENERATION, UI_ONLY
 
 
 class SingleTurnTab:
-    def __init__(self, model: Engine, cancels: Cancels):
-        self.model, self.cancels = model, cancels
+    def __init__(self, engine: Engine, cancels: Cancels):
+        self.engine, self.cancels = engine, cancels
 
     async def run(
         self,
@@ -41,7 +41,7 @@ class SingleTurnTab:
         except UserError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        async for update in answer_updates(self.model, Request(prompt, settings, cancel=cancel)):
+        async for update in answer_updates(self.engine, Request(prompt, settings, cancel=cancel)):
             yield (ERROR_MARK + update.error) if update.error else update.text.strip(), update.line, prompt
 
     def stop(self, request: gr.Request):
