@@ -151,3 +151,21 @@ def test_a_closed_browser_session_forgets_its_doors_and_no_other_sessions():
     cancels.cancel_session("ab")
     assert [key in caches for key in keys] == [False, False, True, True]
     assert [events[key].is_set() for key in keys] == [True, True, False, False]
+
+
+def test_a_pool_hands_out_members_and_takes_the_one_sharing_the_longest_start():
+    """The /v1 API's pool: a new conversation gets a fresh member, a later turn the member whose tokens it extends;
+    another pool's members and plain string keys never join it."""
+    from local_chat.engine.interface import SessionKey
+
+    caches, pool = PrefixCaches(max_sessions=8), SessionKey("", "v1", pool=True)
+    first, nothing = caches.take(pool, [1, 2, 3])
+    assert nothing is None and first.member is not None and first != pool
+    caches.put(first, CachedPrefix([1, 2, 3], DynamicCache()))
+    second, _ = caches.take(pool, [7, 8])
+    caches.put(second, CachedPrefix([7, 8], DynamicCache()))
+    caches.put(SessionKey("", "other", pool=True, member=99), CachedPrefix([1, 2, 3, 4], DynamicCache()))
+    caches.put("v1", CachedPrefix([1, 2, 3, 4], DynamicCache()))
+    key, prefix = caches.take(pool, [1, 2, 3, 4, 5])
+    assert key == first and prefix.token_ids == [1, 2, 3]
+    assert caches.take("v1")[1] is not None  # a plain string is a session of its own (Accessory's session=)

@@ -7,6 +7,7 @@ import time
 import pytest
 from PIL import Image
 
+from local_chat.engine.interface import session_key
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 from local_chat.prompting import history_pairs, merged_roles, open_upload
@@ -78,8 +79,9 @@ def test_cancel_flags_are_per_session():
 
 def test_tabs_of_one_session_stop_alone_and_a_closed_page_stops_them_all():
     cancels = Cancels()
-    chat, vision, single, other = (cancels.fresh(k) for k in ("s1/chat", "s1/vision", "s1/single", "s2/chat"))
-    cancels.fresh("s1/vision")  # a message sent in the vision tab leaves the chat tab's answer alone
+    keys = [session_key(*pair) for pair in (("s1", "chat"), ("s1", "chat_single"), ("s1", "single"), ("s2", "chat"))]
+    chat, vision, single, other = (cancels.fresh(k) for k in keys)
+    cancels.fresh(keys[1])  # a message sent in the other chat tab leaves the chat tab's answer alone
     assert vision.is_set() and not chat.is_set()
     cancels.cancel_session("s1")  # the page closed
     assert chat.is_set() and single.is_set() and not other.is_set()

@@ -104,7 +104,7 @@ def test_the_prompt_and_its_ids_are_the_processors_own(family):
     )
     ours = model.prepare_inputs([second.text], [second.images])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()  # image tokens, BOS once, markers
-    image_id = model._image_token_id
+    image_id = model.sessions.image_token_id
     assert (ours.input_ids == image_id).sum() == (expected["input_ids"] == image_id).sum() > 0
 
 

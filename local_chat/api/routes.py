@@ -3,7 +3,7 @@ and port (Starlette routes handed to Gradio's FastAPI app), over the same engine
 
 Chat requests go to the engine as messages, as the page's do (engine/chats.py renders them in the launcher's
 template, the oldest turns left out whole when the conversation outgrows the context, and parses the answer), and
-reuse the KV cache of the earlier turns of a conversation by its longest cached token prefix (the "v1/*" pool of
+reuse the KV cache of the earlier turns of a conversation by its longest cached token prefix (`V1_CACHE_POOL`, a pool of
 model/prefix_cache.py). Every answer waits in the one queue of the page and the API (engine/in_order.py).
 A client that goes away, streaming or not, cancels its answer.
 """
@@ -23,14 +23,14 @@ from starlette.routing import Route
 
 from local_chat.engine import End, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
-from local_chat.engine.interface import POOL
+from local_chat.engine.interface import SessionKey
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 
 from .replies import Reply, sse
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
 
-V1_CACHE_POOL = "v1" + POOL  # conversations matched by their longest cached token prefix
+V1_CACHE_POOL = SessionKey("", "v1", pool=True)  # conversations matched by their longest cached token prefix
 DISCONNECT_POLL_S = 0.02
 ANSWER_TOKENS_BUDGET = 256  # room kept for the answer when a conversation must be shortened and max_tokens is unset
 

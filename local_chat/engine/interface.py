@@ -10,7 +10,7 @@ failed, a bug all end in an `End` whose `finish_reason` is "error" and whose `er
 Engines: `MetaModel` in-process (model/meta.py), `PipeEngine` over the pipe to the model's process (engine/process.py),
 `RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine` (engine/chats.py) renders messages
 for those that take prompts, and `InArrivalOrder` (engine/in_order.py) queues every door's requests in front of them.
-Session keys (`session_key`) name one door of one browser session: its Stop and its KV cache. This module is the
+Session keys (`SessionKey`) name one door of one browser session: its Stop and its KV cache. This module is the
 bottom of the import order (docs/architecture.md): it imports nothing of the project but local_chat.errors.
 """
 
@@ -91,7 +91,9 @@ class Request:
     stop: tuple[str, ...] = ()  # strings that end the answer, never shown (nor any start of one)
     images: list | None = None  # the images the prompt's image markers stand for, in order
     image_transform: str | None = None  # None or "auto": the model's own fitting; else an Accessory transform
-    session: str | None = None  # a conversation whose KV cache is kept between turns (model/prefix_cache.py)
+    session: SessionKey | str | None = (
+        None  # a conversation whose KV cache is kept between turns (model/prefix_cache.py)
+    )
     logprobs: int | None = None  # None: none; k: each sent token's log-probability and its k likeliest alternatives
     cancel: threading.Event | None = field(default=None, compare=False)  # set: the model stops before its next step
     messages: list[dict] | None = None  # chat messages instead of a prompt (see above)
@@ -256,17 +258,29 @@ class EngineSummary:
         return self.engine_url is not None
 
 
-POOL = "/*"  # a session key ending so names a pool matched by token prefix (model/prefix_cache.py)
+@dataclass(frozen=True)
+class SessionKey:
+    """One door (a tab, a conversation of a tab, the /chat API) of one browser session: the key of its Stop and of
+    its KV cache. A `pool` names the conversations of a door nobody names (the /v1 API's clients send whole
+    conversations, with no id): model/prefix_cache.py takes the member whose cached tokens share the longest start
+    with the prompt, or hands out a new `member`. (Accessory's `stream_generate(session=...)` takes any string.)"""
+
+    browser: str
+    door: str
+    pool: bool = False
+    member: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.browser}/{self.door}" + ("/*" if self.pool and self.member is None else "")
 
 
-def session_key(browser_session: str, door: str) -> str:
-    """The key of one door (a tab, the /chat API) of one browser session: its Stop and its KV cache."""
-    return f"{browser_session}/{door}"
+def session_key(browser_session: str, door: str) -> SessionKey:
+    return SessionKey(browser_session, door)
 
 
-def in_session(key: str, browser_session: str) -> bool:
-    """Whether `key` is one of `browser_session`'s (see `session_key`)."""
-    return key == browser_session or key.startswith(browser_session + "/")
+def in_session(key: SessionKey | str, browser_session: str) -> bool:
+    """Whether `key` is one of `browser_session`'s doors (a plain string key is a session of its own)."""
+    return key.browser == browser_session if isinstance(key, SessionKey) else key == browser_session
 
 
 def checkpoint_name(summary: EngineSummary) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import sys
@@ -13,7 +12,6 @@ from contextlib import contextmanager
 
 import torch
 from PIL import Image
-from transformers import DynamicCache
 
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.engine.interface import (
@@ -25,6 +23,7 @@ from local_chat.engine.interface import (
     Event,
     Request,
     Sampling,
+    SessionKey,
     TokenLogprob,
 )
 from local_chat.errors import UserError, described
@@ -38,7 +37,8 @@ from .graphs import GraphedDecoding
 from .image import shape_image
 from .loading import load
 from .parallel import Lockstep, announced
-from .prefix_cache import CachedPrefix, PrefixCaches, image_key, keeps_states, reusable_length
+from .prefix_cache import PrefixCaches, image_key, keeps_states
+from .session_cache import SessionCaches
 from .vision_inputs import as_image_list, batch_inputs, image_marker
 from .vision_inputs import encode as encode_with_processor
 
@@ -52,7 +52,6 @@ def avoid_cudnn_attention() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
-BIDIRECTIONAL_PROMPTS = ("paligemma",)
 OUT_OF_MEMORY = (
     "The GPU ran out of memory for this answer; ask for a shorter answer, clear the conversation, or load the model "
     "with --quant 4."
@@ -118,7 +117,8 @@ class MetaModel(torch.nn.Module):
                 "its sliding-window layers count their cache's length in Python, which a graph cannot replay"
             )
             self.graphs = None
-        self.prefix_caches = prefix_caches if prefix_caches is not None else PrefixCaches()
+        store = prefix_caches if prefix_caches is not None else PrefixCaches()  # an empty one is falsy
+        self.sessions = SessionCaches(llma, processor, store, lockstep)
         self.lockstep = lockstep
         self.followers = followers
         self.batcher: ContinuousBatcher | None = None  # see `start_batching`
@@ -190,6 +190,15 @@ class MetaModel(torch.nn.Module):
             cuda_graphs,
         )
 
+    @property
+    def prefix_caches(self) -> PrefixCaches:
+        """The conversations' KV caches (a `PrefixCaches`; `sessions` decides what each turn reuses of them)."""
+        return self.sessions.store
+
+    @prefix_caches.setter
+    def prefix_caches(self, store: PrefixCaches) -> None:
+        self.sessions.store = store
+
     # ----- what the model is -----
 
     @property
@@ -208,7 +217,7 @@ class MetaModel(torch.nn.Module):
             return "not with tensor parallel (--n_gpus) yet"
         if self._spread_over_devices:
             return "not with the layers spread over GPUs"
-        if self._keeps_states:
+        if keeps_states(self.llma.config):
             return "its linear-attention layers keep a running state, which the graphs' static cache cannot hold"
         if any(type(module).__name__ == "Linear8bitLt" for module in self.llma.modules()):
             return "bitsandbytes' 8-bit layers look for outliers on the host at each step, which a graph cannot record"
@@ -467,7 +476,7 @@ class MetaModel(torch.nn.Module):
         return Sampling().but(**{name: chosen[name] for name in fields if chosen.get(name) is not None})
 
     def drop_sessions(self, browser_session: str) -> None:
-        self.prefix_caches.drop(browser_session)
+        self.sessions.drop(browser_session)
 
     def stream(self, request: Request) -> Iterator[Event]:
         """The events of `request`'s answer (see engine/interface.py): new text, then its end. Never raises: an error
@@ -598,7 +607,7 @@ class MetaModel(torch.nn.Module):
         image_transform: str | None = None,
         sampling: Sampling = ACCESSORY_SAMPLING,
         stop: tuple[str, ...] = (),
-        session: str | None = None,
+        session: SessionKey | str | None = None,
         logprobs: int | None = None,
         cancel: threading.Event | None = None,
         special_tokens: bool = False,
@@ -649,7 +658,7 @@ class MetaModel(torch.nn.Module):
         `can_join` the batch, until another answer runs (the rest of it is computed in the batch: one answer on
         its own beside the batch would take turns with it at every step). Returns whether it left for the batch."""
         pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
-        cache, session = self._cache_for(session, inputs, pixels_key)
+        cache, session = self.sessions.take(session, inputs, pixels_key, self.static)
         sampled: list[int] = []
         joins_batch = False
         observe = None if logprobs is None else self._logprob_recorder(stream, logprobs)
@@ -678,7 +687,7 @@ class MetaModel(torch.nn.Module):
             raise
         finally:
             steps.close()  # a turn over a static cache copies its keys and values back into `cache` as it closes
-            self._keep_cache(session, inputs, cache, sampled, pixels_key)
+            self.sessions.keep(session, inputs, cache, sampled, pixels_key)
         return joins_batch
 
     def _logprob_recorder(self, stream: AnswerStream, top: int):
@@ -720,78 +729,3 @@ class MetaModel(torch.nn.Module):
         ):
             pass
         return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]
-
-    def _cache_for(self, session: str | None, inputs: ModelInputs, pixels_key: str | None):
-        """(cache, key): the session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or
-        a new one, and the key to keep it under after this turn (see `PrefixCaches.take` for keys ending in "/*")."""
-        if (
-            session is None
-            or (self.static is not None and not self.static.keeps_sessions)
-            or not self._prompt_is_causal
-        ):
-            return None, None
-        ids = inputs.input_ids[0].tolist()
-        session, prefix = self.prefix_caches.take(session, ids)
-        if prefix is not None:
-            inputs.cached = reusable_length(prefix, ids, pixels_key, self._image_token_id)
-            if self._keeps_states and inputs.cached < len(prefix.token_ids):
-                inputs.cached = 0  # a running state cannot be cut back: only a whole cached prefix is reused
-            if self._cross_attention_layers and self._image_token_id in ids[inputs.cached :]:
-                inputs.cached = 0  # the image runs again: Mllama's cross-attention keys and values are made afresh
-        if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
-            inputs.cached = self.lockstep.agree(inputs.cached, self.device)
-        if not inputs.cached:
-            # every position kept, sliding-window layers' too (their masks still see only the window), so that the
-            # next turn can cut the cache back to any length; linear-attention layers (Qwen3.5's) keep their state
-            return DynamicCache(config=self.llma.config) if self._keeps_states else DynamicCache(), session
-        surplus = prefix.cache.get_seq_length() - inputs.cached
-        if surplus > 0:
-            self._crop(prefix.cache, inputs.cached)
-        if self._image_token_id not in ids[inputs.cached :]:
-            inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
-        return prefix.cache, session
-
-    @functools.cached_property
-    def _cross_attention_layers(self) -> set[int]:
-        """The layers that attend to the image's features rather than to the tokens (Mllama's)."""
-        return set(getattr(self.llma.config.get_text_config(), "cross_attention_layers", None) or ())
-
-    @functools.cached_property
-    def _keeps_states(self) -> bool:
-        """Whether some layers keep a running state rather than each token's keys and values (Qwen3.5's linear
-        attention): their cache cannot be cut back to fewer tokens."""
-        return keeps_states(self.llma.config)
-
-    @property
-    def _prompt_is_causal(self) -> bool:
-        """Whether each prompt token sees only those before it, so that a cached prefix stays valid when more tokens
-        follow. PaliGemma's whole prompt attends both ways (a prefix language model): it prefills every turn."""
-        return self.llma.config.model_type not in BIDIRECTIONAL_PROMPTS
-
-    def _crop(self, cache, length: int) -> None:
-        """Cut `cache` back to its first `length` tokens. Cross-attention layers (Mllama's) hold the image's keys
-        and values, not the tokens': they stay whole."""
-        surplus = cache.get_seq_length() - length
-        for index, layer in enumerate(cache.layers):
-            if index not in self._cross_attention_layers:
-                layer.crop(-surplus)  # transformers' crop takes the number of tokens to remove, negated
-
-    def _keep_cache(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
-        if session is None or cache is None:
-            return
-        # the cache holds the prompt and the answer up to the last token fed: a token goes through the model only
-        # after it is decided on, so the last one did not, unless its step was queued ahead (a static cache on CUDA)
-        ids, held = inputs.input_ids[0].tolist() + sampled, cache.get_seq_length()
-        if held <= len(ids):
-            self.prefix_caches.put(session, CachedPrefix(ids[:held], cache, pixels_key))
-
-    @property
-    def _image_token_id(self) -> int | None:
-        """The token the image features replace (Gemma 3's soft token, not its start-of-image marker)."""
-        if self.processor is None:
-            return None
-        config = self.llma.config
-        for name in ("image_token_id", "image_token_index"):
-            if getattr(config, name, None) is not None:
-                return int(getattr(config, name))
-        return getattr(self.processor, "image_token_id", None)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from local_chat.defaults import MAX_CACHED_SESSIONS
-from local_chat.engine.interface import POOL, in_session
+from local_chat.engine.interface import SessionKey, in_session
 
 
 @dataclass
@@ -81,34 +81,33 @@ class PrefixCaches:
     def __init__(self, max_sessions: int = MAX_CACHED_SESSIONS, max_bytes: int | None = None):
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, CachedPrefix] = OrderedDict()
+        self._entries: OrderedDict[SessionKey | str, CachedPrefix] = OrderedDict()
         self._lock = threading.Lock()
         self._fresh = 0  # keys handed out in pools
 
-    def take(self, session: str, token_ids: list[int] | None = None) -> tuple[str, CachedPrefix | None]:
+    def take(self, session: SessionKey | str, token_ids: list[int] | None = None):
         """(key, prefix): remove and return the session's prefix (while a turn runs, nobody else may touch its cache),
         and the key to put the turn's cache back under.
 
-        A key ending in "/*" names a pool of sessions nobody names (the /v1 API's clients send whole conversations,
-        no session): the pool's prefix that shares the longest start with `token_ids` is taken, as llama.cpp's
-        cache_prompt and vLLM's prefix caching match a prompt, and a fresh key of the pool is handed out if none does.
+        A pool (`SessionKey.pool`) names sessions nobody names (the /v1 API's clients send whole conversations, no
+        session): the member whose prefix shares the longest start with `token_ids` is taken, as llama.cpp's
+        cache_prompt and vLLM's prefix caching match a prompt, and a fresh member is handed out if none does.
         """
         with self._lock:
-            if not session.endswith(POOL):
+            if not (isinstance(session, SessionKey) and session.pool and session.member is None):
                 return session, self._entries.pop(session, None)
-            pool = session[: -len(POOL)]
             shared = {
                 key: common_prefix_length(prefix.token_ids, token_ids or [])
                 for key, prefix in self._entries.items()
-                if key.startswith(pool + "/")
+                if isinstance(key, SessionKey) and key.pool and replace(key, member=None) == session
             }
             best = max(shared, key=shared.get, default=None)
             if best is not None and shared[best] > 0:
                 return best, self._entries.pop(best)
             self._fresh += 1
-            return f"{pool}/{self._fresh}", None
+            return replace(session, member=self._fresh), None
 
-    def put(self, session: str, prefix: CachedPrefix) -> None:
+    def put(self, session: SessionKey | str, prefix: CachedPrefix) -> None:
         if self.max_sessions <= 0:
             return
         with self._lock:
@@ -133,5 +132,5 @@ class PrefixCaches:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, session: str) -> bool:
+    def __contains__(self, session: SessionKey | str) -> bool:
         return session in self._entries

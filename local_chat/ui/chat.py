@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from local_chat.engine import Delta, End, Engine, Queued, Reasoning, Rendered, Request
-from local_chat.engine.interface import in_session
+from local_chat.engine.interface import SessionKey, in_session
 from local_chat.engine.threaded import in_own_thread
 
 UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page, at the least
@@ -74,14 +74,14 @@ def queue_line(queued: Queued) -> str:
 
 
 class Cancels:
-    """One cancel flag per tab of a browser session ("session/tab"): Stop or a new message stops that tab's answer
+    """One cancel flag per door of a browser session (`SessionKey`): Stop or a new message stops that door's answer
     only, a closed page stops every answer of its session."""
 
     def __init__(self):
-        self._events: dict[str, threading.Event] = {}
+        self._events: dict[SessionKey, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def fresh(self, key: str) -> threading.Event:
+    def fresh(self, key: SessionKey) -> threading.Event:
         """Cancel what this tab of a session is generating, and hand out the flag for its next answer."""
         with self._lock:
             old = self._events.get(key)
@@ -90,7 +90,7 @@ class Cancels:
             self._events[key] = event = threading.Event()
             return event
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: SessionKey) -> None:
         with self._lock:
             event = self._events.pop(key, None)
         if event is not None:
