@@ -10,6 +10,7 @@ from app_server import answer_of, serve, submit, wait_for_pieces
 from gradio_client import Client
 
 from local_chat.defaults import DEMO_MODEL
+from local_chat.engine.interface import session_key
 from local_chat.model.meta import MetaModel
 from local_chat.prompting import chat_prompt
 from local_chat.ui.blocks import ERROR_MARK, ChatTab
@@ -140,7 +141,7 @@ def test_eight_clients_three_turns_each_and_one_stop(demo):
     assert [answers[i] for i in range(8)] == expected  # each its own answers, as if it had been alone
     assert all(a.startswith("The capital of") for conversation in expected for a in conversation)
     for index, questions in enumerate(conversations):  # no question of one conversation reached another's prompt
-        mine = [prompt for session, prompt in log.seen if session == f"{sessions[index]}/api"]
+        mine = [prompt for session, prompt in log.seen if session == session_key(sessions[index], "api")]
         assert len(mine) == 3
         others = [q for j, qs in enumerate(conversations) if j != index for q in qs]
         assert not any(q in prompt for prompt in mine for q in others)
