@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from local_chat.launchers.loading import free_port
+
 from .timing import interleaved_values
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,14 +64,6 @@ def stub_engine() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

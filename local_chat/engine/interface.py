@@ -270,9 +270,6 @@ class SessionKey:
     pool: bool = False
     member: int | None = None
 
-    def __str__(self) -> str:
-        return f"{self.browser}/{self.door}" + ("/*" if self.pool and self.member is None else "")
-
 
 def session_key(browser_session: str, door: str) -> SessionKey:
     return SessionKey(browser_session, door)
