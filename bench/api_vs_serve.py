@@ -147,10 +147,10 @@ def engine_stream(model, tokens: int) -> tuple[float, float]:
     from local_chat.prompting import chat_prompt, default_template
 
     started = time.perf_counter()
-    built = chat_prompt(model, default_template(model), None, [], QUESTION, tokens)
+    built = chat_prompt(model.engine, default_template(model.engine), None, [], QUESTION, tokens)
     request = Request(built.text, Sampling(tokens, temperature=0.0), tuple(built.stop_symbols), session=V1_CACHE_POOL)
     first = last = None
-    for event in model.stream(request):
+    for event in model.engine.stream(request):
         if isinstance(event, Delta) and event.text:
             last = time.perf_counter()
             first = first or last
@@ -180,7 +180,7 @@ def run(settings) -> dict[str, float]:
         ours_port, theirs_port = free_port(), free_port()
         ours = [sys.executable, "app.py", "--pretrained_path", str(folder), "--port", str(ours_port)]
         with openai_server(ours, ours_port) as app:
-            leave_a_core_to_the_server(model)  # timed with the threads the app's model runs with
+            leave_a_core_to_the_server(model.engine)  # timed with the threads the app's model runs with
             try:
                 client_stream(app, "x", tokens), engine_stream(model, tokens)  # warm up
                 extra, ratio = [], []

@@ -30,7 +30,7 @@ def turn(model: MetaModel, history: list[dict], question: str, session: str | No
     answer runs to its end, so a session keeps its whole turn."""
     from local_chat.prompting import chat_prompt
 
-    chat = chat_prompt(model, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
+    chat = chat_prompt(model.engine, "default", None, history, question, answer_tokens=ANSWER_TOKENS)
     started = time.perf_counter()
     pieces = model.stream_generate(
         chat.text, max_gen_len=ANSWER_TOKENS, additional_stop_symbols=chat.stop_symbols, session=session
@@ -52,7 +52,7 @@ def beside_another_answer(model: MetaModel):
 
     def keep_busy() -> None:
         while not done.is_set():
-            collect(model.stream(Request("Go on:", Sampling(ANSWER_TOKENS, temperature=0.0))))
+            collect(model.engine.stream(Request("Go on:", Sampling(ANSWER_TOKENS, temperature=0.0))))
 
     worker = threading.Thread(target=keep_busy)
     worker.start()
@@ -69,7 +69,7 @@ def run(settings) -> dict[str, float]:
     model = random_meta_model(SHAPES[settings.cache_shape], max_seq_len=4096)
     compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=4096, compile=True)  # the same weights
     batched = MetaModel(model.llma, model.tokenizer, max_seq_len=4096)
-    batched.start_batching(8)
+    batched.engine.start_batching(8)
     rng = random.Random(0)
     with eos_ignored(model):  # the two share their tokenizer and generation config
         history, question, prompt_tokens = [], message(rng), 0
@@ -101,7 +101,7 @@ def run(settings) -> dict[str, float]:
         try:
             values = interleaved_values(runs, settings.cache_repeats)
         finally:
-            batched.stop_batching()
+            batched.engine.stop_batching()
     median = {name: statistics.median(first for first, _ in pairs) for name, pairs in values.items()}
     rate = {name: statistics.median(rate for _, rate in values[name]) for name in ("turn1", "turn1_compile")}
     return {

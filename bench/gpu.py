@@ -113,10 +113,10 @@ def forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
 
     for _ in generate_tokens(
         model.llma,
-        model.prepare_inputs([prompt]),
+        model.engine.encoder.prepare_inputs([prompt]),
         Sampling(temperature=0.0),
         decide,
-        static=model.static,
+        static=model.engine.static,
         max_new_tokens=new_tokens,
     ):
         pass
@@ -225,8 +225,8 @@ def _graphs_and_eager(model: MetaModel, name: str, prompt: str, new_tokens: int,
     runs[f"{name}_eager_tok_s"] = lambda: stream_decode_rate(eager, prompt, new_tokens)
     with eos_ignored(model):
         results = measure(runs, repeats, model.device)
-    if model.graphs is not None:
-        results[f"{name}_graphs"] = str(model.graphs.forward.recorded())
+    if model.engine.graphs is not None:
+        results[f"{name}_graphs"] = str(model.engine.graphs.forward.recorded())
     return results
 
 
@@ -314,7 +314,7 @@ def answer_rate(model: MetaModel, prompt: str, new_tokens: int) -> tuple[float, 
     request = Request(prompt, Sampling(new_tokens, temperature=0.0))
     started = time.perf_counter()
     first = None
-    for event in model.stream(request):
+    for event in model.engine.stream(request):
         first = first or time.perf_counter() - started
         if isinstance(event, End):
             assert event.completion_tokens == new_tokens, event
@@ -357,7 +357,7 @@ def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: in
     with eos_ignored(model):
         answer_rate(model, prompts[0], 8)  # warm up
         alone_path = [answer_rate(model, prompts[0], new_tokens) for _ in range(repeats)]
-        batching = model.start_batching(clients)
+        batching = model.engine.start_batching(clients)
         crowd_rate(model, prompts[:2], 8)  # warm up the batch's shapes
         alone, crowds, firsts = [], [], []
         for _ in range(repeats):
@@ -366,7 +366,7 @@ def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: in
             crowds.append(rate)
             firsts += waits
         reference = [answer_rate(model, p, new_tokens)[2] for p in prompts]  # each alone (one at a time)
-        model.stop_batching()
+        model.engine.stop_batching()
         theirs = transformers_batch_rate(model, prompts, new_tokens)
     alone_rate = statistics.median(a[1] for a in alone)
     crowd = statistics.median(crowds)
@@ -419,7 +419,7 @@ def decode_figures(
         compiled = MetaModel(model.llma, model.tokenizer, max_seq_len=model.max_seq_len, compile=True)
         runs["gpu_compile_tok_s"] = lambda: stream_decode_rate(compiled, prompt, new_tokens)
         runs["gpu_compile_forward_tok_s"] = lambda: forward_rate(compiled, prompt, new_tokens)
-    if model.graphs is not None:
+    if model.engine.graphs is not None:
         runs["gpu_graphs_forward_tok_s"] = lambda: forward_rate(model, prompt, new_tokens)
     with eos_ignored(model):  # and `eager` and `compiled`, which share its model and tokenizer
         results.update(measure(runs, repeats, model.device))
@@ -432,9 +432,9 @@ def decode_figures(
     if with_compile:
         results["compile_over_limit"] = results["gpu_compile_tok_s"] / results["gpu_limit_tok_s"]
         results["compile_forward_over_limit"] = results["gpu_compile_forward_tok_s"] / results["gpu_limit_tok_s"]
-    graphs = model.graphs.forward.recorded() if model.graphs is not None else None
+    graphs = model.engine.graphs.forward.recorded() if model.engine.graphs is not None else None
     words = f"copy bandwidth {bandwidth / 1e9:.0f} GB/s, {read_per_token / 1e9:.2f} GB read per token; "
-    words += f"CUDA graphs: {model.info['cuda_graphs']}" + (f" {graphs}" if graphs else "")
+    words += f"CUDA graphs: {model.engine.info['cuda_graphs']}" + (f" {graphs}" if graphs else "")
     return results, words
 
 

@@ -38,7 +38,9 @@ def run(settings) -> dict[str, float]:
         model = MetaModel.from_pretrained(str(save_tiny_qwen3(Path(tmp) / "qwen3", config=_full(config))))
         forced = ForcedAnswer(model.llma, model.tokenizer.hf, forced_text(model.tokenizer.hf, tokens), "<|im_end|>")
         with served(model) as client:
-            prompt = model.chat_renderer.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
+            prompt = model.engine.chat_renderer.apply_chat_template(
+                QUESTION, tokenize=False, add_generation_prompt=True
+            )
             parsed_rates, plain_rates = [], []
             for round_ in range(settings.api_repeats + 1):  # the first round warms up
                 order = ("parsed", "plain") if round_ % 2 == 0 else ("plain", "parsed")
@@ -113,7 +115,7 @@ def served(model):
     from local_chat.engine.in_order import InArrivalOrder
     from local_chat.prompting import default_template
 
-    engine = InArrivalOrder(model, 1)
+    engine = InArrivalOrder(model.engine, 1)
     api = OpenAIAPI(engine, default_template(engine), "auto", 10.0)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(Starlette(routes=api.routes()), port=port, log_level="warning"))

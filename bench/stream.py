@@ -19,7 +19,7 @@ PROMPT = (
 
 def bare_generate_ids(model: MetaModel, prompt: str, new_tokens: int) -> list[int]:
     """transformers' own `generate`, greedy, on the same prompt ids as ours."""
-    inputs = model.prepare_inputs([prompt])
+    inputs = model.engine.encoder.prepare_inputs([prompt])
     out = model.llma.generate(
         input_ids=inputs.input_ids,
         attention_mask=inputs.attention_mask,
@@ -47,7 +47,7 @@ def text_iterator_streamer(model: MetaModel, new_tokens: int) -> str:
     """transformers' documented streaming: generate in a thread, read text from a TextIteratorStreamer."""
     from transformers import TextIteratorStreamer
 
-    inputs = model.prepare_inputs([PROMPT])
+    inputs = model.engine.encoder.prepare_inputs([PROMPT])
     streamer = TextIteratorStreamer(model.tokenizer.hf, skip_prompt=True, skip_special_tokens=True)
     thread = threading.Thread(
         target=model.llma.generate,

@@ -83,10 +83,10 @@ def model_timeline(model: MetaModel, question: str, length: int) -> Timeline:
     from local_chat.engine import Delta, Request, Sampling
     from local_chat.prompting import chat_prompt, default_template
 
-    chat = chat_prompt(model, default_template(model), None, [], question, answer_tokens=length)
+    chat = chat_prompt(model.engine, default_template(model.engine), None, [], question, answer_tokens=length)
     started = time.perf_counter()
     times, texts, text = [], [], ""
-    for event in model.stream(Request(chat.text, Sampling(length, temperature=0.0), tuple(chat.stop_symbols))):
+    for event in model.engine.stream(Request(chat.text, Sampling(length, temperature=0.0), tuple(chat.stop_symbols))):
         if isinstance(event, Delta):
             text += event.text
             times.append(time.perf_counter() - started)
@@ -174,7 +174,7 @@ def run(settings) -> dict[str, float]:
         folder = save_random_llama(SHAPES[settings.ui_shape], Path(tmp) / "model", with_eos=False)
         model = MetaModel.from_pretrained(str(folder))
         threads = torch.get_num_threads()
-        leave_a_core_to_the_server(model)  # timed with the threads the app's model runs with
+        leave_a_core_to_the_server(model.engine)  # timed with the threads the app's model runs with
         try:
             own = {
                 q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(RECORDINGS + 1)][1:]

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +22,7 @@ from local_chat.engine.in_order import InArrivalOrder
 from local_chat.launchers.loading import free_port
 from local_chat.prompting import default_template
 from local_chat.ui import build_app
+from local_chat.ui.chat_tab import ChatSettings
 from local_chat.ui.history import SavedChats
 from local_chat.ui.layout import PAGE
 
@@ -191,16 +193,12 @@ def submit(
     async def last_update():
         update = None
         async for update in tab.submit(
+            SimpleNamespace(session_hash=session, username=username),
             box,
             list(history),
-            conversation,
-            browser_id,
-            template,
-            None,
-            "padded_resize",
-            *sampling.values(),
-            thinking=thinking,
-            request=SimpleNamespace(session_hash=session, username=username),
+            *astuple(
+                ChatSettings(conversation, browser_id, template, None, "padded_resize", **sampling, thinking=thinking)
+            ),
         ):
             pass
         return update
@@ -224,7 +222,7 @@ def serve(
     `server`: serve_engine's `port` and `auth`."""
     counter = ForwardCounter(model, delay)
     try:
-        with serve_engine(model, tabs, concurrency, api_keys, max_upload_mb, store, **server) as url:
+        with serve_engine(model.engine, tabs, concurrency, api_keys, max_upload_mb, store, **server) as url:
             yield url, counter
     finally:
         counter.restore()

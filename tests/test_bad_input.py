@@ -25,9 +25,11 @@ from PIL import Image
 from local_chat.defaults import DEMO_MODEL
 from local_chat.launchers import browser
 from local_chat.model.meta import MetaModel
-from local_chat.ui.blocks import ERROR_MARK, ChatTab, SingleTurnTab
 from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab
 from local_chat.ui.history import SavedChats
+from local_chat.ui.single_turn import SingleTurnTab
+from local_chat.ui.turns import ERROR_MARK
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -342,7 +344,7 @@ def shows_error_and_keeps_message(update, message: str, sentence: str) -> None:
 
 
 def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
-    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    chat = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
     long_message = "word " * 20_000
     shows_error_and_keeps_message(submit(chat, long_message), long_message, "but the model's context holds 2048")
     refuses_attachment_and_keeps_text(
@@ -360,7 +362,7 @@ def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
 
 
 def test_an_empty_message_is_a_warning_and_sends_nothing(demo):
-    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    chat = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
     with pytest.warns(UserWarning, match="The message is empty; type a question first."):
         history, box, *_ = submit(chat, "  ")
     assert history == [] and box == {"text": "  ", "files": []}
@@ -379,15 +381,15 @@ def refuses_attachment_and_keeps_text(chat, message: str, attachment: str, sente
 
 
 def test_a_bad_image_upload_is_taken_out_of_the_message(demo, byte_model, uploads):
-    chat = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    chat = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
     refuses_attachment_and_keeps_text(
         chat, "What is in the image?", str(uploads["20000x20000 PNG"]), "The image has over 179 million pixels"
     )
-    small = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None), max_upload_mb=0.0001)
+    small = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None), max_upload_mb=0.0001)
     refuses_attachment_and_keeps_text(
         small, "What is in the image?", str(uploads["1x1"].parent / "good.png"), "upload one under 0.0001 MB"
     )
-    text_only = ChatTab(byte_model, Cancels(), "chat_template", "padded_resize", SavedChats(None))
+    text_only = ChatTab(byte_model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(None))
     refuses_attachment_and_keeps_text(
         text_only, "What is in the image?", str(uploads["1x1"].parent / "good.png"), "This model does not see images"
     )
@@ -411,7 +413,7 @@ def test_a_taken_default_port_is_told(capsys):
 
 
 def test_single_turn_tab_errors_show_in_the_answer_box(demo):
-    tab = SingleTurnTab(demo, Cancels())
+    tab = SingleTurnTab(demo.engine, Cancels())
 
     async def last(instruction, template):
         update = None

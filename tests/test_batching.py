@@ -39,18 +39,18 @@ GREEDY = Sampling(max_new_tokens=64, temperature=0.0)
 @pytest.fixture(scope="module")
 def demo():
     model = MetaModel.from_pretrained(str(DEMO_MODEL))
-    assert model.start_batching(8).startswith("continuous batching")
+    assert model.engine.start_batching(8).startswith("continuous batching")
     yield model
-    model.stop_batching()
+    model.engine.stop_batching()
 
 
 @pytest.fixture(scope="module")
 def random_llama(byte_llama_dir):
     model = MetaModel.from_pretrained(str(byte_llama_dir))
-    model.eos_ids = lambda stop_symbols=(): set()  # answers run to their length: long enough to stop midway
-    model.start_batching(4)
+    model.engine.eos_ids = lambda stop_symbols=(): set()  # answers run to their length: long enough to stop midway
+    model.engine.start_batching(4)
     yield model
-    model.stop_batching()
+    model.engine.stop_batching()
 
 
 def conversations(count: int, turns: int) -> list[list[str]]:
@@ -85,11 +85,11 @@ def test_eight_conversations_at_once_through_v1_answer_as_each_does_alone(demo):
 
         talks = conversations(8, 3)
         alone = [converse(ask, questions) for questions in talks]
-        batched_before = demo.batcher.answers
+        batched_before = demo.engine.batcher.answers
         together = at_once(ask, talks)
     assert together == alone
     assert alone[0][0] == "The capital of France is Paris."
-    assert demo.batcher.answers - batched_before >= 12  # most of the 24 answers ran in the batch
+    assert demo.engine.batcher.answers - batched_before >= 12  # most of the 24 answers ran in the batch
 
 
 def test_eight_conversations_at_once_through_gradio_client_answer_as_each_does_alone(demo):
@@ -105,11 +105,11 @@ def test_eight_conversations_at_once_through_gradio_client_answer_as_each_does_a
 
         talks = conversations(8, 3)
         alone = [converse(asker(clients[0]), questions) for questions in talks]
-        batched_before = demo.batcher.answers
+        batched_before = demo.engine.batcher.answers
         with ThreadPoolExecutor(8) as pool:
             together = list(pool.map(lambda i: converse(asker(clients[i]), talks[i]), range(8)))
     assert together == alone
-    assert demo.batcher.answers - batched_before >= 12
+    assert demo.engine.batcher.answers - batched_before >= 12
 
 
 def long_answers(model, count: int, tokens: int = 150, **request) -> list:
@@ -117,12 +117,12 @@ def long_answers(model, count: int, tokens: int = 150, **request) -> list:
     results = [None] * count
 
     def answer(i):
-        results[i] = collect(model.stream(Request(f"Story {i}:", Sampling(tokens, temperature=0.0), **request)))
+        results[i] = collect(model.engine.stream(Request(f"Story {i}:", Sampling(tokens, temperature=0.0), **request)))
 
     threads = [threading.Thread(target=answer, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
-    while model._answers_in_flight < count:  # every one has started (the first alone, the others batched)
+    while model.engine._answers_in_flight < count:  # every one has started (the first alone, the others batched)
         time.sleep(0.005)
     return threads, results
 
@@ -150,7 +150,7 @@ def test_a_stopped_answer_ends_within_two_steps_while_the_others_finish(random_l
     try:
         threads, results = long_answers(random_llama, 3)
         cancel = threading.Event()
-        stopped = random_llama.stream(Request("Stop me:", Sampling(150, temperature=0.0), cancel=cancel))
+        stopped = random_llama.engine.stream(Request("Stop me:", Sampling(150, temperature=0.0), cancel=cancel))
         for _ in range(5):
             assert isinstance(next(stopped), Delta)
         cancel.set()
@@ -164,11 +164,13 @@ def test_a_stopped_answer_ends_within_two_steps_while_the_others_finish(random_l
     assert end.finish_reason == "cancelled" and steps_taken <= 2
     assert [r.end.finish_reason for r in results] == ["length"] * 3
     assert [r.end.completion_tokens for r in results] == [150] * 3
-    assert random_llama.batcher.answers >= 3  # the stopped one and at least two others ran in the batch
+    assert random_llama.engine.batcher.answers >= 3  # the stopped one and at least two others ran in the batch
 
 
 def test_answers_in_a_batch_equal_the_same_answers_alone_and_keep_their_stops(random_llama):
-    alone = [collect(random_llama.stream(Request(f"Story {i}:", Sampling(40, temperature=0.0)))) for i in range(4)]
+    alone = [
+        collect(random_llama.engine.stream(Request(f"Story {i}:", Sampling(40, temperature=0.0)))) for i in range(4)
+    ]
     stop = alone[2].text[12:15]  # a stop string inside answer 2: it ends there, never shown
     threads, results = long_answers(random_llama, 4, tokens=40, stop=(stop,))
     for thread in threads:
@@ -178,16 +180,16 @@ def test_answers_in_a_batch_equal_the_same_answers_alone_and_keep_their_stops(ra
         expected = one.text if cut < 0 else one.text[:cut]
         assert batched.text == expected, i
         assert batched.end.finish_reason == ("stop" if cut >= 0 else "length")
-    assert random_llama.batcher.answers >= 3
+    assert random_llama.engine.batcher.answers >= 3
 
 
 def test_sampling_with_a_seed_is_reproducible_beside_the_batch(random_llama, capfd):
     seeded = Request("Seeded:", Sampling(30, temperature=1.0, top_p=0.9, seed=7))
-    alone = collect(random_llama.stream(seeded))
+    alone = collect(random_llama.engine.stream(seeded))
     threads, _ = long_answers(random_llama, 3)
     time.sleep(0.2)
-    beside = collect(random_llama.stream(seeded))
-    sampled = collect(random_llama.stream(Request("Sampled:", Sampling(30, temperature=1.0, top_k=20))))
+    beside = collect(random_llama.engine.stream(seeded))
+    sampled = collect(random_llama.engine.stream(Request("Sampled:", Sampling(30, temperature=1.0, top_k=20))))
     for thread in threads:
         thread.join()
     assert beside.text == alone.text and beside.end.token_ids == alone.end.token_ids
@@ -199,12 +201,14 @@ def test_a_turn_with_an_image_runs_beside_the_batch_as_alone(demo, capfd):
     image = Image.new("RGB", (64, 64), (200, 30, 30))
     from local_chat.prompting import chat_prompt, default_template
 
-    chat = chat_prompt(demo, default_template(demo), None, [], "What is in the image?", 64, attached=[image])
+    chat = chat_prompt(
+        demo.engine, default_template(demo.engine), None, [], "What is in the image?", 64, attached=[image]
+    )
     request = Request(chat.text, GREEDY, tuple(chat.stop_symbols), images=[image])
-    alone = collect(demo.stream(request))
+    alone = collect(demo.engine.stream(request))
     threads, _ = long_answers(demo, 2, tokens=64)
     time.sleep(0.05)
-    beside = collect(demo.stream(request))
+    beside = collect(demo.engine.stream(request))
     for thread in threads:
         thread.join()
     assert beside.text == alone.text and alone.text
@@ -224,9 +228,9 @@ def test_a_client_that_disconnects_frees_its_place(random_llama):
             with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as gone:
                 next(gone.iter_lines())
             deadline = time.time() + 5  # the disconnected answer leaves: only the other one is in flight
-            while random_llama._answers_in_flight != 1 and time.time() < deadline:
+            while random_llama.engine._answers_in_flight != 1 and time.time() < deadline:
                 time.sleep(0.05)
-            assert random_llama._answers_in_flight == 1
+            assert random_llama.engine._answers_in_flight == 1
             third = httpx.post(url + "/v1/completions", json={**body, "stream": False, "max_tokens": 5}, timeout=60)
             assert third.status_code == 200 and other.is_alive()  # its place was free before the other ended
             other.join()

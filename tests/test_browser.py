@@ -241,7 +241,7 @@ def test_html_in_a_message_and_in_an_answer_never_runs(browser, demo, monkeypatc
         yield Delta(ATTACK)
         yield End("stop", completion_tokens=1)
 
-    monkeypatch.setattr(demo, "stream", answer_with_html)
+    monkeypatch.setattr(demo.engine, "stream", answer_with_html)
     with serve(demo) as (url, _):
         page = open_page(browser, url)
         dialogs = []
@@ -279,7 +279,7 @@ def test_images_in_an_answer_never_call_an_outside_address(browser, demo, monkey
         yield Delta(leak)
         yield End("stop", completion_tokens=1)
 
-    monkeypatch.setattr(demo, "stream", answer_with_images)
+    monkeypatch.setattr(demo.engine, "stream", answer_with_images)
     try:
         with serve(demo) as (url, _):
             page = open_page(browser, url)

@@ -12,10 +12,10 @@ from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel
 from local_chat.prompting import chat_prompt, history_pairs
 from local_chat.templates.multi_turn import get_conversation
-from local_chat.ui.blocks import DROPPED_TITLE, ERROR_MARK, ChatTab
 from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab
 from local_chat.ui.history import SavedChats
-from local_chat.ui.turns import is_note, kind_of
+from local_chat.ui.turns import DROPPED_TITLE, ERROR_MARK, is_note, kind_of
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -48,7 +48,7 @@ def converse(model, questions, image=None):
     """Ask `questions` in one session; yields (chat prompt, last piece) per turn."""
     history = []
     for question in questions:
-        chat = chat_prompt(model, "default", None, history, question, ANSWER, image)
+        chat = chat_prompt(model.engine, "default", None, history, question, ANSWER, image)
         *_, last = model.stream_generate(
             chat.text, image=image, max_gen_len=ANSWER, additional_stop_symbols=chat.stop_symbols, session="s"
         )
@@ -81,12 +81,14 @@ def test_oldest_turns_drop_in_blocks_and_answers_stay_right(demo):
 def test_the_image_stays_when_turns_drop():
     model = MetaModel.from_pretrained(str(DEMO_MODEL), with_visual=True, max_seq_len=CONTEXT)
     image, _ = demo_data.shapes_image(random.Random(3), 1)
-    image_tokens = model.prompt_length("Hi", image) - model.prompt_length("Hi")
+    image_tokens = model.engine.prompt_length("Hi", image) - model.engine.prompt_length("Hi")
     questions = [f"What is the capital of {country}?" for country in COUNTRIES]
     turns = list(converse(model, questions, image))
     assert turns[-1][0].dropped_turns > 0
     for chat, last in turns:
-        assert last["prompt_tokens"] == model.prompt_length(chat.text, image)  # the image tokens are in the prompt
+        assert last["prompt_tokens"] == model.engine.prompt_length(
+            chat.text, image
+        )  # the image tokens are in the prompt
         assert last["prompt_tokens"] + ANSWER <= CONTEXT and image_tokens > 10
 
 
@@ -96,7 +98,7 @@ def test_a_message_longer_than_the_context_is_one_sentence(demo):
         match=rf"This message needs \d+ tokens .* the model's context holds {CONTEXT}; "
         "shorten it",
     ):
-        chat_prompt(demo, "default", None, [], "word " * 300, ANSWER)
+        chat_prompt(demo.engine, "default", None, [], "word " * 300, ANSWER)
 
 
 def test_an_answer_longer_than_half_the_context_keeps_the_history(demo):
@@ -105,7 +107,9 @@ def test_an_answer_longer_than_half_the_context_keeps_the_history(demo):
         {"role": "user", "content": "What is the capital of France?"},
         {"role": "assistant", "content": "The capital of France is Paris."},
     ]
-    assert chat_prompt(demo, "default", None, history, "What is the capital of Peru?", CONTEXT).dropped_turns == 0
+    assert (
+        chat_prompt(demo.engine, "default", None, history, "What is the capital of Peru?", CONTEXT).dropped_turns == 0
+    )
 
 
 def run_submit(tab, message, history):
@@ -113,7 +117,7 @@ def run_submit(tab, message, history):
 
 
 def test_the_chat_says_once_that_old_turns_were_left_out_and_keeps_a_message_too_long(demo):
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
     history = []
     for country in COUNTRIES:
         history, *_ = run_submit(tab, f"What is the capital of {country}?", history)

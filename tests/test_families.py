@@ -41,7 +41,7 @@ def force(family, text: str) -> None:
 
 def rendered(model, messages, **options) -> Rendered:
     request = Request(messages=messages, sampling=Sampling(max_new_tokens=1), chat=ChatOptions(**options))
-    return next(iter(ChatEngine(model, "chat_template").stream(request)))
+    return next(iter(ChatEngine(model.engine, "chat_template").stream(request)))
 
 
 def as_the_template_reads(messages: list[dict]) -> list[dict]:
@@ -156,7 +156,7 @@ def test_the_session_cache_and_the_batch_answer_as_one_fresh_answer_does(family)
     together, each the same as the answer from scratch, one at a time."""
     kind, model, forced = family
     with forced.paused():
-        engine = ChatEngine(model, "chat_template")
+        engine = ChatEngine(model.engine, "chat_template")
         turns = [[{"role": "user", "content": q}] for q in ("Hi", "What is the capital of France?", "Tell me more.")]
         sampling = Sampling(temperature=0, max_new_tokens=8)
         fresh = [a.text for a in engine.complete([Request(messages=m, sampling=sampling) for m in turns])]
@@ -164,11 +164,11 @@ def test_the_session_cache_and_the_batch_answer_as_one_fresh_answer_does(family)
         second = turns[0] + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "More?"}]
         again = [engine.complete([Request(messages=second, sampling=sampling, session=s)])[0].text for s in ("s", None)]
         assert again[0] == again[1]
-        places = model.start_batching(4)
+        places = model.engine.start_batching(4)
         try:
             batched = [a.text for a in engine.complete([Request(messages=m, sampling=sampling) for m in turns])]
         finally:
-            model.stop_batching()
+            model.engine.stop_batching()
         assert batched == fresh, places
 
 
@@ -201,7 +201,7 @@ def test_gemma4_compiled_answers_as_eager_does(tmp_path):
     eager = MetaModel.from_pretrained(str(folder)).generate(prompts, max_gen_len=8)
     torch._dynamo.reset()
     compiled = MetaModel.from_pretrained(str(folder), compile=True)
-    assert compiled.compiled is not None and compiled.generate(prompts, max_gen_len=8) == eager
+    assert compiled.engine.compiled is not None and compiled.generate(prompts, max_gen_len=8) == eager
 
 
 def test_llama_json_is_a_call_only_where_tools_were_offered(family):
@@ -213,7 +213,7 @@ def test_llama_json_is_a_call_only_where_tools_were_offered(family):
     for tools in (None, [WEATHER]):
         force(family, answer)
         request = Request(messages=[{"role": "user", "content": "Some JSON?"}], chat=ChatOptions(tools=tools))
-        events.append(list(ChatEngine(model, "chat_template").stream(request)))
+        events.append(list(ChatEngine(model.engine, "chat_template").stream(request)))
     assert "".join(e.text for e in events[0] if isinstance(e, Delta)) == answer
     assert [e.name for e in events[1] if isinstance(e, ToolCallDelta)] == ["Paris"]
 
@@ -222,14 +222,14 @@ def test_the_page_shows_the_thought_apart(family):
     """The chat tab's handler (in-process): the thought is a Thinking entry above the answer, which stands alone."""
     from app_server import submit
 
-    from local_chat.ui.blocks import ChatTab
     from local_chat.ui.chat import Cancels
+    from local_chat.ui.chat_tab import ChatTab
     from local_chat.ui.history import SavedChats
     from local_chat.ui.turns import kind_of
 
     kind, model, _ = family
     force(family, kind.think(REASONING, ANSWER))
-    tab = ChatTab(model, Cancels(), "chat_template", "padded_resize", SavedChats(None))
+    tab = ChatTab(model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(None))
     entries, *_ = submit(tab, "Hello there!", template="chat_template", max_gen_len=300)
     thought = ["thinking"] if "{r}" in kind.thought else []
     assert [kind_of(e) for e in entries] == ["question", *thought, "answer", "stats"], entries

@@ -125,7 +125,7 @@ def test_eos_stops_the_answer(byte_model):
 
 
 def test_special_token_stop_symbol_becomes_an_eos_id(byte_model):
-    assert byte_model.tokenizer.special_token_id("<|im_end|>") in byte_model.eos_ids(["<|im_end|>"])
+    assert byte_model.tokenizer.special_token_id("<|im_end|>") in byte_model.engine.eos_ids(["<|im_end|>"])
     assert byte_model.tokenizer.special_token_id("Hello") is None
 
 
@@ -303,7 +303,7 @@ def test_compiled_decoding_gives_the_same_answers(byte_llama_dir):
     a left-padded batch, sampling with a seed, and a second request that reuses the pooled cache."""
     eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=96)
     compiled = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=96, compile=True)
-    assert compiled.info["compile"] != "off" and eager.compiled is None
+    assert compiled.engine.info["compile"] != "off" and eager.engine.compiled is None
     prompts = ["The quick brown fox", "What is the capital of France? The capital"]
 
     def answers(model):
@@ -331,11 +331,11 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
     queued ahead: a stop costs none, and the session keeps every token fed either way."""
     eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48)
     compiled = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48, compile=True)
-    assert not compiled.compiled.queues_ahead  # a CPU model
-    compiled.compiled.queues_ahead = queues_ahead
-    compiled_forward = compiled.compiled.forward
+    assert not compiled.engine.compiled.queues_ahead  # a CPU model
+    compiled.engine.compiled.queues_ahead = queues_ahead
+    compiled_forward = compiled.engine.compiled.forward
     steps = []
-    compiled.compiled.forward = lambda *args, **kwargs: steps.append(1) or compiled_forward(*args, **kwargs)
+    compiled.engine.compiled.forward = lambda *args, **kwargs: steps.append(1) or compiled_forward(*args, **kwargs)
     prompt = "The quick brown fox"
 
     def both(**kwargs):
@@ -352,7 +352,7 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
         return got
 
     turn = both(max_gen_len=10, session="tab")  # the session keeps what went through the model
-    _, kept = compiled.prefix_caches.take("tab")
+    _, kept = compiled.engine.sessions.store.take("tab")
     assert len(kept.token_ids) == kept.cache.get_seq_length() == turn["prompt_tokens"] + 10 - (not queues_ahead)
     whole = both(max_gen_len=100)
     assert whole["finish_reason"] == "length" and whole["prompt_tokens"] + whole["completion_tokens"] == 48
@@ -373,13 +373,13 @@ def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):
     (a power of two from 256, at most --max_seq_len), not the whole context: same answers as eager, and one graph
     for every length (a dynamic dimension), never a recompile in the middle of a conversation."""
     compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=1024, compile=True)
-    compiled_forward, spans = compiled.compiled.forward, set()
+    compiled_forward, spans = compiled.engine.compiled.forward, set()
 
     def forward(*args, **kwargs):
         spans.add(kwargs["attention_mask"].shape[1])
         return compiled_forward(*args, **kwargs)
 
-    compiled.compiled.forward = forward
+    compiled.engine.compiled.forward = forward
     short, long = "The quick brown fox", "The quick brown fox jumps over the lazy dog. " * 12  # 12 and 279 tokens
     requests = [(short, 12, 256), (long, 12, 512), (long, 300, 1024), (short, 400, 512), (short, 2000, 1024)]
     torch._dynamo.reset()  # forget the graphs earlier tests compiled for models of this shape
@@ -397,7 +397,7 @@ def test_compile_decoding_leaves_nothing_to_compile_for_a_first_answer(byte_mode
     compiled = MetaModel(byte_model.llma, byte_model.tokenizer, max_seq_len=1024, compile=True)
     torch._dynamo.reset()  # forget the graphs earlier tests compiled for models of this shape
     counters.clear()
-    compiled.compile_decoding()
+    compiled.engine.compile_decoding()
     assert counters["stats"]["unique_graphs"] == 1
     prompt = "The quick brown fox jumps over the lazy dog. " * 12  # 279 tokens: a static cache of 512, not 256
     answer = stream(compiled, prompt, max_gen_len=12)[-1]["text"]
@@ -414,7 +414,7 @@ def test_a_pooled_static_cache_keeps_nothing_of_the_request_before(byte_model):
     for prompt, session in [(long, "first"), (short, "second"), (long, None), (short, None), (short, "third")]:
         got = stream(compiled, prompt, max_gen_len=12, session=session)[-1]
         assert got["text"] == stream(byte_model, prompt, max_gen_len=12)[-1]["text"], (prompt, session)
-        [(cache, written)] = compiled.compiled._free[(1, 256)]  # both lengths get the shortest static cache
+        [(cache, written)] = compiled.engine.compiled._free[(1, 256)]  # both lengths get the shortest static cache
         assert (written is not None) == (session is not None)
         with torch.inference_mode():
             for layer in cache.layers:  # what the request wrote: the positions after it are zero already
@@ -441,7 +441,7 @@ def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
     mistral = MistralForCausalLM(config).eval()
     eager = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64)
     compiled = MetaModel(mistral, byte_model.tokenizer, max_seq_len=64, compile=True)
-    assert not compiled.compiled.keeps_sessions
+    assert not compiled.engine.compiled.keeps_sessions
     prompt = "The quick brown fox jumps"
     for _ in range(2):  # the second turn would find the first one's cache, if one were kept
         got = stream(compiled, prompt, max_gen_len=12, session="mistral")[-1]
@@ -454,8 +454,8 @@ def test_cuda_graphs_are_off_where_they_cannot_run_and_the_model_line_says_why()
     from local_chat.launchers.flags import parser
     from local_chat.launchers.loading import load_engine
 
-    model = load_engine(parser("test").parse_args(["--no_cuda_graphs"]))
-    assert model.graphs is None and model.info["cuda_graphs"] == "off: --no_cuda_graphs"
-    on_the_cpu = MetaModel(model.llma, model.tokenizer)
-    assert on_the_cpu.graphs is None and on_the_cpu.info["cuda_graphs"] == "off: not on a GPU"
-    assert on_the_cpu.summary().cuda_graphs is False
+    engine = load_engine(parser("test").parse_args(["--no_cuda_graphs"]))
+    assert engine.graphs is None and engine.info["cuda_graphs"] == "off: --no_cuda_graphs"
+    on_the_cpu = MetaModel(engine.llma, engine.tokenizer)
+    assert on_the_cpu.engine.graphs is None and on_the_cpu.engine.info["cuda_graphs"] == "off: not on a GPU"
+    assert on_the_cpu.engine.summary().cuda_graphs is False

@@ -12,7 +12,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from local_chat.defaults import DEMO_MODEL
-from local_chat.model.compiled import StaticDecoding
+from local_chat.model.engine.compiled import StaticDecoding
 from local_chat.model.meta import MetaModel
 from local_chat.templates.multi_turn import default_conversation
 from local_chat.templates.single_turn import format_prompt
@@ -75,9 +75,9 @@ def test_cuda_answers_as_the_cpu_does_and_stop_stops(cuda_graphs):
     )
     assert answers(model) == on_cpu
     assert not torch.backends.cuda.cudnn_sdp_enabled()  # see model/meta.py: avoid_cudnn_attention
-    assert (model.graphs is not None) == cuda_graphs, model.info["cuda_graphs"]
+    assert (model.engine.graphs is not None) == cuda_graphs, model.engine.info["cuda_graphs"]
     if cuda_graphs:  # every step replayed: none fell back to eager
-        assert model.graphs.forward.recorded() == {"graphs": [(1, 256)], "eager": []}
+        assert model.engine.graphs.forward.recorded() == {"graphs": [(1, 256)], "eager": []}
     assert_cancel_stops(model)
 
 
@@ -90,10 +90,10 @@ def test_cuda_graphs_give_eager_tokens_in_two_length_buckets(dtype):
     eager = MetaModel.from_pretrained(str(DEMO_MODEL), device="cuda", dtype=dtype, cuda_graphs=False)
     graphed = MetaModel(eager.llma, eager.tokenizer, max_seq_len=eager.max_seq_len)
     if dtype == "bf16":
-        eager.graphs = StaticDecoding(eager.llma, eager.max_seq_len, eager.llma)  # static cache, steps not recorded
+        eager.engine.decoding.graphs = StaticDecoding(eager.llma, eager.max_seq_len, eager.llma)  # not recorded
     questions = ["What is the capital of France?", "Summarize this. " + "The sky is blue and the sea is deep. " * 15]
     prompts = [format_prompt({"instruction": question}, sys_name="alpaca") for question in questions]
-    lengths = [graphed.graphs.cache_length(len(graphed.tokenizer.encode(p, bos=True)) + 64) for p in prompts]
+    lengths = [graphed.engine.graphs.cache_length(len(graphed.tokenizer.encode(p, bos=True)) + 64) for p in prompts]
     assert lengths == [256, 512]
 
     def tokens(model):
@@ -102,7 +102,7 @@ def test_cuda_graphs_give_eager_tokens_in_two_length_buckets(dtype):
     expected = tokens(eager)
     assert tokens(graphed) == expected
     assert tokens(graphed) == expected
-    assert sorted(graphed.graphs.forward.recorded()["graphs"]) == [(1, 256), (1, 512)]
+    assert sorted(graphed.engine.graphs.forward.recorded()["graphs"]) == [(1, 256), (1, 512)]
     assert_cancel_stops(graphed)
 
 

@@ -13,9 +13,10 @@ from local_chat.defaults import DEMO_MODEL
 from local_chat.engine.interface import session_key
 from local_chat.model.meta import MetaModel
 from local_chat.prompting import chat_prompt
-from local_chat.ui.blocks import ERROR_MARK, ChatTab
 from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab
 from local_chat.ui.history import SavedChats
+from local_chat.ui.turns import ERROR_MARK
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
@@ -56,7 +57,7 @@ def conversation_alone(model: MetaModel, questions: list[str]) -> list[str]:
     """The greedy answers of one conversation, asked straight of the model, without the app or a cache."""
     history, answers = [], []
     for question in questions:
-        prompt = chat_prompt(model, "default", None, history, question, 64)
+        prompt = chat_prompt(model.engine, "default", None, history, question, 64)
         [answer] = model.generate([prompt.text], max_gen_len=64, additional_stop_symbols=prompt.stop_symbols)
         answers.append(answer.strip())
         history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.strip()}]
@@ -70,7 +71,7 @@ class PromptLog:
     finish reason, None if it was closed first."""
 
     def __init__(self, model, hold: str | None = None, hold_at: int = 3):
-        self.model, self.seen, self._original = model, [], model.stream
+        self.model, self.seen, self._original = model, [], model.engine.stream
         self.hold_at, self.release = hold_at, threading.Event()
         self.held_pieces, self.held_end = 0, None
 
@@ -79,7 +80,7 @@ class PromptLog:
             events = self._original(request)
             return self._held(events) if hold and hold in request.prompt else events
 
-        model.stream = logged
+        model.engine.stream = logged
 
     def _held(self, events):
         try:
@@ -93,7 +94,7 @@ class PromptLog:
             events.close()
 
     def restore(self):
-        del self.model.stream  # the instance attribute: the class's method shows again
+        del self.model.engine.stream  # the instance attribute: the class's method shows again
 
 
 def test_eight_clients_three_turns_each_and_one_stop(demo):
@@ -168,7 +169,7 @@ def injected_failure(model, on_call: int):
 
 
 def test_an_exception_inside_generation_shows_in_the_chat_and_the_next_message_works(demo, caplog):
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(None))
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
 
     first = submit(tab, "What is the capital of Japan?", [])[0]
     restore = injected_failure(demo, on_call=3)  # mid-answer: after the prefill and one decode step

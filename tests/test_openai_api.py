@@ -252,7 +252,7 @@ def test_an_error_body_is_openai_shaped_even_for_broken_json(server):
 
 
 def test_a_failed_model_is_a_503(server, demo, monkeypatch):
-    monkeypatch.setattr(type(demo), "failure", property(lambda self: "A model worker stopped."))
+    monkeypatch.setattr(type(demo.engine), "failure", property(lambda self: "A model worker stopped."))
     with pytest.raises(APIStatusError) as caught:
         ask(OpenAI(base_url=server[0] + "/v1", api_key="x", max_retries=0), user(FRANCE))
     assert caught.value.status_code == 503 and "A model worker stopped." in str(caught.value)
@@ -264,7 +264,7 @@ def test_page_and_api_wait_in_one_queue_in_arrival_order(byte_model):
     from local_chat.engine import Queued, Request, Sampling
     from local_chat.engine.in_order import InArrivalOrder
 
-    engine, started, lock = InArrivalOrder(byte_model, 1), [], threading.Lock()
+    engine, started, lock = InArrivalOrder(byte_model.engine, 1), [], threading.Lock()
     first = engine.stream(Request("Hello", Sampling(30, temperature=0.0)))
     next(first)  # the first answer is under way
 

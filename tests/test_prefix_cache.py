@@ -43,7 +43,7 @@ def chat_model(request, demo):
 
 def answer(model, history, question, session=None, image=None, cancel_after=None):
     """The last piece of the answer to `question` after `history`, as the chat tab asks for it."""
-    chat = chat_prompt(model, "default", None, history, question, answer_tokens=64, image=image)
+    chat = chat_prompt(model.engine, "default", None, history, question, answer_tokens=64, image=image)
     cancel = threading.Event()
     pieces = []
     for piece in model.stream_generate(
@@ -111,30 +111,30 @@ def test_a_new_image_is_never_answered_from_the_old_ones_cache(chat_model):
 
 
 def test_least_recently_used_sessions_are_dropped_and_just_prefill_again(demo):
-    saved = demo.prefix_caches
+    saved = demo.engine.sessions.store
     try:
-        demo.prefix_caches = PrefixCaches(max_sessions=2)
+        demo.engine.sessions.store = PrefixCaches(max_sessions=2)
         for session in ("a", "b", "c"):
             answer(demo, [], "What is the capital of Spain?", session=session)
-        assert "a" not in demo.prefix_caches and len(demo.prefix_caches) == 2
+        assert "a" not in demo.engine.sessions.store and len(demo.engine.sessions.store) == 2
         history = turn([], "What is the capital of Spain?", "The capital of Spain is Madrid.")
         kept = answer(demo, history, "What is 2 plus 2?", session="b")
         evicted = answer(demo, history, "What is 2 plus 2?", session="a")
         assert evicted["cached_tokens"] == 0 and kept["cached_tokens"] > 0
         assert evicted["text"] == kept["text"]
 
-        demo.prefix_caches = PrefixCaches(max_sessions=8)
+        demo.engine.sessions.store = PrefixCaches(max_sessions=8)
         answer(demo, [], "What is the capital of Spain?", session="d")
-        one = demo.prefix_caches.nbytes()
-        demo.prefix_caches.max_bytes = int(2.5 * one)
+        one = demo.engine.sessions.store.nbytes()
+        demo.engine.sessions.store.max_bytes = int(2.5 * one)
         for session in "efgh":
             answer(demo, [], "What is the capital of Spain?", session=session)
-            assert demo.prefix_caches.nbytes() <= 2.5 * one
-        assert len(demo.prefix_caches) == 2
-        demo.prefix_caches.drop("g")  # a closed tab forgets its conversations
-        assert "g" not in demo.prefix_caches and len(demo.prefix_caches) == 1
+            assert demo.engine.sessions.store.nbytes() <= 2.5 * one
+        assert len(demo.engine.sessions.store) == 2
+        demo.engine.sessions.store.drop("g")  # a closed tab forgets its conversations
+        assert "g" not in demo.engine.sessions.store and len(demo.engine.sessions.store) == 1
     finally:
-        demo.prefix_caches = saved
+        demo.engine.sessions.store = saved
 
 
 def test_a_closed_browser_session_forgets_its_doors_and_no_other_sessions():

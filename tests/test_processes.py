@@ -22,9 +22,9 @@ def remote(byte_model):
     """(the byte model as the web server's process sees it, a counter of the model's forward passes)."""
     model_end, server_end = multiprocessing.Pipe()
     counter = ForwardCounter(byte_model)
-    serving = threading.Thread(target=serve_model, args=(byte_model, model_end), daemon=True)
+    serving = threading.Thread(target=serve_model, args=(byte_model.engine, model_end), daemon=True)
     serving.start()
-    facts = model_facts(byte_model)
+    facts = model_facts(byte_model.engine)
     yield PipeEngine(server_end, facts, end_process=False), counter
     hang_up(server_end)  # as when the web server's process ends: the model's side returns
     serving.join(timeout=10)
@@ -43,12 +43,12 @@ def texts(events) -> list[str]:
 
 def test_the_pipe_engine_answers_as_the_model_does(remote, byte_model):
     engine, _ = remote
-    assert isinstance(engine, Engine) and isinstance(byte_model, Engine)
-    assert engine.prompt_length("Hello there") == byte_model.prompt_length("Hello there")
-    assert engine.max_seq_len == byte_model.max_seq_len and engine.summary() == byte_model.summary()
-    assert engine.generation_defaults() == byte_model.generation_defaults()
+    assert isinstance(engine, Engine) and isinstance(byte_model.engine, Engine)
+    assert engine.prompt_length("Hello there") == byte_model.engine.prompt_length("Hello there")
+    assert engine.max_seq_len == byte_model.max_seq_len and engine.summary() == byte_model.engine.summary()
+    assert engine.generation_defaults() == byte_model.engine.generation_defaults()
     asked = Request("Hello", Sampling(20, temperature=0.8, top_p=0.9, seed=3), stop=("\n###",), logprobs=2)
-    remote_events, own_events = list(engine.stream(asked)), list(byte_model.stream(asked))
+    remote_events, own_events = list(engine.stream(asked)), list(byte_model.engine.stream(asked))
     assert texts(remote_events) == texts(own_events) and "".join(texts(own_events))
     assert [e.logprobs for e in remote_events[:-1]] == [e.logprobs for e in own_events[:-1]]
     counts = lambda end: (end.finish_reason, end.prompt_tokens, end.completion_tokens, end.token_ids)
@@ -72,7 +72,7 @@ def test_a_users_mistake_is_the_same_sentence(remote):
 
 
 def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_model, monkeypatch, capsys, caplog):
-    original = byte_model._answer
+    original = byte_model.engine.answer_steps
 
     def broken(*args, **kwargs):
         for item in original("Hello", sampling=Sampling(3, temperature=0.0)):
@@ -80,7 +80,7 @@ def test_a_failure_in_the_model_reaches_the_chat_as_a_sentence(remote, byte_mode
                 raise RuntimeError("injected fault")
             yield item
 
-    monkeypatch.setattr(byte_model, "_answer", broken)
+    monkeypatch.setattr(byte_model.engine, "answer_steps", broken)
     engine, _ = remote
     events = list(engine.stream(Request("Hello")))
     assert texts(events) and events[-1].finish_reason == "error" and not events[-1].caller_error

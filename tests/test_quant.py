@@ -43,7 +43,7 @@ def test_quantized_model_loads_answers_and_shrinks(wide_llama_dir, bf16_block_by
     assert pieces[-1]["completion_tokens"] == 8 and pieces[-1]["text"]
     ratio = weight_bytes(model.llma.model.layers) / bf16_block_bytes
     assert ratio <= goal, f"{quant}-bit blocks take {ratio:.3f} of bf16"
-    assert model.info["quant"] == f"{4 if quant is True else quant}-bit"
+    assert model.engine.info["quant"] == f"{4 if quant is True else quant}-bit"
     # No notice at import, and no cast warning on every 8-bit layer call.
     assert not [r for r in caplog.records if r.name.startswith("bitsandbytes") and r.levelno >= logging.WARNING]
 
@@ -59,22 +59,22 @@ def test_a_quantized_model_batches_answers_that_run_at_once(wide_llama_dir):
     from local_chat.engine import Request, Sampling, collect
 
     model = MetaModel.from_pretrained(str(wide_llama_dir), quant=4)
-    assert model.start_batching(2).startswith("continuous batching")
+    assert model.engine.start_batching(2).startswith("continuous batching")
     try:
         requests = [Request(f"Question {i}:", Sampling(40, temperature=0.0)) for i in range(3)]
-        alone = [collect(model.stream(r)) for r in requests]
+        alone = [collect(model.engine.stream(r)) for r in requests]
         together = [None] * 3
 
         def answer(i):
-            together[i] = collect(model.stream(requests[i]))
+            together[i] = collect(model.engine.stream(requests[i]))
 
         threads = [threading.Thread(target=answer, args=(i,)) for i in range(3)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        batched = model.batcher.answers
+        batched = model.engine.batcher.answers
     finally:
-        model.stop_batching()
+        model.engine.stop_batching()
     assert [a.text for a in together] == [a.text for a in alone]
     assert batched >= 1 and all(a.end.finish_reason in ("stop", "length") for a in together)

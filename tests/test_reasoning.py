@@ -43,7 +43,7 @@ def events_of(model, messages, **options) -> list:
     request = Request(
         messages=messages, sampling=Sampling(temperature=0, max_new_tokens=400), chat=ChatOptions(**options)
     )
-    return list(ChatEngine(model, "chat_template").stream(request))
+    return list(ChatEngine(model.engine, "chat_template").stream(request))
 
 
 def test_the_response_formats_are_transformers_own():

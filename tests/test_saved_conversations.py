@@ -25,8 +25,8 @@ from local_chat.launchers import browser as launchers
 from local_chat.launchers.loading import free_port
 from local_chat.model.meta import MetaModel
 from local_chat.prompting import png_bytes
-from local_chat.ui.blocks import ChatTab, edited_question
 from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab, edited_question
 from local_chat.ui.history import SavedChats
 
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
@@ -131,7 +131,7 @@ def test_a_launcher_refuses_a_corrupt_database_before_loading_the_model(tmp_path
 
 def test_eight_sessions_at_once_lose_no_turn(demo, tmp_path):
     store = Store(tmp_path / "chats.db")
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(store))
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(store))
     browsers = [SavedChats.browser_id(None) for _ in range(8)]
     countries = ["France", "Japan", "Peru", "Kenya", "Spain", "Italy", "Chile", "Egypt"]
 
@@ -160,7 +160,7 @@ def test_eight_sessions_at_once_lose_no_turn(demo, tmp_path):
 def test_export_and_import_round_trip_with_images(demo, tmp_path):
     store = Store(tmp_path / "chats.db")
     saved = SavedChats(store)
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", saved)
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", saved)
     me = SavedChats.browser_id(None)
     image, [(colour, kind)] = demo_data.shapes_image(random.Random(4), 1)
     path = tmp_path / "shape.png"
@@ -190,7 +190,7 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
 
 def test_a_request_naming_another_owners_conversation_is_refused(demo, tmp_path):
     store = Store(tmp_path / "chats.db")
-    tab = ChatTab(demo, Cancels(), "default", "padded_resize", SavedChats(store))
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(store))
     history, _, _, alices, _ = chat_turn(tab, "What is the capital of Peru?", [], None, None, username="alice")
     shown, conversation, title, note = tab.open(alices, None, SimpleNamespace(session_hash="b", username="bob"))
     assert "no such conversation among yours" in note and conversation is not None  # nothing opened (a skip)
@@ -218,7 +218,7 @@ class Recording:
 
 def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, tmp_path):
     store = Store(tmp_path / "chats.db")
-    engine = Recording(demo)
+    engine = Recording(demo.engine)
     tab = ChatTab(engine, Cancels(), "default", "padded_resize", SavedChats(store))
     me = SavedChats.browser_id(None)
     _, _, _, conversation, _ = chat_turn(tab, "What is the capital of Peru?", [], None, me, session="one")

@@ -19,9 +19,10 @@ from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.history import store as store_module
 from local_chat.model.meta import MetaModel
-from local_chat.ui.blocks import ChatTab, thinking_switch
 from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab
 from local_chat.ui.history import SavedChats
+from local_chat.ui.thinking import thinking_switch
 from local_chat.ui.turns import kind_of, model_view
 
 END = "<|im_end|>"
@@ -31,7 +32,7 @@ V1_OWNER = "browser:" + "a" * 32
 
 
 def chat_tab(model, store=None) -> ChatTab:
-    return ChatTab(model, Cancels(), "chat_template", "padded_resize", SavedChats(store))
+    return ChatTab(model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(store))
 
 
 def ask(tab, text, history=(), thinking=None, conversation=None, browser_id=None):
@@ -73,18 +74,18 @@ def test_the_next_turn_renders_the_parsed_reply_as_the_template_does(qwen3):
     entries = entries + [{"role": "user", "content": "And you?"}]
     messages = model_view(entries)
     request = Request(messages=messages, sampling=Sampling(max_new_tokens=1), chat=ChatOptions())
-    rendered = next(iter(ChatEngine(model, "chat_template").stream(request)))
+    rendered = next(iter(ChatEngine(model.engine, "chat_template").stream(request)))
     assert isinstance(rendered, Rendered)
     assert rendered.text == model.tokenizer.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def test_the_switch_is_shown_where_the_template_reads_it_and_changes_the_prompt(qwen3, tmp_path):
     model, forced = qwen3
-    assert thinking_switch(model) == ("enable_thinking", True)  # Qwen3 thinks with the variable unset
+    assert thinking_switch(model.engine) == ("enable_thinking", True)  # Qwen3 thinks with the variable unset
     gpt_oss = MetaModel.from_pretrained(str(text_families.build("gpt_oss", tmp_path / "gpt_oss")))
-    assert thinking_switch(gpt_oss) == ("reasoning_effort", "medium")
+    assert thinking_switch(gpt_oss.engine) == ("reasoning_effort", "medium")
     demo = MetaModel.from_pretrained(str(DEMO_MODEL))
-    assert thinking_switch(demo) == (None, None)
+    assert thinking_switch(demo.engine) == (None, None)
 
     tab = chat_tab(model)
     forced.again("Hi.", model.tokenizer.hf, END)

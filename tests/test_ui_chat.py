@@ -28,7 +28,11 @@ def test_chat_prompt_is_the_template_prompt(byte_model):
     from local_chat.prompting import chat_prompt
 
     chat = chat_prompt(
-        byte_model, "default", None, [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}], "Q2"
+        byte_model.engine,
+        "default",
+        None,
+        [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}],
+        "Q2",
     )
     conv = default_conversation()
     conv.load_qas([["Q1", "A1"], ["Q2", None]])
@@ -39,7 +43,7 @@ def test_chat_prompt_takes_the_system_prompt_from_the_argument_else_the_history(
     from local_chat.prompting import chat_prompt
 
     def system_of(system, history):
-        return chat_prompt(byte_model, "default", system, history, "Q").text.split("\n\n###")[0]
+        return chat_prompt(byte_model.engine, "default", system, history, "Q").text.split("\n\n###")[0]
 
     in_history = [{"role": "system", "content": "From history."}]
     assert system_of(None, []) == default_conversation().system

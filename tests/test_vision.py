@@ -25,7 +25,7 @@ def red_square_on_wide_canvas() -> Image.Image:
 
 
 def test_vision_model_reports_its_image_size(llava):
-    assert llava.sees_images and llava.llma.image_size == 32 == llava.image_size
+    assert llava.engine.sees_images and llava.llma.image_size == 32 == llava.engine.encoder.image_size
 
 
 @pytest.mark.parametrize("transform", ["padded_resize", "resized_center_crop"])
@@ -41,7 +41,7 @@ def test_llava_answers_about_an_image_with_each_transform(llava, transform):
 def test_the_image_changes_the_answer(llava):
     blank = llava.generate(["What is in the image?"], images=[Image.new("RGB", (32, 32), "black")], max_gen_len=12)
     red = llava.generate(["What is in the image?"], images=[red_square_on_wide_canvas()], max_gen_len=12)
-    inputs = llava.prepare_inputs(["What is in the image?"], [red_square_on_wide_canvas()])
+    inputs = llava.engine.encoder.prepare_inputs(["What is in the image?"], [red_square_on_wide_canvas()])
     image_id = llava.processor.tokenizer.convert_tokens_to_ids("<image>")
     assert (inputs.input_ids == image_id).sum() == 16  # (32 / 8) ** 2 patches, placed before the prompt
     assert inputs.input_ids[0, 0] == llava.tokenizer.bos_id and inputs.input_ids[0, 1] == image_id
@@ -53,7 +53,7 @@ def test_the_demo_models_conv_stem_tower_loads_and_gives_clips_patch_grid(tmp_pa
     assert json.loads((folder / "config.json").read_text())["vision_config"]["model_type"] == MODEL_TYPE
     stem = MetaModel.from_pretrained(str(folder), with_visual=True, max_seq_len=2048)
     assert isinstance(stem.llma.model.vision_tower, ConvStemCLIPVisionModel)
-    inputs = stem.prepare_inputs(["What is in the image?"], [red_square_on_wide_canvas()])
+    inputs = stem.engine.encoder.prepare_inputs(["What is in the image?"], [red_square_on_wide_canvas()])
     assert (inputs.input_ids == stem.processor.tokenizer.convert_tokens_to_ids("<image>")).sum() == 16
     blank = stem.generate(["What is in the image?"], images=[Image.new("RGB", (32, 32), "black")], max_gen_len=12)
     assert blank != stem.generate(["What is in the image?"], images=[red_square_on_wide_canvas()], max_gen_len=12)
@@ -72,7 +72,7 @@ def test_transforms_pad_or_crop_before_the_processor(llava):
 def test_accessory_tensor_path_equals_the_processor_path(llava, transform):
     img = red_square_on_wide_canvas()
     tensor = get_transform(transform, llava.llma.image_size)(img)
-    processed = llava.prepare_inputs(["x"], [img], image_transform=transform).extra["pixel_values"]
+    processed = llava.engine.encoder.prepare_inputs(["x"], [img], image_transform=transform).extra["pixel_values"]
     torch.testing.assert_close(tensor[None], processed, atol=1e-5, rtol=0)
     from_tensor = llava.generate(["What is in the image?"], images=tensor[None], max_gen_len=10)
     from_pil = llava.generate(["What is in the image?"], images=[img], max_gen_len=10, image_transform=transform)
@@ -81,7 +81,7 @@ def test_accessory_tensor_path_equals_the_processor_path(llava, transform):
 
 def test_prompt_that_already_has_the_placeholder_is_left_alone(llava):
     img = red_square_on_wide_canvas()
-    placed = llava.prepare_inputs(["USER: <image>\nWhat is it? ASSISTANT:"], [img]).input_ids
+    placed = llava.engine.encoder.prepare_inputs(["USER: <image>\nWhat is it? ASSISTANT:"], [img]).input_ids
     image_id = llava.processor.tokenizer.convert_tokens_to_ids("<image>")
     assert (placed == image_id).sum() == 16 and placed[0, 1] != image_id
 
@@ -117,14 +117,14 @@ def test_the_prompt_panel_shows_where_the_images_went(llava, tmp_path):
     """The page's "Prompt sent to the model" shows the processor's marker for each image the template left out."""
     from app_server import submit
 
-    from local_chat.ui.blocks import ChatTab
     from local_chat.ui.chat import Cancels
+    from local_chat.ui.chat_tab import ChatTab
     from local_chat.ui.history import SavedChats
 
     path = tmp_path / "red.png"
     Image.new("RGB", (32, 32), "red").save(path)
-    chat = ChatTab(llava, Cancels(), "default", "auto", SavedChats(None))
-    marker = llava.summary().image_marker
+    chat = ChatTab(llava.engine, Cancels(), "default", "auto", SavedChats(None))
+    marker = llava.engine.summary().image_marker
     assert marker.strip() == llava.processor.image_token
     _, _, prompt, *_ = submit(chat, {"text": "What is it?", "files": [str(path), str(path)]})
     assert prompt.startswith(marker * 2 + "A chat between") and prompt.count(marker.strip()) == 2

@@ -67,8 +67,8 @@ def reference_messages(first_answer: str, image=RED) -> list[dict]:
 
 def two_turns(model: MetaModel, image=RED, tokens: int = 6):
     """The app's two turns about `image` (the second from the session's cache): (second prompt, last pieces)."""
-    template = default_template(model)
-    first = chat_prompt(model, template, SYSTEM, [], FIRST, tokens, image)
+    template = default_template(model.engine)
+    first = chat_prompt(model.engine, template, SYSTEM, [], FIRST, tokens, image)
     one = list(
         model.stream_generate(
             first.text,
@@ -79,7 +79,7 @@ def two_turns(model: MetaModel, image=RED, tokens: int = 6):
         )
     )[-1]
     history = [{"role": "user", "content": FIRST}, {"role": "assistant", "content": one["text"]}]
-    second = chat_prompt(model, template, SYSTEM, history, SECOND, tokens, image)
+    second = chat_prompt(model.engine, template, SYSTEM, history, SECOND, tokens, image)
     two = list(
         model.stream_generate(
             second.text,
@@ -95,16 +95,16 @@ def two_turns(model: MetaModel, image=RED, tokens: int = 6):
 @pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
 def test_the_prompt_and_its_ids_are_the_processors_own(family):
     name, _, model = family
-    assert default_template(model) == "chat_template"
+    assert default_template(model.engine) == "chat_template"
     second, one, _ = two_turns(model)
     messages = reference_messages(one["text"])
     assert second.text == model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     expected = model.processor.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
     )
-    ours = model.prepare_inputs([second.text], [second.images])
+    ours = model.engine.encoder.prepare_inputs([second.text], [second.images])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()  # image tokens, BOS once, markers
-    image_id = model.sessions.image_token_id
+    image_id = model.engine.sessions.image_token_id
     assert (ours.input_ids == image_id).sum() == (expected["input_ids"] == image_id).sum() > 0
 
 
@@ -132,17 +132,17 @@ def test_two_images_give_two_first_steps(family):
     name, _, model = family
     logits = []
     for image in (RED, BLUE):
-        prompt = chat_prompt(model, default_template(model), None, [], FIRST, 0, image).text
+        prompt = chat_prompt(model.engine, default_template(model.engine), None, [], FIRST, 0, image).text
         with torch.inference_mode():
-            logits.append(prefill(model.llma, model.prepare_inputs([prompt], [[image]]), DynamicCache()))
+            logits.append(prefill(model.llma, model.engine.encoder.prepare_inputs([prompt], [[image]]), DynamicCache()))
     assert not torch.allclose(logits[0], logits[1])
 
 
 def test_paligemma_gets_its_processors_own_prompt_format(tmp_path):
     """No chat template: the processor lays out the image tokens, BOS and the closing newline itself."""
     model = MetaModel.from_pretrained(str(vlm_families.build("paligemma", tmp_path / "paligemma")))
-    assert default_template(model) == "default"
-    inputs = model.prepare_inputs(["What is in the image?"], [RED])
+    assert default_template(model.engine) == "default"
+    inputs = model.engine.encoder.prepare_inputs(["What is in the image?"], [RED])
     processor = model.processor
     expected = processor(text="What is in the image?", images=RED, return_tensors="pt")
     assert inputs.input_ids[0].tolist() == expected["input_ids"][0].tolist()
@@ -161,7 +161,7 @@ def test_the_end_of_turn_token_ends_the_answer_and_never_shows(family, monkeypat
     name, folder, _ = family
     (folder / "generation_config.json").unlink(missing_ok=True)
     model = MetaModel.from_pretrained(str(folder), max_seq_len=1024)
-    chat = chat_prompt(model, "chat_template", SYSTEM, [], FIRST, 8, RED)
+    chat = chat_prompt(model.engine, "chat_template", SYSTEM, [], FIRST, 8, RED)
     end = chat.stop_symbols[0]
     end_id = model.tokenizer.special_token_id(end)
     if end_id is None:  # a text marker ("USER:"): LLaVA's answers end with EOS
@@ -196,17 +196,17 @@ def test_phi3_stops_at_end_without_generation_config(tmp_path):
     tok.save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").unlink()
     model = MetaModel.from_pretrained(str(tmp_path))
-    chat = chat_prompt(model, default_template(model), None, [], "Hi", 8)
+    chat = chat_prompt(model.engine, default_template(model.engine), None, [], "Hi", 8)
     assert chat.stop_symbols == ["<|end|>"]
-    assert model.tokenizer.special_token_id("<|end|>") in model.eos_ids(chat.stop_symbols)
+    assert model.tokenizer.special_token_id("<|end|>") in model.engine.eos_ids(chat.stop_symbols)
 
 
 def test_a_chat_template_only_in_chat_template_json_is_used(tmp_path):
     folder = vlm_families.build("llava", tmp_path / "llava", template_in="legacy_json")
     assert not (folder / "chat_template.jinja").exists() and (folder / "chat_template.json").exists()
     model = MetaModel.from_pretrained(str(folder))
-    assert default_template(model) == "chat_template"
-    assert chat_prompt(model, "chat_template", None, [], "Hi", 0).text == "USER: Hi ASSISTANT:"
+    assert default_template(model.engine) == "chat_template"
+    assert chat_prompt(model.engine, "chat_template", None, [], "Hi", 0).text == "USER: Hi ASSISTANT:"
 
 
 def test_a_chat_template_that_fails_is_one_sentence_at_start_up(tmp_path):
@@ -218,7 +218,7 @@ def test_a_chat_template_that_fails_is_one_sentence_at_start_up(tmp_path):
         match=r"This model's chat template fails: .*Only user roles, please; pass "
         r"--template NAME \(one of default, ",
     ):
-        default_template(model)
+        default_template(model.engine)
 
 
 @pytest.mark.skipif(
@@ -276,7 +276,7 @@ def test_the_app_answers_two_turns_with_an_image(family, tmp_path):
         two_turns_with_an_image(Client(url, verbose=False), tmp_path / "red.png")
     unpickled = subprocess.run(
         [sys.executable, "-c", "import pickle, sys; print(type(pickle.load(sys.stdin.buffer)['chat_renderer']))"],
-        input=pickle.dumps(model_facts(model)),
+        input=pickle.dumps(model_facts(model.engine)),
         capture_output=True,
         timeout=120,
     )
@@ -302,7 +302,7 @@ def test_several_images_each_in_the_turn_it_was_given(family):
     from local_chat.templates.multi_turn import get_conversation
 
     name, _, model = family
-    conv = get_conversation("chat_template", model.chat_renderer, SYSTEM, sees_images=True)
+    conv = get_conversation("chat_template", model.engine.chat_renderer, SYSTEM, sees_images=True)
     conv.load_qas([[(FIRST, [RED]), "A red square."], [(SECOND, [BLUE]), None]])
     prompt = conv.get_prompt()
     messages = [
@@ -314,7 +314,7 @@ def test_several_images_each_in_the_turn_it_was_given(family):
     expected = model.processor.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
     )
-    ours = model.prepare_inputs([prompt], [[RED, BLUE]])
+    ours = model.engine.encoder.prepare_inputs([prompt], [[RED, BLUE]])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()
     last = list(model.stream_generate(prompt, image=[RED, BLUE], max_gen_len=4))[-1]
     assert last["completion_tokens"] >= 1
@@ -335,14 +335,14 @@ def test_history_images_as_data_urls_go_in_their_own_turns(family):
         },
         {"role": "assistant", "content": "A red square."},
     ]
-    chat = chat_prompt(model, "chat_template", SYSTEM, history, SECOND, 0, BLUE)
+    chat = chat_prompt(model.engine, "chat_template", SYSTEM, history, SECOND, 0, BLUE)
     assert len(chat.images) == 2 and chat.text.count("<image>") == 2
     assert chat.images[0].getpixel((28, 20)) == BLUE.getpixel((28, 20))  # the conversation's image leads
     assert chat.images[1].getpixel((28, 20)) == RED.getpixel((28, 20))
     assert list(model.stream_generate(chat.text, image=chat.images, max_gen_len=3))[-1]["completion_tokens"] >= 1
     history[0]["content"][0]["image_url"]["url"] = "http://127.0.0.1:9/cat.png"
     with pytest.raises(UserError, match="send images as data: URLs .*never fetches outside addresses"):
-        chat_prompt(model, "chat_template", SYSTEM, history, SECOND, 0)
+        chat_prompt(model.engine, "chat_template", SYSTEM, history, SECOND, 0)
 
 
 def start_up_failure(folder) -> str:
@@ -386,7 +386,7 @@ def test_mllama_second_turn_whose_prompt_changed_under_its_cache_answers(family)
     from local_chat.engine.chats import ChatEngine
 
     _, _, model = family
-    engine = ChatEngine(model, "chat_template")
+    engine = ChatEngine(model.engine, "chat_template")
     question = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(RED)}},
                                             {"type": "text", "text": FIRST}]}  # fmt: skip
     sampling = Sampling(temperature=0, max_new_tokens=6)

@@ -7,11 +7,12 @@ tokens that text came from) and `ToolCallDelta`s, perhaps `Queued` while other r
 with the finish reason, token counts and timings. `stream` never raises: a mistake the user can fix, a model that
 failed, a bug all end in an `End` whose `finish_reason` is "error" and whose `error` is one sentence to show.
 
-Engines: `MetaModel` in-process (model/meta.py), `PipeEngine` over the pipe to the model's process (engine/process.py),
-`RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine` (engine/chats.py) renders messages
-for those that take prompts, and `InArrivalOrder` (engine/in_order.py) queues every door's requests in front of them.
-Session keys (`SessionKey`) name one door of one browser session: its Stop and its KV cache. This module is the
-bottom of the import order (docs/architecture.md): it imports nothing of the project but local_chat.errors.
+Engines: `LocalEngine` in-process (model/local_engine.py), `PipeEngine` over the pipe to the model's process
+(engine/process.py), `RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine`
+(engine/chats.py) renders messages for those that take prompts, and `InArrivalOrder` (engine/in_order.py) queues
+every door's requests in front of them. Session keys (`SessionKey`) name one door of one browser session: its Stop
+and its KV cache. This module is the bottom of the import order (docs/architecture.md): it imports nothing of the
+project but local_chat.errors.
 """
 
 from __future__ import annotations

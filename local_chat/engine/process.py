@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from local_chat.errors import UserError, described
-from local_chat.model.meta import MetaModel
+from local_chat.model.local_engine import LocalEngine
 from local_chat.model.parallel import EXIT_AFTER_FAILURE_S
 
 from .interface import Answer, End, EngineSummary, Event, Request, Sampling, collect
@@ -106,27 +106,27 @@ class ModelFailed:
     sentence: str
 
 
-def leave_a_core_to_the_server(model: MetaModel) -> None:
+def leave_a_core_to_the_server(engine: LocalEngine) -> None:
     """On the CPU, the model's threads leave one core to the web server (and its clients on this machine): a
     parallel region waits for its slowest thread, and a server thread on the same core delays every step."""
-    if model.device.type == "cpu":
+    if engine.device.type == "cpu":
         torch.set_num_threads(max(1, torch.get_num_threads() - 1))
 
 
-def serve_in_own_process(model: MetaModel, run_server: Callable, *server_args) -> None:
-    """Start `run_server(engine, *server_args)` (a `PipeEngine` over `model`) in a process of its own and answer
+def serve_in_own_process(engine: LocalEngine, run_server: Callable, *server_args) -> None:
+    """Start `run_server(engine, *server_args)` (a `PipeEngine` over `engine`) in a process of its own and answer
     its requests here until it ends; a server that fails ends this process with code 1."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
-    facts = model_facts(model)
+    facts = model_facts(engine)
     server = context.Process(target=_server_main, name="web-server", args=(there, facts, run_server, server_args))
     server.start()
     there.close()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a terminated launcher ends its server too
     try:
-        serve_model(model, here)  # until the server's process ends
+        serve_model(engine, here)  # until the server's process ends
     except KeyboardInterrupt:
         pass
     finally:
@@ -143,12 +143,12 @@ def serve_in_own_process(model: MetaModel, run_server: Callable, *server_args) -
 # ----- the model's side -----
 
 
-def serve_model(model: MetaModel, connection) -> None:
+def serve_model(engine: LocalEngine, connection) -> None:
     """Answer the requests arriving on `connection` until the other side closes it."""
     send = _locked_sender(connection)
     cancels: dict[int, threading.Event] = {}
     stopped = threading.Event()
-    threading.Thread(target=_report_failure, args=(model, send, stopped), name="failure-watch", daemon=True).start()
+    threading.Thread(target=_report_failure, args=(engine, send, stopped), name="failure-watch", daemon=True).start()
     try:
         while True:
             try:
@@ -158,30 +158,30 @@ def serve_model(model: MetaModel, connection) -> None:
             if isinstance(request, StreamAnswer):
                 cancels[request.number] = request.request.cancel = threading.Event()
                 threading.Thread(
-                    target=_stream, args=(model, send, request, cancels), name="answer", daemon=True
+                    target=_stream, args=(engine, send, request, cancels), name="answer", daemon=True
                 ).start()
             elif isinstance(request, CancelAnswer):
                 if (event := cancels.get(request.number)) is not None:
                     event.set()
             elif isinstance(request, CountPrompt):
-                send(_counted(model, request))
+                send(_counted(engine, request))
             elif isinstance(request, DropSessions):
-                model.drop_sessions(request.browser_session)
+                engine.drop_sessions(request.browser_session)
     finally:
         stopped.set()
 
 
-def _stream(model: MetaModel, send, asked: StreamAnswer, cancels: dict) -> None:
+def _stream(engine: LocalEngine, send, asked: StreamAnswer, cancels: dict) -> None:
     try:
-        for event in model.stream(asked.request):
+        for event in engine.stream(asked.request):
             send(Streamed(asked.number, event))
     finally:
         cancels.pop(asked.number, None)
 
 
-def _counted(model: MetaModel, asked: CountPrompt) -> Counted | Refused:
+def _counted(engine: LocalEngine, asked: CountPrompt) -> Counted | Refused:
     try:
-        return Counted(asked.number, model.prompt_length(asked.prompt, asked.images, asked.image_transform))
+        return Counted(asked.number, engine.prompt_length(asked.prompt, asked.images, asked.image_transform))
     except Exception as error:
         return Refused(asked.number, _portable(error))
 
@@ -198,10 +198,10 @@ def _portable(error: Exception) -> Exception:
         return RuntimeError(described(error))
 
 
-def _report_failure(model: MetaModel, send, stopped: threading.Event) -> None:
+def _report_failure(engine: LocalEngine, send, stopped: threading.Event) -> None:
     """Tell the server once the model cannot answer any more (model/parallel.py ends this process soon after)."""
     while not stopped.wait(FAILURE_POLL_S):
-        if (sentence := model.failure) is not None:
+        if (sentence := engine.failure) is not None:
             send(ModelFailed(sentence))
             return
 
@@ -232,13 +232,13 @@ def _server_main(connection, facts: dict, run_server: Callable, server_args: tup
         raise SystemExit(1)
 
 
-def model_facts(model) -> dict:
+def model_facts(engine) -> dict:
     """What the web server's process gets to know of the model once, at start-up (see `PipeEngine`)."""
     return {
-        "tokenizer": model.tokenizer,
-        "chat_renderer": model.chat_renderer,
-        "summary": model.summary(),
-        "generation_defaults": model.generation_defaults(),
+        "tokenizer": engine.tokenizer,
+        "chat_renderer": engine.chat_renderer,
+        "summary": engine.summary(),
+        "generation_defaults": engine.generation_defaults(),
     }
 
 
@@ -286,7 +286,7 @@ class PipeEngine:
         return [collect(self.stream(request)) for request in requests]
 
     def stream(self, request: Request) -> Iterator[Event]:
-        """The model's process's `MetaModel.stream`: the same events; its failure ends the stream as one sentence."""
+        """The model's process's `LocalEngine.stream`: the same events; its failure ends the stream as one sentence."""
         cancel = request.cancel
         try:
             number, replies = self._open(lambda number: StreamAnswer(number, request.portable()))

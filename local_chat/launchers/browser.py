@@ -23,25 +23,25 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     try:
         check_serving_flags(args)
         open_history(args).close()  # a database that cannot be used is told now, not after the model loads
-        model = load_engine(args, with_visual=with_visual)
-        template = default_template(model, args.template)
+        engine = load_engine(args, with_visual=with_visual)
+        template = default_template(engine, args.template)
     except UserError as error:
         fail(error)
     for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.api_base is not None:  # no model here: the web server is the only process
         args.concurrency = args.concurrency or ENGINE_PLACES
-        serve(model, description, tabs, template, args)
+        serve(engine, description, tabs, template, args)
         return
     from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process  # torch: a local model
 
-    leave_a_core_to_the_server(model)
-    compile_before_answering(model)  # with the threads it will answer with
-    start_batching(model, args)
+    leave_a_core_to_the_server(engine)
+    compile_before_answering(engine)  # with the threads it will answer with
+    start_batching(engine, args)
     try:
-        serve_in_own_process(model, serve, description, tabs, template, args)
+        serve_in_own_process(engine, serve, description, tabs, template, args)
     finally:
-        model.stop_batching()  # its thread would keep the process alive
+        engine.stop_batching()  # its thread would keep the process alive
 
 
 def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:

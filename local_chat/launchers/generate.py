@@ -122,18 +122,18 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.batch_size < 1:
         raise UserError(f"--batch_size is {args.batch_size}; give 1 or more.")
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
-    model = load_engine(args)
+    engine = load_engine(args)
     batches = range(0, len(prompts), args.batch_size)
     if args.api_base is None:  # so --compile's figures leave the compilation out
-        compile_before_answering(model, {len(prompts[start : start + args.batch_size]) for start in batches})
-    template = resolve_template(model, args.template)
+        compile_before_answering(engine, {len(prompts[start : start + args.batch_size]) for start in batches})
+    template = resolve_template(engine, args.template)
     check_system(template, args.system)  # the default template is the raw prompt for a model without a chat one
-    engine = ChatEngine(model, template)
+    chats = ChatEngine(engine, template)
     records, figures = [], {"encode": 0.0, "generate": 0.0, "decode": 0.0, "input_tokens": 0, "output_tokens": 0}
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        answers = engine.complete([prompt_request(template, p, args.system, sampling) for p in batch])
+        answers = chats.complete([prompt_request(template, p, args.system, sampling) for p in batch])
         refused = next((a.end.error for a in answers if a.end.caller_error), None)
         if refused:
             raise UserError(refused)

@@ -18,7 +18,7 @@ from .flags import api_keys, check_port_free, first_free_port, logins
 
 if TYPE_CHECKING:
     from local_chat.engine.remote import RemoteEngine
-    from local_chat.model.meta import MetaModel
+    from local_chat.model.local_engine import LocalEngine
 
 
 # flags that choose or load a local model, at anything but their defaults (nothing is loaded with --api_base)
@@ -161,8 +161,8 @@ def checkpoint_paths(args: argparse.Namespace) -> list[str]:
     return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
 
 
-def load_engine(args: argparse.Namespace, with_visual: bool = False) -> MetaModel | RemoteEngine:
-    """The engine of the model the flags name: a `MetaModel` (the built-in demo model when no --pretrained_path is
+def load_engine(args: argparse.Namespace, with_visual: bool = False) -> LocalEngine | RemoteEngine:
+    """The engine of the model the flags name: a `LocalEngine` (the built-in demo model when no --pretrained_path is
     given) on one device or spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process
     layout). `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower
     either way. With --api_base, no model loads: the engine's is used (`connect_engine`)."""
@@ -197,9 +197,9 @@ def load_engine(args: argparse.Namespace, with_visual: bool = False) -> MetaMode
 
 def load_shard(
     args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None, followers=None
-) -> MetaModel:
-    """This process's model: whole, or its share of each layer within `mp_group` (`followers`: rank 0's, see
-    model/parallel.py)."""
+) -> LocalEngine:
+    """This process's model's engine: the model whole, or its share of each layer within `mp_group` (`followers`:
+    rank 0's, see model/parallel.py)."""
     from local_chat.model.meta import MetaModel
     from local_chat.model.prefix_cache import PrefixCaches
 
@@ -223,34 +223,34 @@ def load_shard(
             getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
         ),
         followers=followers,
-    )
+    ).engine
 
 
-def compile_before_answering(model: MetaModel, batch_sizes: Iterable[int] = (1,)) -> None:
+def compile_before_answering(engine: LocalEngine, batch_sizes: Iterable[int] = (1,)) -> None:
     """--compile: compile the decode step for the batch sizes to come now, not in the middle of the first answer.
     Call it once the model's threads are set: torch compiles again for another thread count."""
-    if model.compiled is None:
+    if engine.compiled is None:
         return
     print(
         "Compiling the decode step for --compile (minutes for a large model on a GPU the first time)...",
         file=sys.stderr,
         flush=True,
     )
-    print(f"Compiled the decode step in {model.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
+    print(f"Compiled the decode step in {engine.compile_decoding(batch_sizes):.0f} s.", file=sys.stderr, flush=True)
 
 
 BATCH_PLACES = 8  # answers at a time where --concurrency is not given and the model can batch them
 ENGINE_PLACES = 64  # answers at a time with --api_base where --concurrency is not given: the engine batches them
 
 
-def start_batching(model: MetaModel, args: argparse.Namespace) -> None:
+def start_batching(engine: LocalEngine, args: argparse.Namespace) -> None:
     """Batch the answers that run at the same time where the model allows it (model/batching.py), and settle
     --concurrency: as given, else 8 with batching and 1 without. The terminal says which."""
     places = args.concurrency or BATCH_PLACES
     cache_bytes = None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20)
-    print("Batching: " + model.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
+    print("Batching: " + engine.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
     if args.concurrency is None:
-        args.concurrency = places if model.batcher is not None else 1
+        args.concurrency = places if engine.batcher is not None else 1
 
 
 def free_port() -> int:

@@ -1,2 +1,3 @@
-"""The local model: `MetaModel` (model/meta.py: loading, generation, the engine for a model in this process) and the
-code under it. Importing this package imports nothing: `local_chat.model.detokenize` needs no torch."""
+"""The local model: `LocalEngine` (model/local_engine.py, the engine of a model in this process), `MetaModel`
+(model/meta.py: LLaMA2-Accessory's loading and generation API over one) and the code under them. Importing this
+package imports nothing: `local_chat.model.detokenize` needs no torch."""

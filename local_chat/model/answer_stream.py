@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from local_chat.engine.interface import TokenLogprob
+
 from .detokenize import IncrementalDetokenizer, StopStrings
 
 
@@ -121,3 +123,19 @@ def batch_decider(streams: Sequence[AnswerStream]) -> Callable[[torch.Tensor], b
         return all(stream.done for stream in streams)
 
     return decide
+
+
+def logprob_recorder(stream: AnswerStream, top: int, decode: Callable[[list[int]], str]):
+    """The `observe` callback of `generate_tokens` that records each sampled token's log-probability in `stream`, with
+    the `top` likeliest tokens."""
+
+    def observe(logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        scores = torch.log_softmax(logits[0].float(), dim=-1)
+        token = int(tokens[0])
+        best = scores.topk(top) if top else None
+        alternatives = [] if best is None else list(zip(best.indices.tolist(), best.values.tolist()))
+        stream.logprobs.append(
+            TokenLogprob(token, decode([token]), float(scores[token]), [(decode([i]), v) for i, v in alternatives])
+        )
+
+    return observe

@@ -2,11 +2,11 @@
 
 transformers' `ContinuousBatchingManager` does the batching (a paged KV cache, its scheduler, prefix sharing between
 requests and across a conversation's turns); this module only feeds it and reads it. It is a second source of tokens
-for `MetaModel._answer`, not a second generation path: each token it makes goes to the answer's `AnswerStream`,
+for `LocalEngine.answer_steps`, not a second generation path: each token it makes goes to the answer's `AnswerStream`,
 which takes every stop decision (EOS, stop strings, cancel, length) as it does for the one-at-a-time path, and a
 stop cancels the request in the batch.
 
-Which answers it takes (`MetaModel._answer`, `MetaModel._batchable`): only those that start while another is in
+Which answers it takes (`LocalEngine.answer_steps`, `LocalEngine._batchable`): only those that start while another is in
 flight (an answer alone runs the one-at-a-time path, which is faster for one sequence and keeps its session's
 cache), and only those the batch can give exactly. The manager has one sampler for the whole batch, without seeds,
 repetition penalty or the alternatives' log-probabilities, and takes token ids only, so an answer that asks for one

@@ -12,7 +12,7 @@ A graph bakes in the addresses of the tensors it reads and writes, so each one k
 each replay first fills, and the cache it was recorded over (the pool keeps its caches for good). Graphs share one
 memory pool: the steps they record run one at a time, and each step's logits are copied out before the next.
 A model whose step cannot be recorded (an operation in it reads a value back to the host, as bitsandbytes' 8-bit
-outlier search does: `MetaModel` does not try that one) decodes eagerly over its static caches from the first
+outlier search does: `LocalEngine` does not try that one) decodes eagerly over its static caches from the first
 failure on, and the terminal says why, once.
 """
 

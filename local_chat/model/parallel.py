@@ -114,16 +114,16 @@ class Followers:
         """Send the followers a call to run (name, kwargs), or None: the end."""
         dist.broadcast_object_list([call], src=dist.get_global_rank(self.control, 0), group=self.control)
 
-    def run(self, method, model, kwargs: dict):
+    def run(self, method, engine, kwargs: dict):
         """Call `method` on every rank: announced to the followers, run here."""
         if inspect.isgeneratorfunction(method):
-            return self._run_stream(method, model, kwargs)
+            return self._run_stream(method, engine, kwargs)
         with self._turn(method.__name__, kwargs):
-            return method(model, **kwargs)
+            return method(engine, **kwargs)
 
-    def _run_stream(self, method, model, kwargs):
+    def _run_stream(self, method, engine, kwargs):
         with self._turn(method.__name__, kwargs):
-            yield from method(model, **kwargs)
+            yield from method(engine, **kwargs)
 
     @contextmanager
     def _turn(self, name: str, kwargs: dict):
@@ -181,21 +181,21 @@ class Followers:
 
 
 def announced(method):
-    """A MetaModel method that every rank must run: on rank 0 of the launchers' layout it is announced first."""
+    """A `LocalEngine` method that every rank must run: on rank 0 of the launchers' layout it is announced first."""
     signature = inspect.signature(method)
 
     @functools.wraps(method)
-    def run(model, *args, **kwargs):
-        if model.followers is None:
-            return method(model, *args, **kwargs)
-        arguments = signature.bind(model, *args, **kwargs).arguments
+    def run(engine, *args, **kwargs):
+        if engine.followers is None:
+            return method(engine, *args, **kwargs)
+        arguments = signature.bind(engine, *args, **kwargs).arguments
         arguments.pop(next(iter(signature.parameters)))  # self
-        return model.followers.run(method, model, dict(arguments))
+        return engine.followers.run(method, engine, dict(arguments))
 
     return run
 
 
-def follow(model, control) -> None:
+def follow(engine, control) -> None:
     """A follower's life: run each call rank 0 announces, until it announces the end."""
     leader = dist.get_global_rank(control, 0)
     while True:
@@ -205,7 +205,7 @@ def follow(model, control) -> None:
             return
         name, kwargs = call[0]
         try:
-            result = getattr(model, name)(**kwargs)
+            result = getattr(engine, name)(**kwargs)
             if inspect.isgenerator(result):
                 for _ in result:
                     pass
@@ -258,7 +258,7 @@ def _follower_main(environment: dict, device: str, load) -> None:
 
 
 def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.0.0.1", master_port: int = 29500):
-    """Rank 0's model, over `size` ranks that each `load(mp_group)` their shard.
+    """Rank 0's engine, over `size` ranks that each `load(mp_group)` their shard's engine.
 
     Under torchrun the ranks exist already: rank 0 returns, the others follow and then end this process.
     Otherwise this process becomes rank 0 and spawns ranks 1..size-1. Rank 0's model is loaded with `followers`
@@ -289,6 +289,6 @@ def start_ranks(size: int, device: str, load: Callable, master_addr: str = "127.
         follow(load(dist.group.WORLD), control)
         raise SystemExit(0)
     followers.control = control
-    model = load(dist.group.WORLD, followers=followers)
+    engine = load(dist.group.WORLD, followers=followers)
     atexit.register(followers.stop)
-    return model
+    return engine

@@ -1,5 +1,5 @@
 """The chat tab's saved conversations (ui/history.py, history/store.py): the sidebar (New chat, this owner's
-conversations newest first, rename, delete, export, import), its handlers and their wiring. `ChatTab` (ui/blocks.py)
+conversations newest first, rename, delete, export, import), its handlers and their wiring. `ChatTab` (ui/chat_tab.py)
 is built on it: these methods use its `saved`, `_owner`, `stop`, `thinking_of` and the components its `build` made."""
 
 from __future__ import annotations

@@ -1,0 +1,359 @@
+"""The chat tab: its handlers (Send, Regenerate, Edit, Stop, Undo) and its layout, over one engine.
+
+The chat sends chat messages (with the chosen template) to the engine, which renders them (engine/chats.py: the
+prompt comes back first, as `Rendered`, and the answer parsed, its reasoning apart), and reads its events on a thread
+of its own (`ui.chat.answer_updates`), so the model computes while Gradio sends the update before. A per-session
+cancel flag is read before each forward pass, and a handler that Gradio closes stops its stream after the current
+step, so Stop, a new message or a closed tab end the answer on the server within a decode step or two. Each handler
+takes the `gr.Request` (and an edit its `gr.EditData`) first, where Gradio puts them, then the page's inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import gradio as gr
+
+from local_chat.defaults import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from local_chat.engine import ChatOptions, Engine, Request, Sampling
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.interface import session_key
+from local_chat.errors import UserError
+from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text, open_upload
+
+from . import turns
+from .chat import Cancels, answer_updates
+from .conversations import SavedConversations
+from .gradio_api import page_sampling
+from .history import IMAGE_REF, SavedChats, new_conversation_id
+from .layout import EXAMPLES, IMAGE_EXAMPLES, busy_box, idle_box, prompt_panel, sampling_controls, shown_prompt
+from .thinking import EFFORTS, ENGINE_THINKING, thinking_kwargs, thinking_switch
+from .turns import kind_of, model_view, up_to_last_question
+from .wiring import GENERATION, UI_ONLY, with_view
+
+
+@dataclass
+class ChatSettings:
+    """The chat's inputs beside its messages, in the order the page sends them (`ChatTab.build`'s `settings`)."""
+
+    conversation: str | None
+    browser_id: str | None
+    template: str
+    system: str | None
+    transform: str
+    max_gen_len: int
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    thinking: object = None  # the thinking switch's value (ui/thinking.py), where the page has one
+
+    @property
+    def sampling(self) -> Sampling:
+        return page_sampling(self.max_gen_len, self.temperature, self.top_p, self.top_k, self.repetition_penalty)
+
+
+def edited_question(content, edited_text: str) -> dict:
+    """A user message whose text was edited: its images (saved ones' addresses, or upload files) stay, the text is
+    the new one."""
+    saved = "".join(ref[0] for ref in IMAGE_REF.finditer(message_text(content)))
+    files = [p for p in content if isinstance(p, dict) and p.get("type") == "file"] if isinstance(content, list) else []
+    text = saved + IMAGE_REF.sub("", edited_text)
+    return {"role": "user", "content": [*files, text] if files else text}
+
+
+def message_parts(message) -> tuple[str, list[str]]:
+    """(text, attached files) of the message box's value ({"text", "files"}), or of a plain string."""
+    if isinstance(message, dict):
+        files = [f if isinstance(f, str) else f.get("path") for f in message.get("files") or []]
+        return message.get("text") or "", [f for f in files if f]
+    return message or "", []
+
+
+class ChatTab(SavedConversations):
+    """The chat: text and images in one conversation, each image going to the model with the message it was
+    attached to; saved as it goes where saved conversations are on (`saved`); or single questions (`single_turn`),
+    each answered alone. `history` is Gradio's list of {"role", "content"} messages."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        cancels: Cancels,
+        template: str,
+        image_transform: str,
+        saved: SavedChats,
+        single_turn: bool = False,
+        max_upload_mb: float = MAX_UPLOAD_MB,
+    ):
+        self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
+        self.cancels, self.saved, self.single_turn = cancels, saved, single_turn
+        self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
+        self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
+        self.saving = saved.on and not single_turn
+
+    def _owner(self, browser_id, request) -> str | None:
+        return self.saved.owner(browser_id, request) if self.saving else None
+
+    # ----- the handlers -----
+
+    async def respond(self, history, settings: ChatSettings, request: gr.Request):
+        """Answer the last question of `history` (the typed list, ui/turns.py); yields (history, prompt,
+        conversation, its list's update), the conversation saved when the answer ends. A reasoning model's thought
+        streams into a Thinking entry above the answer, folded once the answer begins."""
+        history = [dict(m) for m in history or []]
+        conversation, browser_id, thinking = settings.conversation, settings.browser_id, settings.thinking
+        cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
+        listed = gr.skip()
+        try:
+            owner = self._owner(browser_id, request)
+            conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
+            sampling = settings.sampling
+            messages = self.saved.for_the_model(owner, conversation, model_view(history))
+            if self.single_turn:  # each question alone
+                messages = messages[-1:]
+            if not message_text(messages[-1]["content"]).strip():
+                raise UserError(EMPTY_MESSAGE)
+        except UserError as error:
+            yield history + [turns.error(str(error))], "", conversation, listed
+            return
+        system = settings.system
+        system_message = [{"role": "system", "content": system}] if system is not None else []
+        cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
+        answer = Request(
+            sampling=sampling,
+            image_transform=settings.transform,
+            session=cache,
+            cancel=cancel,
+            messages=system_message + messages,
+            chat=ChatOptions(
+                template=settings.template,
+                answer_tokens=sampling.max_new_tokens,
+                template_kwargs=thinking_kwargs(thinking),
+            ),
+        )
+        asked = len(history)  # where the answer's entries begin
+        history.append(turns.answer(""))
+        yield history, gr.skip(), conversation, listed
+        prompt, line, failed = gr.skip(), "", False
+        async for update in answer_updates(self.engine, answer):
+            if update.rendered is not None:
+                prompt = shown_prompt(self.engine, update.rendered.text, update.rendered.images)
+                turns.with_dropped_turns(history, update.rendered.dropped_turns, self.engine.max_seq_len)
+                asked = len(history) - 1
+            line, failed = update.line, update.error is not None
+            thought = update.reasoning and turns.thinking(
+                update.reasoning, update.thinking_done, update.thought_seconds
+            )
+            shown = turns.error(update.error) if failed else turns.answer(update.text.strip())
+            history[asked:] = [entry for entry in (thought, shown) if entry and entry["content"]]
+            if not history[asked:]:
+                history.append(turns.answer(""))
+            # the figures (or the place in the queue) under the answer
+            yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation, gr.skip()
+        if line and not failed:
+            history.append(turns.stats(line))
+        yield history, prompt, *self._commit(owner, conversation, history, thinking)
+
+    def _commit(self, owner, conversation, history, thinking=None) -> tuple:
+        """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
+        the page has one)."""
+        if owner is None:
+            return conversation, gr.skip()
+        options = {"thinking": thinking} if thinking is not None else None
+        conversation = self.saved.save(owner, conversation, history, options)
+        return conversation, gr.update(choices=self.saved.choices(owner), value=conversation)
+
+    @functools.cached_property
+    def switch(self) -> tuple[str | None, object]:
+        return thinking_switch(self.engine) if not self.single_turn else (None, None)
+
+    def thinking_of(self, conversation, browser_id, request: gr.Request):
+        """The thinking switch as the open conversation left it (else as the template starts it)."""
+        variable, first = self.switch
+        if variable is None:
+            return gr.skip()
+        try:
+            owner = self._owner(browser_id, request)
+            kept = self.saved.store.get(owner, conversation).options.get("thinking") if conversation else None
+        except UserError:
+            kept = None
+        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
+        return kept if fits else first
+
+    async def submit(self, request: gr.Request, message, history, *settings):
+        """Send the message box's text and images; yields (history, box, prompt, conversation, list)."""
+        settings = ChatSettings(*settings)
+        conversation = settings.conversation
+        text, files = message_parts(message)
+        typed = {"text": text, "files": files}  # what the box gives back on an error: nothing typed is lost
+        if not text.strip():
+            gr.Warning(EMPTY_MESSAGE)
+            yield history, message, gr.skip(), gr.skip(), gr.skip()
+            return
+        images, refused = self._attached(files)
+        if refused:  # the files taken out of the box, the text left in it: the next Send works
+            gr.Warning(refused)
+            yield gr.skip(), {"text": text, "files": [path for path, _ in images]}, gr.skip(), gr.skip(), gr.skip()
+            return
+        try:
+            owner = self._owner(settings.browser_id, request)
+            if owner is not None and conversation is None:
+                conversation = settings.conversation = new_conversation_id()
+            question = self.saved.user_message(owner, conversation, text, images)
+        except UserError as error:
+            failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
+            yield failed, typed, "", conversation, gr.skip()
+            return
+        history = list(history or []) + [question]
+        box = None  # empty the message box once; later pieces leave it alone, so the next message can be typed
+        async for history, prompt, conversation, listed in self.respond(history, settings, request):
+            if kind_of(history[-1]) == "error":
+                box = typed
+            yield history, box, prompt, conversation, listed
+            box = gr.skip()
+
+    def _attached(self, files) -> tuple[list[tuple[str, object]], str]:
+        """(path, checked image) of each attached file that can be read, and the sentence for those that cannot
+        (empty when none): a model that cannot see refuses them all."""
+        if files and not self.engine.sees_images:
+            return [], (
+                "This model does not see images, so the attachment was taken out of the message (your text is still "
+                "there); start a model that sees them to ask about an image."
+            )
+        images, refused = [], []
+        for path in files:
+            try:
+                images.append((path, open_upload(path, self.max_upload_mb)))
+            except UserError as error:
+                refused.append(str(error))
+        if not refused:
+            return images, ""
+        return images, "Taken out of the message (your text is still there): " + " ".join(refused)
+
+    async def regenerate(self, request: gr.Request, history, *settings):
+        history = up_to_last_question(history)
+        if not history:
+            yield history, "", settings[0], gr.skip()
+            return
+        async for update in self.respond(history, ChatSettings(*settings), request):
+            yield update
+
+    async def edit(self, request: gr.Request, edited: gr.EditData, history, *settings):
+        """A past user message was edited: drop what followed it and answer it again (its images stay)."""
+        history = list(history or [])[: edited.index + 1]
+        history[-1] = edited_question(history[-1]["content"], message_text(edited.value))
+        async for update in self.respond(history, ChatSettings(*settings), request):
+            yield update
+
+    def stop(self, request: gr.Request):
+        self.cancels.cancel(session_key(request.session_hash, self.name))
+
+    def mark_stopped(self, history, conversation, browser_id, request: gr.Request):
+        """After Stop: the answer as it was shown, marked as stopped, and saved so."""
+        history = turns.marked_stopped(history)
+        if history is None:
+            return gr.skip(), gr.skip(), gr.skip()
+        owner = self._owner(browser_id, request)
+        return history, *self._commit(owner, conversation, history)
+
+    def undo(self, history, conversation, browser_id, request: gr.Request):
+        history = up_to_last_question(history)
+        last = history.pop() if history else None
+        text = IMAGE_REF.sub("", message_text(last["content"])) if last else ""
+        if conversation is None:  # nothing saved yet, nothing to save
+            return history, {"text": text, "files": []}, conversation, gr.skip()
+        return (
+            history,
+            {"text": text, "files": []},
+            *self._commit(self._owner(browser_id, request), conversation, history),
+        )
+
+    # ----- the layout -----
+
+    def build(self, browser_id) -> None:
+        engine = self.engine
+        conversation = gr.State(None)
+        chatbot = gr.Chatbot(
+            label="Conversation",
+            height="58vh",
+            min_height=260,
+            buttons=["copy", "copy_all"],
+            editable="user",
+            placeholder="Ask something" + (", or attach an image" if engine.sees_images else "") + ".",
+            elem_classes="conversation",
+        )
+        message = gr.MultimodalTextbox(
+            show_label=False,
+            placeholder="Type a message and press Enter"
+            + (" (attach, drop or paste images)" if engine.sees_images else ""),
+            file_types=["image"] if engine.sees_images else [],
+            file_count="multiple",
+            sources=["upload"] if engine.sees_images else [],
+            max_lines=6,
+            autofocus=True,
+            submit_btn="Send",
+            stop_btn=False,
+            elem_classes="message",
+        )
+        variable, first = self.switch
+        thinking = gr.State(None)
+        if first in ENGINE_THINKING:
+            thinking = gr.Radio(list(ENGINE_THINKING), value=first, label="Thinking", elem_classes="thinking")
+        elif variable == "enable_thinking":
+            thinking = gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
+        elif variable == "reasoning_effort":
+            thinking = gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
+        gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
+        names = conversation_templates(engine)
+        with gr.Accordion("Template and system prompt", open=False):
+            template = gr.Dropdown(names, value=self.template, label="Template")
+            system = gr.Textbox(default_system(engine, self.template), label="System prompt", lines=2)
+        transform = gr.State(self.image_transform)
+        if engine.sees_images:
+            with gr.Accordion("Image transform", open=False):
+                transform = gr.Radio(
+                    IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
+                )
+        sampling = sampling_controls()
+        prompt_view = prompt_panel()
+
+        entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
+        settings = [conversation, browser_id, template, system, transform, *sampling, thinking]
+        chats = self.sidebar_list if self.saving else gr.State(None)
+        outputs = [chatbot, entries, prompt_view, conversation, chats]
+        common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
+        quiet = dict(api_visibility=UI_ONLY)
+        toggle = dict(queue=False, show_progress="hidden", **quiet)
+        runs = [
+            # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
+            message.submit(self.stop, None, None, trigger_mode="multiple", **toggle).then(
+                with_view(self.submit),
+                [message, entries, *settings],
+                [chatbot, entries, message, prompt_view, conversation, chats],
+                trigger_mode="multiple",
+                **common,
+            ),
+            chatbot.retry(with_view(self.regenerate), [entries, *settings], outputs, **common),
+            chatbot.edit(with_view(self.edit), [entries, *settings], outputs, **common),
+        ]
+        # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
+        for trigger in (message.submit, chatbot.retry, chatbot.edit):
+            trigger(busy_box, None, message, **toggle)
+        for run in runs:
+            run.then(idle_box, None, message, **toggle)
+        message.stop(self.stop, None, None, cancels=runs, **toggle).then(
+            with_view(self.mark_stopped),
+            [entries, conversation, browser_id],
+            [chatbot, entries, conversation, chats],
+            **quiet,
+        ).then(idle_box, None, message, **toggle)
+        chatbot.undo(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
+            with_view(self.undo),
+            [entries, conversation, browser_id],
+            [chatbot, entries, message, conversation, chats],
+            **quiet,
+        ).then(idle_box, None, message, **toggle)
+        template.change(lambda name: default_system(engine, name), template, system, **quiet)
+        self.chatbot, self.entries, self.conversation, self.runs = chatbot, entries, conversation, runs
+        self.thinking = thinking
