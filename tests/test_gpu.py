@@ -12,7 +12,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from local_chat.defaults import DEMO_MODEL
-from local_chat.model.engine.compiled import StaticDecoding
+from local_chat.model.compiled import StaticDecoding
 from local_chat.model.meta import MetaModel
 from local_chat.templates.multi_turn import default_conversation
 from local_chat.templates.single_turn import format_prompt

@@ -426,7 +426,9 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
 
 def test_an_edited_question_keeps_its_images():
     ref = "![image](/history/image/abc/" + "0" * 64 + "?sig=" + "1" * 32 + ")\n\n"
-    assert edited_question(ref + "Old?", ref + "New?")["content"] == ref + "New?"
-    assert edited_question(ref + "Old?", "New?")["content"] == ref + "New?"  # the box showed no address
+    question = {"role": "user", "content": ref + "Old?", "text": "Old?", "images": ["0" * 64]}
+    assert edited_question(question, ref + "New?") == {**question, "content": ref + "New?", "text": "New?"}
+    assert edited_question(question, "New?")["content"] == ref + "New?"  # the box showed no address
     file = {"type": "file", "file": {"path": "/tmp/x.png"}}
-    assert edited_question([file, {"type": "text", "text": "Old?"}], "New?")["content"] == [file, "New?"]
+    edited = edited_question({"role": "user", "content": [file, {"type": "text", "text": "Old?"}]}, "New?")
+    assert edited["content"] == [file, "New?"]

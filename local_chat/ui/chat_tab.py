@@ -26,7 +26,7 @@ from . import turns
 from .chat import Cancels, answer_updates
 from .conversations import SavedConversations
 from .gradio_api import page_sampling
-from .history import IMAGE_REF, SavedChats, new_conversation_id
+from .history import SavedChats, new_conversation_id
 from .layout import EXAMPLES, IMAGE_EXAMPLES, busy_box, idle_box, prompt_panel, sampling_controls, shown_prompt
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_kwargs, thinking_switch
 from .turns import kind_of, model_view, up_to_last_question
@@ -54,13 +54,16 @@ class ChatSettings:
         return page_sampling(self.max_gen_len, self.temperature, self.top_p, self.top_k, self.repetition_penalty)
 
 
-def edited_question(content, edited_text: str) -> dict:
-    """A user message whose text was edited: its images (saved ones' addresses, or upload files) stay, the text is
-    the new one."""
-    saved = "".join(ref[0] for ref in IMAGE_REF.finditer(message_text(content)))
+def edited_question(question: dict, edited_text: str) -> dict:
+    """A user message whose text was edited: its images (saved ones, or upload files) stay, the text is the new one
+    (without the images' addresses, where the edit box showed them)."""
+    content = question["content"]
+    if question.get("images"):
+        addresses = content[: len(content) - len(question["text"])]
+        text = edited_text.removeprefix(addresses)
+        return {**question, "content": addresses + text, "text": text}
     files = [p for p in content if isinstance(p, dict) and p.get("type") == "file"] if isinstance(content, list) else []
-    text = saved + IMAGE_REF.sub("", edited_text)
-    return {"role": "user", "content": [*files, text] if files else text}
+    return {"role": "user", "content": [*files, edited_text] if files else edited_text}
 
 
 def message_parts(message) -> tuple[str, list[str]]:
@@ -109,7 +112,7 @@ class ChatTab(SavedConversations):
             owner = self._owner(browser_id, request)
             conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
             sampling = settings.sampling
-            messages = self.saved.for_the_model(owner, conversation, model_view(history))
+            messages = self.saved.for_the_model(model_view(history))
             if self.single_turn:  # each question alone
                 messages = messages[-1:]
             if not message_text(messages[-1]["content"]).strip():
@@ -242,7 +245,7 @@ class ChatTab(SavedConversations):
     async def edit(self, request: gr.Request, edited: gr.EditData, history, *settings):
         """A past user message was edited: drop what followed it and answer it again (its images stay)."""
         history = list(history or [])[: edited.index + 1]
-        history[-1] = edited_question(history[-1]["content"], message_text(edited.value))
+        history[-1] = edited_question(history[-1], message_text(edited.value))
         async for update in self.respond(history, ChatSettings(*settings), request):
             yield update
 
@@ -260,7 +263,7 @@ class ChatTab(SavedConversations):
     def undo(self, history, conversation, browser_id, request: gr.Request):
         history = up_to_last_question(history)
         last = history.pop() if history else None
-        text = IMAGE_REF.sub("", message_text(last["content"])) if last else ""
+        text = (last.get("text") or message_text(last["content"])) if last else ""
         if conversation is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation, gr.skip()
         return (

@@ -32,7 +32,6 @@ from local_chat.prompting import image_from_data_url, message_text, open_upload,
 from .turns import model_view, thinking, tool_call, tool_result
 
 IMAGE_ROUTE = "/history/image"
-IMAGE_REF = re.compile(r"!\[image\]\(/history/image/([\w-]+)/([0-9a-f]{64})\?sig=([0-9a-f]{32})\)\s*")
 BROWSER_ID_BYTES = 24  # 192 bits
 EXPORT_ROLES = ("system", "user", "assistant", "tool")
 KEPT_KEYS = ("kind", "call", "tool_call_id")  # what the page's entries carry besides Gradio's keys (ui/turns.py)
@@ -90,14 +89,19 @@ class SavedChats:
     # ----- messages: stored <-> shown -----
 
     def user_message(self, owner: str | None, conversation_id: str | None, text: str, images: list) -> dict:
-        """A new user message as the chat shows it: with saved conversations, each image kept in the store and shown
-        by its signed address; without, Gradio's upload files."""
+        """A new user message as the chat keeps it: with saved conversations, each image kept in the store, listed by
+        its digest under "images" (with the message's "text"), and shown by its signed address; without, Gradio's
+        upload files."""
         if not images:
             return {"role": "user", "content": text}
         if not self.on:
             return {"role": "user", "content": [*({"path": path} for path, _ in images), text]}
         digests = [self.store.put_image(png_bytes(image)) for _, image in images]
-        return {"role": "user", "content": self._refs(owner, conversation_id, digests) + text}
+        return self._question(owner, conversation_id, text, digests)
+
+    def _question(self, owner: str, conversation_id: str, text: str, digests: list[str]) -> dict:
+        shown = self._refs(owner, conversation_id, digests) + text
+        return {"role": "user", "content": shown, "text": text, "images": digests}
 
     def _refs(self, owner: str, conversation_id: str, digests: list[str]) -> str:
         return "".join(
@@ -107,53 +111,44 @@ class SavedChats:
         )
 
     def shown(self, owner: str, conversation_id: str, messages: list[dict]) -> list[dict]:
-        """Stored messages as the chat shows them."""
+        """Stored messages as the chat keeps them."""
         shown = []
         for message in messages:
             content = message["content"]
             if isinstance(content, list):
                 digests = [p["sha256"] for p in content if p.get("type") == "image"]
-                content = self._refs(owner, conversation_id, digests) + text_of(content)
-            shown.append({**message, "content": content})
+                shown.append({**message, **self._question(owner, conversation_id, text_of(content), digests)})
+            else:
+                shown.append(dict(message))
         return shown
 
-    def stored(self, owner: str, conversation_id: str, history: list[dict]) -> list[dict]:
-        """The chat's messages as they are stored: image addresses back to their digests (only those signed for this
-        owner and conversation), everything else as shown."""
+    def stored(self, history: list[dict]) -> list[dict]:
+        """The chat's messages as they are stored: a question's images as their digests' parts before its text,
+        everything else as shown."""
         stored = []
         for message in history:
-            text = message_text(message.get("content"))
-            entry = {"role": message["role"], "content": text}
-            if message["role"] == "user":
-                refs = [m for m in IMAGE_REF.finditer(text) if self._signed(owner, conversation_id, m)]
-                if refs:
-                    entry["content"] = [{"type": "image", "sha256": m[2]} for m in refs]
-                    entry["content"].append({"type": "text", "text": IMAGE_REF.sub("", text)})
+            entry = {"role": message["role"], "content": message_text(message.get("content"))}
+            if message.get("images"):
+                entry["content"] = [{"type": "image", "sha256": d} for d in message["images"]]
+                entry["content"].append({"type": "text", "text": message["text"]})
             if message.get("metadata"):
                 entry["metadata"] = {k: v for k, v in message["metadata"].items() if v is not None}
             entry |= {k: message[k] for k in KEPT_KEYS if message.get(k) is not None}
             stored.append(entry)
         return stored
 
-    def _signed(self, owner: str, conversation_id: str, ref: re.Match) -> bool:
-        return ref[1] == conversation_id and self.store.signed(owner, conversation_id, ref[2], ref[3])
-
-    def for_the_model(self, owner: str | None, conversation_id: str | None, history: list[dict]) -> list[dict]:
-        """The chat's messages with their images decoded, as prompting/ reads them: a user message's images are
-        `{"type": "image", "image": PIL}` parts before its text."""
+    def for_the_model(self, history: list[dict]) -> list[dict]:
+        """The chat's messages (`model_view`'s) with their images decoded, as prompting/ reads them: a user message's
+        images are `{"type": "image", "image": PIL}` parts before its text."""
         messages = []
         for message in history:
             content = message.get("content")
-            text = message_text(content)
             images = [open_upload(path, self.max_upload_mb) for path in file_paths(content)]
-            if self.on and message["role"] == "user":
-                for ref in IMAGE_REF.finditer(text):
-                    if not self._signed(owner, conversation_id, ref):
-                        raise UserError("An image of this conversation is not yours; start a new chat.")
-                    images.append(open_upload(self.store.image_path(ref[2]), self.max_upload_mb))
-                text = IMAGE_REF.sub("", text)
+            images += [open_upload(self.store.image_path(d), self.max_upload_mb) for d in message.get("images", ())]
+            text = message["text"] if message.get("images") else message_text(content)
             parts = [{"type": "image", "image": image} for image in images]
-            messages.append({**message, "content": parts + [{"type": "text", "text": text}] if parts else text})
+            kept = {k: v for k, v in message.items() if k not in ("text", "images")}
+            messages.append({**kept, "content": parts + [{"type": "text", "text": text}] if parts else text})
         return messages
 
     # ----- saving -----
@@ -166,7 +161,7 @@ class SavedChats:
         if not self.on or owner is None:
             return None
         conversation_id = conversation_id or new_conversation_id()
-        return self.store.save(owner, conversation_id, self.stored(owner, conversation_id, history), options=options)
+        return self.store.save(owner, conversation_id, self.stored(history), options=options)
 
     def choices(self, owner: str | None) -> list[tuple[str, str]]:
         return self.store.titles(owner) if self.on and owner else []

@@ -121,6 +121,7 @@ def model_view(entries: list[dict], keep_errors: bool = False) -> list[dict]:
             kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": entry["content"]})
         else:
             message = {"role": entry["role"], "content": entry["content"]}
+            message |= {k: entry[k] for k in ("text", "images") if k in entry}  # a question's saved images
             if kind == "answer":
                 _with_reasoning(message, reasoning)
             reasoning = None
