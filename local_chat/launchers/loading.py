@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL
+from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL, MAX_CACHED_SESSIONS
 from local_chat.errors import UserError
 
 from .flags import api_keys, check_port_free, first_free_port, logins
@@ -220,7 +220,8 @@ def load_shard(
         mp_group=mp_group,
         trust_remote_code=args.trust_remote_code,
         prefix_caches=PrefixCaches(
-            getattr(args, "max_cached_sessions", 8), None if max_cache_mb is None else int(max_cache_mb * 2**20)
+            getattr(args, "max_cached_sessions", MAX_CACHED_SESSIONS),
+            None if max_cache_mb is None else int(max_cache_mb * 2**20),
         ),
         followers=followers,
     ).engine

@@ -23,14 +23,14 @@ EMPTY_MESSAGE = "The message is empty; type a question first."
 ROLES = ("system", "user", "assistant")
 
 
-def conversation_templates(model: Engine) -> list[str]:
-    return template_names(model.chat_renderer)
+def conversation_templates(engine: Engine) -> list[str]:
+    return template_names(engine.chat_renderer)
 
 
-def conversation(model: Engine, template: str, system: str | None = None):
+def conversation(engine: Engine, template: str, system: str | None = None):
     """A fresh conversation in `template`; a chat template that cannot render is one sentence."""
     try:
-        return get_conversation(template, model.chat_renderer, system, model.sees_images)
+        return get_conversation(template, engine.chat_renderer, system, engine.sees_images)
     except UserError:
         raise
     except Exception as error:
@@ -38,30 +38,30 @@ def conversation(model: Engine, template: str, system: str | None = None):
             raise
         raise UserError(
             f"This model's chat template fails: {described(error)}; pass --template NAME (one of "
-            f"{', '.join(n for n in conversation_templates(model) if n != CHAT_TEMPLATE)})."
+            f"{', '.join(n for n in conversation_templates(engine) if n != CHAT_TEMPLATE)})."
         )
 
 
-def default_template(model: Engine, asked: str | None = None) -> str:
+def default_template(engine: Engine, asked: str | None = None) -> str:
     """--template if given (checked), else the model's own chat template, else Accessory's 'default'."""
-    names = conversation_templates(model)
+    names = conversation_templates(engine)
     if asked is not None:
         if asked not in names:
             raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
         return asked
     chosen = CHAT_TEMPLATE if CHAT_TEMPLATE in names else "default"
-    if not renders_itself(model, chosen):
-        conversation(model, chosen)  # a template that fails says so now, not at the first message
+    if not renders_itself(engine, chosen):
+        conversation(engine, chosen)  # a template that fails says so now, not at the first message
     return chosen
 
 
-def default_system(model: Engine, template: str) -> str:
-    return "" if renders_itself(model, template) else conversation(model, template).system
+def default_system(engine: Engine, template: str) -> str:
+    return "" if renders_itself(engine, template) else conversation(engine, template).system
 
 
-def renders_itself(model: Engine, template: str) -> bool:
+def renders_itself(engine: Engine, template: str) -> bool:
     """Whether `template` is the chat template of an engine that applies it itself (engine/remote.py)."""
-    return template == CHAT_TEMPLATE and getattr(model.chat_renderer, "applied_by_engine", False)
+    return template == CHAT_TEMPLATE and getattr(engine.chat_renderer, "applied_by_engine", False)
 
 
 def message_text(content) -> str:
@@ -143,7 +143,7 @@ class ChatPrompt:
 
 
 def chat_prompt(
-    model: Engine,
+    engine: Engine,
     template: str,
     system: str | None,
     history: list[dict],
@@ -166,7 +166,7 @@ def chat_prompt(
     if not (message or "").strip():
         raise UserError(EMPTY_MESSAGE)
     pairs = history_pairs(history)
-    conv = conversation(model, template, system if system is not None else history_system(history))
+    conv = conversation(engine, template, system if system is not None else history_system(history))
 
     @functools.cache
     def render(start: int) -> tuple[str, tuple]:
@@ -180,20 +180,20 @@ def chat_prompt(
     @functools.cache
     def length(start: int) -> int:
         prompt, images = render(start)
-        return model.prompt_length(prompt, list(images) or None)
+        return engine.prompt_length(prompt, list(images) or None)
 
-    budget = model.max_seq_len - min(answer_tokens, model.max_seq_len // 2)
+    budget = engine.max_seq_len - min(answer_tokens, engine.max_seq_len // 2)
     start = (
         0
         if not shorten or length(0) <= budget
-        else next((s for s in history_cuts(model, pairs) if length(s) <= budget), len(pairs))
+        else next((s for s in history_cuts(engine, pairs) if length(s) <= budget), len(pairs))
     )
     (prompt, images), tokens = render(start), length(start)
-    if shorten and tokens >= model.max_seq_len:
+    if shorten and tokens >= engine.max_seq_len:
         raise UserError(
             f"This message needs {tokens} tokens (with the template{', system prompt' if conv.system else ''}"
             f"{' and image' if image is not None or attached else ''}) but the model's context holds "
-            f"{model.max_seq_len}; "
+            f"{engine.max_seq_len}; "
             "shorten it or split it over several messages."
         )
     return ChatPrompt(prompt, list(conv.stop_symbols), start, list(images), tokens)
@@ -204,11 +204,11 @@ def question_parts(question) -> tuple[str, list]:
     return question if isinstance(question, tuple) else (question, [])
 
 
-def history_cuts(model: Engine, pairs: list[list]) -> Iterator[int]:
+def history_cuts(engine: Engine, pairs: list[list]) -> Iterator[int]:
     """Where the history may start when it must be shortened (see `block_cuts`)."""
-    encode = model.tokenizer.encode
+    encode = engine.tokenizer.encode
     lengths = [len(encode(question_parts(q)[0] + a, bos=False, eos=False)) for q, a in pairs]
-    return block_cuts(lengths, model.max_seq_len)
+    return block_cuts(lengths, engine.max_seq_len)
 
 
 def block_cuts(lengths: list[int], context: int) -> Iterator[int]:
@@ -252,10 +252,10 @@ def merged_roles(messages: list[dict]) -> list[dict]:
     return merged
 
 
-def resolve_template(model: Engine, asked: str | None) -> str:
+def resolve_template(engine: Engine, asked: str | None) -> str:
     """The command line's --template, checked; by default the model's chat template where it has one, else the raw
     prompt ("None")."""
-    conversations = conversation_templates(model)
+    conversations = conversation_templates(engine)
     if asked is None:
         return CHAT_TEMPLATE if CHAT_TEMPLATE in conversations else "None"
     if asked not in (*TEMPLATE_NAMES, *conversations):

@@ -37,7 +37,7 @@ from .wiring import GENERATION, UI_ONLY, with_view
 class ChatSettings:
     """The chat's inputs beside its messages, in the order the page sends them (`ChatTab.build`'s `settings`)."""
 
-    conversation: str | None
+    conversation_id: str | None
     browser_id: str | None
     template: str
     system: str | None
@@ -105,12 +105,12 @@ class ChatTab(SavedConversations):
         conversation, its list's update), the conversation saved when the answer ends. A reasoning model's thought
         streams into a Thinking entry above the answer, folded once the answer begins."""
         history = [dict(m) for m in history or []]
-        conversation, browser_id, thinking = settings.conversation, settings.browser_id, settings.thinking
+        conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
         listed = gr.skip()
         try:
             owner = self._owner(browser_id, request)
-            conversation, listed = self._commit(owner, conversation, history)  # the question is kept from now on
+            conversation_id, listed = self._commit(owner, conversation_id, history)  # the question is kept from now on
             sampling = settings.sampling
             messages = self.saved.for_the_model(model_view(history))
             if self.single_turn:  # each question alone
@@ -118,11 +118,11 @@ class ChatTab(SavedConversations):
             if not message_text(messages[-1]["content"]).strip():
                 raise UserError(EMPTY_MESSAGE)
         except UserError as error:
-            yield history + [turns.error(str(error))], "", conversation, listed
+            yield history + [turns.error(str(error))], "", conversation_id, listed
             return
         system = settings.system
         system_message = [{"role": "system", "content": system}] if system is not None else []
-        cache = session_key(request.session_hash, f"{self.name}/{conversation}" if conversation else self.name)
+        cache = session_key(request.session_hash, f"{self.name}/{conversation_id}" if conversation_id else self.name)
         answer = Request(
             sampling=sampling,
             image_transform=settings.transform,
@@ -137,7 +137,7 @@ class ChatTab(SavedConversations):
         )
         asked = len(history)  # where the answer's entries begin
         history.append(turns.answer(""))
-        yield history, gr.skip(), conversation, listed
+        yield history, gr.skip(), conversation_id, listed
         prompt, line, failed = gr.skip(), "", False
         async for update in answer_updates(self.engine, answer):
             if update.rendered is not None:
@@ -153,32 +153,32 @@ class ChatTab(SavedConversations):
             if not history[asked:]:
                 history.append(turns.answer(""))
             # the figures (or the place in the queue) under the answer
-            yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation, gr.skip()
+            yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation_id, gr.skip()
         if line and not failed:
             history.append(turns.stats(line))
-        yield history, prompt, *self._commit(owner, conversation, history, thinking)
+        yield history, prompt, *self._commit(owner, conversation_id, history, thinking)
 
-    def _commit(self, owner, conversation, history, thinking=None) -> tuple:
+    def _commit(self, owner, conversation_id, history, thinking=None) -> tuple:
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
         the page has one)."""
         if owner is None:
-            return conversation, gr.skip()
+            return conversation_id, gr.skip()
         options = {"thinking": thinking} if thinking is not None else None
-        conversation = self.saved.save(owner, conversation, history, options)
-        return conversation, gr.update(choices=self.saved.choices(owner), value=conversation)
+        conversation_id = self.saved.save(owner, conversation_id, history, options)
+        return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
 
     @functools.cached_property
     def switch(self) -> tuple[str | None, object]:
         return thinking_switch(self.engine) if not self.single_turn else (None, None)
 
-    def thinking_of(self, conversation, browser_id, request: gr.Request):
+    def thinking_of(self, conversation_id, browser_id, request: gr.Request):
         """The thinking switch as the open conversation left it (else as the template starts it)."""
         variable, first = self.switch
         if variable is None:
             return gr.skip()
         try:
             owner = self._owner(browser_id, request)
-            kept = self.saved.store.get(owner, conversation).options.get("thinking") if conversation else None
+            kept = self.saved.store.get(owner, conversation_id).options.get("thinking") if conversation_id else None
         except UserError:
             kept = None
         fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
@@ -187,7 +187,7 @@ class ChatTab(SavedConversations):
     async def submit(self, request: gr.Request, message, history, *settings):
         """Send the message box's text and images; yields (history, box, prompt, conversation, list)."""
         settings = ChatSettings(*settings)
-        conversation = settings.conversation
+        conversation_id = settings.conversation_id
         text, files = message_parts(message)
         typed = {"text": text, "files": files}  # what the box gives back on an error: nothing typed is lost
         if not text.strip():
@@ -201,19 +201,19 @@ class ChatTab(SavedConversations):
             return
         try:
             owner = self._owner(settings.browser_id, request)
-            if owner is not None and conversation is None:
-                conversation = settings.conversation = new_conversation_id()
-            question = self.saved.user_message(owner, conversation, text, images)
+            if owner is not None and conversation_id is None:
+                conversation_id = settings.conversation_id = new_conversation_id()
+            question = self.saved.user_message(owner, conversation_id, text, images)
         except UserError as error:
             failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
-            yield failed, typed, "", conversation, gr.skip()
+            yield failed, typed, "", conversation_id, gr.skip()
             return
         history = list(history or []) + [question]
         box = None  # empty the message box once; later pieces leave it alone, so the next message can be typed
-        async for history, prompt, conversation, listed in self.respond(history, settings, request):
+        async for history, prompt, conversation_id, listed in self.respond(history, settings, request):
             if kind_of(history[-1]) == "error":
                 box = typed
-            yield history, box, prompt, conversation, listed
+            yield history, box, prompt, conversation_id, listed
             box = gr.skip()
 
     def _attached(self, files) -> tuple[list[tuple[str, object]], str]:
@@ -252,31 +252,31 @@ class ChatTab(SavedConversations):
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, self.name))
 
-    def mark_stopped(self, history, conversation, browser_id, request: gr.Request):
+    def mark_stopped(self, history, conversation_id, browser_id, request: gr.Request):
         """After Stop: the answer as it was shown, marked as stopped, and saved so."""
         history = turns.marked_stopped(history)
         if history is None:
             return gr.skip(), gr.skip(), gr.skip()
         owner = self._owner(browser_id, request)
-        return history, *self._commit(owner, conversation, history)
+        return history, *self._commit(owner, conversation_id, history)
 
-    def undo(self, history, conversation, browser_id, request: gr.Request):
+    def undo(self, history, conversation_id, browser_id, request: gr.Request):
         history = up_to_last_question(history)
         last = history.pop() if history else None
         text = (last.get("text") or message_text(last["content"])) if last else ""
-        if conversation is None:  # nothing saved yet, nothing to save
-            return history, {"text": text, "files": []}, conversation, gr.skip()
+        if conversation_id is None:  # nothing saved yet, nothing to save
+            return history, {"text": text, "files": []}, conversation_id, gr.skip()
         return (
             history,
             {"text": text, "files": []},
-            *self._commit(self._owner(browser_id, request), conversation, history),
+            *self._commit(self._owner(browser_id, request), conversation_id, history),
         )
 
     # ----- the layout -----
 
     def build(self, browser_id) -> None:
         engine = self.engine
-        conversation = gr.State(None)
+        conversation_id = gr.State(None)
         chatbot = gr.Chatbot(
             label="Conversation",
             height="58vh",
@@ -322,9 +322,9 @@ class ChatTab(SavedConversations):
         prompt_view = prompt_panel()
 
         entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
-        settings = [conversation, browser_id, template, system, transform, *sampling, thinking]
+        settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking]
         chats = self.sidebar_list if self.saving else gr.State(None)
-        outputs = [chatbot, entries, prompt_view, conversation, chats]
+        outputs = [chatbot, entries, prompt_view, conversation_id, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
         quiet = dict(api_visibility=UI_ONLY)
         toggle = dict(queue=False, show_progress="hidden", **quiet)
@@ -333,7 +333,7 @@ class ChatTab(SavedConversations):
             message.submit(self.stop, None, None, trigger_mode="multiple", **toggle).then(
                 with_view(self.submit),
                 [message, entries, *settings],
-                [chatbot, entries, message, prompt_view, conversation, chats],
+                [chatbot, entries, message, prompt_view, conversation_id, chats],
                 trigger_mode="multiple",
                 **common,
             ),
@@ -347,16 +347,16 @@ class ChatTab(SavedConversations):
             run.then(idle_box, None, message, **toggle)
         message.stop(self.stop, None, None, cancels=runs, **toggle).then(
             with_view(self.mark_stopped),
-            [entries, conversation, browser_id],
-            [chatbot, entries, conversation, chats],
+            [entries, conversation_id, browser_id],
+            [chatbot, entries, conversation_id, chats],
             **quiet,
         ).then(idle_box, None, message, **toggle)
         chatbot.undo(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
             with_view(self.undo),
-            [entries, conversation, browser_id],
-            [chatbot, entries, message, conversation, chats],
+            [entries, conversation_id, browser_id],
+            [chatbot, entries, message, conversation_id, chats],
             **quiet,
         ).then(idle_box, None, message, **toggle)
         template.change(lambda name: default_system(engine, name), template, system, **quiet)
-        self.chatbot, self.entries, self.conversation, self.runs = chatbot, entries, conversation, runs
+        self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
         self.thinking = thinking

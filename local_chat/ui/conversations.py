@@ -17,16 +17,16 @@ class SavedConversations:
         was open on its page before (a reload), reopened: (id, list, chat, conversation, title)."""
         browser_id = self.saved.browser_id(browser_id)
         owner = self._owner(browser_id, request)
-        shown, conversation, title = [], None, ""
+        shown, conversation_id, title = [], None, ""
         was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
         if isinstance(was_open, str):
             try:
                 found = self.saved.store.get(owner, was_open)
-                shown, conversation, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
+                shown, conversation_id, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
             except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
                 pass
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
-        return browser_id, listed, shown, conversation, title
+        listed = gr.update(choices=self.saved.choices(owner), value=conversation_id)
+        return browser_id, listed, shown, conversation_id, title
 
     def open(self, chosen, browser_id, request: gr.Request):
         """Reopen one of this owner's conversations: (chat, conversation, title, note)."""
@@ -44,40 +44,40 @@ class SavedConversations:
         return [], None, gr.update(value=None), "", "", None
 
     @staticmethod
-    def conversation_actions(conversation):
+    def conversation_actions(conversation_id):
         """What depends on which conversation is open: the browser's memory of it (a reload reopens it), the actions
         that need one (enabled only then), and a delete confirmation, which belonged to the one before."""
-        needs_one = gr.update(interactive=conversation is not None)
+        needs_one = gr.update(interactive=conversation_id is not None)
         # in a dict: the browser keeps no empty value, and a reload after New chat must find "none open"
-        return {"conversation": conversation}, *[needs_one] * 5, gr.update(visible=False), None
+        return {"conversation": conversation_id}, *[needs_one] * 5, gr.update(visible=False), None
 
-    def rename(self, conversation, title, browser_id, request: gr.Request):
+    def rename(self, conversation_id, title, browser_id, request: gr.Request):
         try:
             owner = self._owner(browser_id, request)
-            if conversation is None:
+            if conversation_id is None:
                 raise UserError("Send a message first: a new chat gets its title from it.")
-            self.saved.store.rename(owner, conversation, title)
+            self.saved.store.rename(owner, conversation_id, title)
         except UserError as error:
             return gr.skip(), str(error)
-        return gr.update(choices=self.saved.choices(owner), value=conversation), "Renamed."
+        return gr.update(choices=self.saved.choices(owner), value=conversation_id), "Renamed."
 
-    def delete(self, asked_for, conversation, browser_id, request: gr.Request):
+    def delete(self, asked_for, conversation_id, browser_id, request: gr.Request):
         """Delete the conversation the confirmation was asked for (`asked_for`), only while it is the one open."""
-        if asked_for is None or asked_for != conversation:
+        if asked_for is None or asked_for != conversation_id:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "Nothing was deleted: open the conversation to delete."
         try:
             owner = self._owner(browser_id, request)
-            self.saved.store.delete(owner, conversation)
+            self.saved.store.delete(owner, conversation_id)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
         return [], None, gr.update(choices=self.saved.choices(owner), value=None), "", "Deleted."
 
     def export(self, kind: str):
-        def export(conversation, browser_id, request: gr.Request):
+        def export(conversation_id, browser_id, request: gr.Request):
             try:
-                if conversation is None:
+                if conversation_id is None:
                     raise UserError("There is nothing to export yet: send a message first.")
-                path = self.saved.export(self._owner(browser_id, request), conversation, kind)
+                path = self.saved.export(self._owner(browser_id, request), conversation_id, kind)
             except UserError as error:
                 return gr.update(visible=False), str(error)
             return gr.update(value=path, visible=True), ""
@@ -88,13 +88,13 @@ class SavedConversations:
         path = file if isinstance(file, str) else getattr(file, "name", None)
         try:
             owner = self._owner(browser_id, request)
-            conversation = self.saved.import_file(owner, path)
-            found = self.saved.store.get(owner, conversation)
+            conversation_id = self.saved.import_file(owner, path)
+            found = self.saved.store.get(owner, conversation_id)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
-        shown = self.saved.shown(owner, conversation, found.messages)
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation)
-        return shown, conversation, listed, found.title, "Imported."
+        shown = self.saved.shown(owner, conversation_id, found.messages)
+        listed = gr.update(choices=self.saved.choices(owner), value=conversation_id)
+        return shown, conversation_id, listed, found.title, "Imported."
 
     # ----- the sidebar -----
 
@@ -120,46 +120,46 @@ class SavedConversations:
 
     def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
         quiet = dict(api_visibility=UI_ONLY)
-        chatbot, entries, conversation, chats = self.chatbot, self.entries, self.conversation, self.sidebar_list
+        chatbot, entries, conversation_id, chats = self.chatbot, self.entries, self.conversation_id, self.sidebar_list
         chat = [chatbot, entries]
         was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
         asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
-        restore = dict(fn=self.thinking_of, inputs=[conversation, browser_id], outputs=self.thinking, **quiet)
+        restore = dict(fn=self.thinking_of, inputs=[conversation_id, browser_id], outputs=self.thinking, **quiet)
         app.load(
             with_view(self.first_load, at=2),
             [browser_id, was_open],
-            [browser_id, chats, *chat, conversation, self.title],
+            [browser_id, chats, *chat, conversation_id, self.title],
             **quiet,
         ).then(**restore)
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
-        conversation.change(
-            self.conversation_actions, conversation, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
+        conversation_id.change(
+            self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
         )
         stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
         # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
         for trigger in (self.new_button.click, chatbot.clear):
             trigger(**stop).then(
-                with_view(self.new_chat), None, [*chat, conversation, chats, self.title, self.note, self.download],
+                with_view(self.new_chat), None, [*chat, conversation_id, chats, self.title, self.note, self.download],
                 **quiet,
             ).then(**restore)  # fmt: skip
         chats.input(**stop).then(
-            with_view(self.open), [chats, browser_id], [*chat, conversation, self.title, self.note], **quiet
+            with_view(self.open), [chats, browser_id], [*chat, conversation_id, self.title, self.note], **quiet
         ).then(**restore)
-        self.rename_button.click(self.rename, [conversation, self.title, browser_id], [chats, self.note], **quiet)
+        self.rename_button.click(self.rename, [conversation_id, self.title, browser_id], [chats, self.note], **quiet)
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
-            button.click(self.export(kind), [conversation, browser_id], [self.download, self.note], **quiet)
+            button.click(self.export(kind), [conversation_id, browser_id], [self.download, self.note], **quiet)
         shown, hidden = gr.update(visible=True), gr.update(visible=False)
-        self.delete_button.click(lambda c: (shown, c), conversation, [self.confirm_row, asked_to_delete], **quiet)
+        self.delete_button.click(lambda c: (shown, c), conversation_id, [self.confirm_row, asked_to_delete], **quiet)
         self.keep.click(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
         self.confirm_delete.click(**stop).then(
             with_view(self.delete),
-            [asked_to_delete, conversation, browser_id],
-            [*chat, conversation, chats, self.title, self.note],
+            [asked_to_delete, conversation_id, browser_id],
+            [*chat, conversation_id, chats, self.title, self.note],
             **quiet,
         ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet).then(**restore)
         self.import_button.upload(
             with_view(self.import_file),
             [self.import_button, browser_id],
-            [*chat, conversation, chats, self.title, self.note],
+            [*chat, conversation_id, chats, self.title, self.note],
             **quiet,
         ).then(**restore)
