@@ -56,7 +56,7 @@ def beside_another_answer(model: MetaModel):
 
     worker = threading.Thread(target=keep_busy)
     worker.start()
-    while model._answers_in_flight < 1:
+    while model.engine.in_flight.count < 1:
         time.sleep(0.001)
     try:
         yield

@@ -1,7 +1,7 @@
 """Errors: `UserError`, the one exception type for mistakes a user can make and fix, and `described`, how any
 other error is told in a sentence. Imports nothing: every layer may raise and describe errors."""
 
-__all__ = ["UserError", "described"]
+__all__ = ["UserError", "described", "failure_sentence"]
 
 
 class UserError(ValueError):
@@ -16,3 +16,11 @@ def described(error: BaseException, limit: int = 200) -> str:
     """ "RuntimeError: the first line of its message", short enough for a sentence."""
     first = next(iter(str(error).strip().splitlines()), "")[:limit]
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def failure_sentence(error: BaseException) -> str:
+    """What the chat says when generation failed for a reason the user cannot fix (the terminal has the details)."""
+    return (
+        f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
+        "failing see the app's terminal for the details."
+    )

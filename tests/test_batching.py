@@ -122,7 +122,7 @@ def long_answers(model, count: int, tokens: int = 150, **request) -> list:
     threads = [threading.Thread(target=answer, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
-    while model.engine._answers_in_flight < count:  # every one has started (the first alone, the others batched)
+    while model.engine.in_flight.count < count:  # every one has started (the first alone, the others batched)
         time.sleep(0.005)
     return threads, results
 
@@ -228,9 +228,9 @@ def test_a_client_that_disconnects_frees_its_place(random_llama):
             with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as gone:
                 next(gone.iter_lines())
             deadline = time.time() + 5  # the disconnected answer leaves: only the other one is in flight
-            while random_llama.engine._answers_in_flight != 1 and time.time() < deadline:
+            while random_llama.engine.in_flight.count != 1 and time.time() < deadline:
                 time.sleep(0.05)
-            assert random_llama.engine._answers_in_flight == 1
+            assert random_llama.engine.in_flight.count == 1
             third = httpx.post(url + "/v1/completions", json={**body, "stream": False, "max_tokens": 5}, timeout=60)
             assert third.status_code == 200 and other.is_alive()  # its place was free before the other ended
             other.join()

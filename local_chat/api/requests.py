@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from local_chat.engine import ChatOptions, Sampling
+from local_chat.engine import AnswerFormat, ChatOptions, Sampling
 from local_chat.errors import UserError
 
 MAX_TOP_LOGPROBS = 20
@@ -46,6 +46,7 @@ class Call:
     logprobs: int | None = None  # None: none asked; k: the sent tokens' and k alternatives
     max_tokens_given: bool = False
     body: dict = field(default_factory=dict)
+    answer_format: AnswerFormat | None = None  # `response_format`'s JSON or schema
 
 
 def parse_json(raw: bytes) -> dict:
@@ -128,7 +129,32 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
         logprobs,
         max_tokens is not None,
         body,
+        answer_format(body.get("response_format")),
     )
+
+
+def answer_format(asked) -> AnswerFormat | None:
+    """`response_format`: none or {"type": "text"} (free text), {"type": "json_object"}, or {"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"}} (held to the schema whatever `strict` says)."""
+    kind = asked.get("type") if isinstance(asked, dict) else None
+    if asked is None or kind == "text":
+        return None
+    if kind == "json_object":
+        return AnswerFormat("json_object")
+    if kind != "json_schema":
+        raise bad(
+            f'`response_format` is {json.dumps(asked)[:80]}; send {{"type": "json_schema", "json_schema": '
+            '{"name": ..., "schema": {...}}}, {"type": "json_object"} or {"type": "text"}.',
+            "response_format",
+        )
+    described = asked.get("json_schema")
+    schema = described.get("schema") if isinstance(described, dict) else None
+    if not isinstance(schema, dict):
+        raise bad(
+            '`response_format.json_schema` must be {"name": ..., "schema": {...}}, the schema a JSON object.',
+            "response_format",
+        )
+    return AnswerFormat("json_schema", schema, str(described.get("name") or ""))
 
 
 def _logprobs(body: dict, chat: bool) -> int | None:

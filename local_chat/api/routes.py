@@ -207,6 +207,7 @@ class OpenAIAPI:
             session=V1_CACHE_POOL,
             logprobs=call.logprobs,
             cancel=threading.Event(),
+            answer_format=call.answer_format,
         )
         if not chat:
             request.prompt = completion_prompt(body)

@@ -17,6 +17,7 @@ project but local_chat.errors.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,21 @@ CHAT_SAMPLING = Sampling()  # the chat's: the page's controls and the /chat and 
 ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
 
 
+@dataclass(frozen=True)
+class AnswerFormat:
+    """What an answer must be, enforced token by token (model/constraints.py): `kind` "json_object" (any JSON object)
+    or "json_schema" (valid against `schema`, a JSON schema; `name` as the caller gave it)."""
+
+    kind: str
+    schema: dict | None = field(default=None, hash=False)
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        """The same key for the same format: what its compiled grammar is cached under."""
+        return self.kind + ":" + json.dumps(self.schema, sort_keys=True, separators=(",", ":"))
+
+
 @dataclass
 class ChatOptions:
     """What a request in chat messages asks of the template and of the answer's parsing (OpenAI's fields)."""
@@ -100,6 +116,7 @@ class Request:
     messages: list[dict] | None = None  # chat messages instead of a prompt (see above)
     chat: ChatOptions | None = None  # with `messages`
     special_tokens: bool = False  # the text keeps the tokenizer's special tokens (what a response parser reads)
+    answer_format: AnswerFormat | None = None  # the answer must follow it (JSON, a schema); None: free text
 
     def portable(self) -> Request:
         """This request as another process can receive it: without the cancel flag (it is passed on separately)."""

@@ -13,7 +13,7 @@ from local_chat.errors import described
 from local_chat.prompting.chat import message_text
 from local_chat.prompting.response_formats import Region, ThinkSplitter
 
-from .interface import Event, Request, TokenLogprob, ToolCallDelta
+from .interface import AnswerFormat, Event, Request, TokenLogprob, ToolCallDelta
 
 
 def transport_errors() -> tuple[type[Exception], ...]:
@@ -110,3 +110,45 @@ def engine_message(error) -> str:
             )
     status = getattr(error, "status_code", None)
     return f"{message or described(error)}" + (f" ({status})" if status else "")
+
+
+def openai_response_format(answer_format: AnswerFormat) -> dict:
+    """`response_format` as an OpenAI-compatible engine takes it."""
+    if answer_format.kind == "json_object":
+        return {"type": "json_object"}
+    described = {"name": answer_format.name or "answer", "schema": answer_format.schema, "strict": True}
+    return {"type": "json_schema", "json_schema": described}
+
+
+def request_fields(request: Request, chat: bool, context: int) -> tuple[dict, dict]:
+    """(the fields of an OpenAI-compatible body for `request`, the optional ones an engine may refuse: vLLM's and
+    SGLang's extras, usage); `context`: the engine's, which an answer may fill without a max_tokens."""
+    s = request.sampling
+    fields: dict = {"temperature": s.temperature, "top_p": s.top_p}
+    if s.max_new_tokens < context:  # else up to the end of the context: the engine's own limit
+        fields["max_tokens"] = s.max_new_tokens
+    if s.seed is not None:
+        fields["seed"] = s.seed
+    if request.stop:
+        fields["stop"] = list(request.stop)
+    if request.logprobs is not None:
+        fields |= {"logprobs": True, "top_logprobs": request.logprobs} if chat else {"logprobs": request.logprobs}
+    optional: dict = {"stream_options": {"include_usage": True}}
+    options = request.chat
+    if options is not None and options.tools:  # the engine renders them and parses its calls itself
+        fields |= {"tools": options.tools} | ({} if options.parallel_tool_calls else {"parallel_tool_calls": False})
+        optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
+    variables = dict(options.template_kwargs) if options is not None else {}
+    if "reasoning_effort" in variables:  # OpenAI's own field, which engines map to their templates
+        optional["reasoning_effort"] = variables.pop("reasoning_effort")
+    body = {"chat_template_kwargs": variables} if variables else {}
+    if request.answer_format is not None:  # the engine holds the answer to it, or refuses (its sentence shows)
+        wire = openai_response_format(request.answer_format)
+        fields, body = (
+            (fields | {"response_format": wire}, body) if chat else (fields, body | {"response_format": wire})
+        )
+    if body:
+        fields["extra_body"] = body
+    extra = {"top_k": s.top_k} if s.top_k else {}
+    extra |= {"repetition_penalty": s.repetition_penalty} if s.repetition_penalty != 1.0 else {}
+    return fields, optional | ({"extra_body": extra} if extra else {})

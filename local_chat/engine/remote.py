@@ -50,6 +50,7 @@ from .openai_wire import (
     prompt_characters,
     raw_think_splitter,
     reasoning_and_calls,
+    request_fields,
     server_events,
     transport_errors,
 )
@@ -270,30 +271,7 @@ class RemoteEngine:
         return create(model=self.model, prompt=prompt, stream=True, **fields).__enter__()
 
     def _fields(self, request: Request, chat: bool) -> tuple[dict, dict]:
-        """(the request's fields, the optional ones an engine may refuse: vLLM's and SGLang's extras, usage)."""
-        s = request.sampling
-        fields: dict = {"temperature": s.temperature, "top_p": s.top_p}
-        if s.max_new_tokens < self.max_seq_len:  # else up to the end of the context: the engine's own limit
-            fields["max_tokens"] = s.max_new_tokens
-        if s.seed is not None:
-            fields["seed"] = s.seed
-        if request.stop:
-            fields["stop"] = list(request.stop)
-        if request.logprobs is not None:
-            fields |= {"logprobs": True, "top_logprobs": request.logprobs} if chat else {"logprobs": request.logprobs}
-        optional: dict = {"stream_options": {"include_usage": True}}
-        options = request.chat
-        if options is not None and options.tools:  # the engine renders them and parses its calls itself
-            fields |= {"tools": options.tools} | ({} if options.parallel_tool_calls else {"parallel_tool_calls": False})
-            optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
-        variables = dict(options.template_kwargs) if options is not None else {}
-        if "reasoning_effort" in variables:  # OpenAI's own field, which engines map to their templates
-            optional["reasoning_effort"] = variables.pop("reasoning_effort")
-        if variables:
-            fields["extra_body"] = {"chat_template_kwargs": variables}
-        extra = {"top_k": s.top_k} if s.top_k else {}
-        extra |= {"repetition_penalty": s.repetition_penalty} if s.repetition_penalty != 1.0 else {}
-        return fields, optional | ({"extra_body": extra} if extra else {})
+        return request_fields(request, chat, self.max_seq_len)
 
     def _read(self, reply, request: Request, messages: list[dict] | None, started: float) -> Iterator[Event]:
         """The answer's events from the engine's chunks: stop strings cut, Stop closing the stream."""

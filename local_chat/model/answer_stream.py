@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -139,3 +140,23 @@ def logprob_recorder(stream: AnswerStream, top: int, decode: Callable[[list[int]
         )
 
     return observe
+
+
+class AnswersInFlight:
+    """How many answers a model is computing now (`count`); `one_more()` counts one while it runs."""
+
+    def __init__(self):
+        self.count = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def one_more(self):
+        """Count an answer while it runs; gives how many others were running."""
+        with self._lock:
+            others = self.count
+            self.count += 1
+        try:
+            yield others
+        finally:
+            with self._lock:
+                self.count -= 1

@@ -139,6 +139,13 @@ class ContinuousBatcher:
             f"{self.cache_tokens} tokens"
         )
 
+    def check(self, prompt_ids: list[int], stream: AnswerStream) -> None:
+        """One short greedy answer (`stream`) through the batch, so that a model it cannot run is found at start-up."""
+        for _ in self.tokens(prompt_ids, Sampling(temperature=0.0), set(), stream):
+            pass
+        if not stream.done:
+            raise RuntimeError("the batch ended the answer without its tokens")
+
     def stop(self) -> None:
         """End the batch's thread now (answers still in it fail)."""
         self._manager.stop(block=True, timeout=10.0, hard_stop=True)

@@ -30,6 +30,7 @@ from transformers.generation.logits_process import (
 from local_chat.engine.interface import Sampling
 
 from .compiled import StaticDecoding
+from .constraints import TokenMask
 from .vision_inputs import FamilyInputs
 
 
@@ -159,6 +160,7 @@ def generate_tokens(
     static: StaticDecoding | None = None,
     max_new_tokens: int | None = None,
     observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    mask: TokenMask | None = None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
@@ -171,7 +173,8 @@ def generate_tokens(
     too, and `decide` must not change the tokens, so no lockstep). Where the GPU has no room left for the CUDA
     graphs' static cache, the answer decodes eagerly over its dynamic cache. `observe(logits, tokens)`, if given,
     sees each step's logits and the tokens sampled from them, before `decide` does (log-probabilities are computed
-    there).
+    there). `mask`, where an answer must follow a grammar (model/constraints.py), masks each step's logits before
+    anything else sees them, and takes each step's tokens as `decide` leaves them (in lockstep, rank 0's).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -198,6 +201,7 @@ def generate_tokens(
             masks,
             static is not None and static.queues_ahead,
             observe,
+            mask,
         )
 
 
@@ -237,7 +241,7 @@ def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
 
 
 def _token_loop(
-    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead, observe
+    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead, observe, grammar_mask
 ) -> Iterator[torch.Tensor]:
     """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
     is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
@@ -257,6 +261,8 @@ def _token_loop(
         return logits
 
     while True:
+        if grammar_mask is not None:
+            grammar_mask.apply(logits)
         tokens = sample_next(logits, seen_ids, sampling, processors, generator)
         if observe is not None:
             observe(logits, tokens)
@@ -266,6 +272,8 @@ def _token_loop(
             logits = forward_pass(tokens)
             shown = read_back()
         finished = decide(shown)  # in lockstep (never queued ahead: `shown` is `tokens`), may put rank 0's in it
+        if grammar_mask is not None and not finished:
+            grammar_mask.advance(shown)
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
         yield shown  # after `decide`, so the consumer sees this step's text before the next forward pass

@@ -6,18 +6,19 @@ the `ContinuousBatcher`. `MetaModel` (model/meta.py) holds one and keeps LLaMA2-
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 
 import torch
 
 from local_chat.engine.interface import (
     ACCESSORY_SAMPLING,
     Answer,
+    AnswerFormat,
     Delta,
     End,
     EngineSummary,
@@ -26,10 +27,11 @@ from local_chat.engine.interface import (
     Sampling,
     SessionKey,
 )
-from local_chat.errors import UserError, described
+from local_chat.errors import UserError, described, failure_sentence
 
-from .answer_stream import AnswerStream, batch_decider, logprob_recorder
+from .answer_stream import AnswersInFlight, AnswerStream, batch_decider, logprob_recorder
 from .batching import ContinuousBatcher, paged_cache_tokens, why_unbatchable
+from .constraints import Grammars, grammars_for, token_mask
 from .encoding import PromptEncoder
 from .footprint import weight_bytes
 from .generation import ModelInputs, generate_tokens
@@ -44,14 +46,6 @@ OUT_OF_MEMORY = (
     "with --quant 4."
 )
 log = logging.getLogger(__name__)
-
-
-def failure_sentence(error: BaseException) -> str:
-    """What the chat says when generation failed for a reason the user cannot fix (the terminal has the details)."""
-    return (
-        f"The model failed while answering ({described(error)}); send the message again, and if it keeps "
-        "failing see the app's terminal for the details."
-    )
 
 
 class LocalEngine:
@@ -76,8 +70,7 @@ class LocalEngine:
         self.decoding, self.max_seq_len, self.lockstep, self.followers = decoding, max_seq_len, lockstep, followers
         self.info = {**info, **decoding.info, "batching": "off"}
         self.batcher: ContinuousBatcher | None = None  # see `start_batching`
-        self._answers_lock = threading.Lock()
-        self._answers_in_flight = 0
+        self.in_flight = AnswersInFlight()
 
     # ----- what the model is -----
 
@@ -109,6 +102,11 @@ class LocalEngine:
     def failure(self) -> str | None:
         """Why this model cannot answer any more (a tensor-parallel worker died), or None."""
         return self.followers.failure() if self.followers is not None else None
+
+    @functools.cached_property
+    def grammars(self) -> Grammars | None:
+        """What holds answers to a response_format (model/constraints.py); None for a tokenizer it cannot read."""
+        return grammars_for(self.tokenizer, self.llma, self.eos_ids())
 
     def summary(self) -> EngineSummary:
         """`info` (path, format, dtype, device, quantization) with the architecture, weight MiB and context: what
@@ -189,7 +187,7 @@ class LocalEngine:
                 )
             if reason is None:
                 self.batcher = ContinuousBatcher(self.llma, places, tokens)
-                self._try_batch()
+                self.batcher.check(self.tokenizer.encode("Hello", bos=True, eos=False), *self._streams(1, [], 2, None))
         except Exception as error:  # any failure here: one answer at a time, never an app that does not start
             reason = f"transformers' continuous batching failed on this model ({described(error)})"
             self.stop_batching()
@@ -200,15 +198,6 @@ class LocalEngine:
         if self.batcher is not None:
             self.batcher.stop()
             self.batcher = None
-
-    def _try_batch(self) -> None:
-        """One short greedy answer through the batch, so that a model it cannot run is found at start-up."""
-        ids = self.tokenizer.encode("Hello", bos=True, eos=False)
-        [stream] = self._streams(1, [], 2, None)
-        for _ in self.batcher.tokens(ids, Sampling(temperature=0.0), set(), stream):
-            pass
-        if not stream.done:
-            raise RuntimeError("the batch ended the answer without its tokens")
 
     # ----- the engine interface (engine/interface.py) -----
 
@@ -230,6 +219,7 @@ class LocalEngine:
                 request.logprobs,
                 cancel=request.cancel,
                 special_tokens=request.special_tokens,
+                answer_format=request.answer_format,
             ):
                 if isinstance(item, End):
                     yield item
@@ -268,6 +258,7 @@ class LocalEngine:
             first.cancel,
             first.image_transform,
             first.special_tokens,
+            [r.answer_format for r in requests],
         )
         return [Answer(d.pop("text"), End(**d)) for d in details]
 
@@ -294,35 +285,25 @@ class LocalEngine:
         logprobs: int | None = None,
         cancel: threading.Event | None = None,
         special_tokens: bool = False,
+        answer_format: AnswerFormat | None = None,
     ) -> Iterator[AnswerStream | End]:
         """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`.
         Announced to the other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
-        with self._one_more_answer() as others:
+        with self.in_flight.one_more() as others:
             inputs = self.encoder.prepare_inputs([prompt], None if images is None else [images], image_transform)
             prompt_tokens = inputs.input_ids.shape[1]
             max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
             [stream] = self._streams(1, list(stop), max_new, cancel, special_tokens)
+            mask = token_mask(self.grammars, [answer_format], self.eos_ids())
             prompt_ids = inputs.input_ids[0].tolist()
-            batchable = self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
+            batchable = mask is None and self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
             in_batch = bool(others) and batchable
             if not in_batch:
-                in_batch = yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable)
+                in_batch = yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable, mask)
             if in_batch:  # from the start, or from when others came
                 for _ in self.batcher.tokens(prompt_ids + stream.token_ids, sampling, self.eos_ids(stop), stream):
                     yield stream
             yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
-
-    @contextmanager
-    def _one_more_answer(self):
-        """Count an answer in flight while it runs; gives how many others were."""
-        with self._answers_lock:
-            others = self._answers_in_flight
-            self._answers_in_flight += 1
-        try:
-            yield others
-        finally:
-            with self._answers_lock:
-                self._answers_in_flight -= 1
 
     def _batchable(self, inputs: ModelInputs, sampling: Sampling, logprobs: int | None, beside_others: bool) -> bool:
         """Whether the batch can compute this answer (see model/batching.py); the terminal says why not when it runs
@@ -335,7 +316,7 @@ class LocalEngine:
         return why is None
 
     def _answer_alone(
-        self, inputs: ModelInputs, sampling: Sampling, stream: AnswerStream, session, logprobs, can_join: bool
+        self, inputs: ModelInputs, sampling: Sampling, stream: AnswerStream, session, logprobs, can_join: bool, mask
     ) -> Generator[AnswerStream, None, bool]:
         """The one-at-a-time path: `generate_tokens` over the session's cache, until the answer is done, or, if it
         `can_join` the batch, until another answer runs (the rest of it is computed in the batch: one answer on
@@ -346,7 +327,15 @@ class LocalEngine:
         joins_batch = False
         observe = None if logprobs is None else logprob_recorder(stream, logprobs, self.tokenizer.decode)
         steps = generate_tokens(
-            self.llma, inputs, sampling, self._decider([stream]), cache, self.static, stream.max_new_tokens, observe
+            self.llma,
+            inputs,
+            sampling,
+            self._decider([stream]),
+            cache,
+            self.static,
+            stream.max_new_tokens,
+            observe,
+            mask,
         )
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
@@ -355,7 +344,7 @@ class LocalEngine:
             for tokens in steps:
                 sampled.append(int(tokens[0]))
                 yield stream
-                if can_join and self._answers_in_flight > 1 and not stream.done:
+                if can_join and self.in_flight.count > 1 and not stream.done:
                     joins_batch = True
                     break
         except GeneratorExit:
@@ -383,6 +372,7 @@ class LocalEngine:
         cancel=None,
         image_transform=None,
         special_tokens: bool = False,
+        answer_formats: list[AnswerFormat | None] | None = None,
     ) -> list[dict]:
         """A left-padded batch's answers, each as the dict of `End`'s fields with its "text" and the batch's
         `encode_time`."""
@@ -392,8 +382,10 @@ class LocalEngine:
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
         streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
+        mask = token_mask(self.grammars, answer_formats or [None] * len(prompts), self.eos_ids())
+        decide = self._decider(streams)
         for _ in generate_tokens(
-            self.llma, inputs, sampling, self._decider(streams), static=self.static, max_new_tokens=max_new
+            self.llma, inputs, sampling, decide, static=self.static, max_new_tokens=max_new, mask=mask
         ):
             pass
         return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]

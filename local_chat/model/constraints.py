@@ -1,0 +1,150 @@
+"""Constrained decoding: an answer that must follow a JSON schema (or be any JSON object) gets a token mask at every
+step, so the model can only write what the schema allows, then its end. llguidance computes the masks
+(`LLMatcher`, one per answer, over the model's tokenizer); bench/structured.py measured it beside xgrammar.
+
+Compiled grammars are kept per model, the 64 used last (`MAX_GRAMMARS`); a schema that takes over a second to
+compile, or passes llguidance's limits, is refused with a sentence naming the limit (the /v1 API's 400)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+import torch
+
+from local_chat.engine.interface import AnswerFormat
+from local_chat.errors import UserError
+
+MAX_GRAMMARS = 64  # compiled grammars kept per model, the last used
+MAX_COMPILE_S = 1.0  # a schema whose grammar takes longer to compile is refused
+
+
+def json_options() -> dict:
+    """llguidance's JSON options: compact JSON, no whitespace of the model's choosing (a random model would fill
+    its answer with it)."""
+    return {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+class Grammars:
+    """The grammars one model's answers may be held to: compiled for its tokenizer once each, a fresh matcher per
+    answer. `hf_tokenizer` must be a Hugging Face fast tokenizer; `vocab_size`, the width of the model's logits;
+    `eos_ids`, the tokens that end an answer (the only ones allowed once the grammar is complete)."""
+
+    def __init__(self, hf_tokenizer, vocab_size: int, eos_ids: set[int]):
+        self._hf, self.vocab_size, self._eos = hf_tokenizer, vocab_size, sorted(eos_ids)
+        self._tokenizer = None
+        self._compiled: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def matcher(self, answer_format: AnswerFormat):
+        """A new `LLMatcher` at the start of `answer_format`'s grammar; `UserError` for a format it cannot hold."""
+        with self._lock:
+            compiled = self._compiled.get(answer_format.key)
+            if compiled is None:
+                compiled = self._compile(answer_format)
+                self._compiled[answer_format.key] = compiled
+                while len(self._compiled) > MAX_GRAMMARS:
+                    self._compiled.popitem(last=False)
+            self._compiled.move_to_end(answer_format.key)
+            return compiled.deep_copy()
+
+    def _llg_tokenizer(self):
+        import llguidance.hf
+
+        if self._tokenizer is None:
+            try:
+                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, n_vocab=self.vocab_size, eos_token=self._eos)
+            except Exception as error:
+                raise UserError(
+                    f"This model's tokenizer ({type(self._hf).__name__}) cannot be used for a response_format "
+                    f"({error}); ask without one."
+                ) from error
+        return self._tokenizer
+
+    def _compile(self, answer_format: AnswerFormat):
+        import llguidance
+
+        tokenizer = self._llg_tokenizer()
+        schema = {"type": "object"} if answer_format.kind == "json_object" else answer_format.schema
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=json_options())
+        except ValueError as error:
+            raise UserError(f"The response_format's schema is not a JSON object ({error}).") from error
+        started = time.perf_counter()
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_limits())
+        seconds = time.perf_counter() - started
+        if matcher.is_error():
+            raise UserError(f"The response_format's schema cannot be enforced: {_first_line(matcher.get_error())}.")
+        if seconds > MAX_COMPILE_S:
+            raise UserError(
+                f"The response_format's schema took {seconds:.1f} s to compile, over the {MAX_COMPILE_S:g} s limit; "
+                "send a smaller schema."
+            )
+        return matcher
+
+
+def _limits():
+    import llguidance
+
+    return llguidance.LLParserLimits(verbose_errors=False)
+
+
+def _first_line(error: str) -> str:
+    return error.strip().splitlines()[0].rstrip(".") if error.strip() else "unknown error"
+
+
+def grammars_for(tokenizer, llma, eos_ids: set[int]) -> Grammars | None:
+    """The `Grammars` of a model whose tokenizer llguidance can read (a Hugging Face fast tokenizer), else None (an
+    Accessory or Meta sentencepiece tokenizer)."""
+    hf = getattr(tokenizer, "hf", None)
+    if hf is None or not getattr(hf, "is_fast", False):
+        return None
+    return Grammars(hf, llma.config.get_text_config().vocab_size, eos_ids)
+
+
+class TokenMask:
+    """The masks of a batch's rows at each step: a row with a matcher may only take the tokens its grammar allows
+    next (once the grammar is complete, only one of `eos_ids`); a row without one, or whose answer has ended, is left
+    as it is."""
+
+    def __init__(self, matchers: list, eos_ids: set[int]):
+        self.matchers, self.eos_ids = list(matchers), eos_ids
+        self._bitmask = None
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Mask `logits` ([rows, vocab]) in place for this step."""
+        import llguidance.torch as llg_torch
+
+        if self._bitmask is None:
+            self._bitmask = llg_torch.allocate_token_bitmask(len(self.matchers), logits.shape[-1])
+        for row, matcher in enumerate(self.matchers):
+            if matcher is None or matcher.is_error():
+                self._bitmask[row].fill_(-1)
+            else:
+                llg_torch.fill_next_token_bitmask(matcher, self._bitmask, row)
+        llg_torch.apply_token_bitmask_inplace(logits, self._bitmask.to(logits.device, non_blocking=True))
+
+    def advance(self, tokens: torch.Tensor) -> None:
+        """Each row's grammar takes the token its row was given; a row given an end token has ended."""
+        for row, token in enumerate(tokens.tolist()):
+            if token in self.eos_ids:
+                self.matchers[row] = None
+            elif self.matchers[row] is not None:
+                self.matchers[row].consume_token(token)
+
+
+NO_GRAMMARS = (
+    "This model's tokenizer (an Accessory or Meta checkpoint's sentencepiece tokenizer) cannot be held to a "
+    "response_format; load the model as a Hugging Face folder, or ask without response_format."
+)
+
+
+def token_mask(grammars: Grammars | None, formats: list[AnswerFormat | None], eos_ids: set[int]) -> TokenMask | None:
+    """The `TokenMask` of a batch whose rows must follow `formats` (None: a row left free); None where none must.
+    `UserError` where a format cannot be held: a model without `grammars`, a schema refused."""
+    if not any(formats):
+        return None
+    if grammars is None:
+        raise UserError(NO_GRAMMARS)
+    return TokenMask([grammars.matcher(f) if f is not None else None for f in formats], eos_ids)

@@ -1,0 +1,264 @@
+"""Structured answers: `response_format` holds an answer to a JSON schema (or to any JSON object) token by token
+(model/constraints.py, by llguidance). Random weights write garbage unless the mask holds, so every answer of a tiny
+random model of three families, sampled at temperature 1 under 20 seeds, must validate; and the demo model's, through
+the official `openai` client, including its `parse()` of a Pydantic model."""
+
+import json
+import math
+import threading
+
+import jsonschema
+import pytest
+import text_families
+from app_server import serve
+from openai import BadRequestError, OpenAI
+from pydantic import BaseModel, Field
+
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine import AnswerFormat, ChatOptions, End, Request, Sampling, collect
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.openai_wire import request_fields
+from local_chat.model.constraints import MAX_GRAMMARS
+from local_chat.model.meta import MetaModel
+
+# every string, number and array bounded, so that the longest valid answer fits in ANSWER_TOKENS
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "height": {"type": "number", "minimum": 0, "maximum": 3},
+        "pets": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 2},
+        "kind": {"enum": ["cat", "dog", "fish"]},
+        "admin": {"type": "boolean"},
+    },
+    "required": ["name", "age", "pets", "kind", "admin"],
+    "additionalProperties": False,
+}
+ANSWER_TOKENS = 400  # above the longest valid answer, byte by byte with every character escaped
+SEEDS = range(20)
+
+
+@pytest.fixture(scope="module", params=["demo", "llama3_1", "qwen3_5", "gpt_oss"])
+def model(request, tmp_path_factory):
+    if request.param == "demo":
+        return MetaModel.from_pretrained(str(DEMO_MODEL))
+    return MetaModel.from_pretrained(str(text_families.build(request.param, tmp_path_factory.mktemp("m") / "m")))
+
+
+def person(engine, seed: int, logprobs: int | None = None, temperature: float = 1.0):
+    asked = Request(
+        "Describe a person as JSON.",
+        Sampling(ANSWER_TOKENS, temperature=temperature, top_p=1.0, seed=seed),
+        logprobs=logprobs,
+        answer_format=AnswerFormat("json_schema", PERSON),
+    )
+    events = list(engine.stream(asked))
+    return collect(iter(events)), events
+
+
+def test_twenty_seeds_at_temperature_1_all_validate_and_differ(model):
+    answers = []
+    for seed in SEEDS:
+        answer, events = person(model.engine, seed, logprobs=0)
+        assert answer.end.finish_reason == "stop", answer.end.error
+        jsonschema.validate(json.loads(answer.text), PERSON)
+        answers.append(answer.text)
+        # each token has a finite log-probability under the masked distribution
+        logprobs = [lp.logprob for event in events if not isinstance(event, End) for lp in event.logprobs]
+        assert logprobs and all(math.isfinite(lp) for lp in logprobs)
+    assert len(set(answers)) > 1, answers
+
+
+def test_without_the_format_the_random_models_answer_is_not_that_json(model):
+    """What makes the test above mean something: the same sampling without the mask writes no such JSON."""
+    if model.llma.config.model_type == "llava":
+        pytest.skip("the demo model is trained: it answers in sentences")
+    free = collect(model.engine.stream(Request("Describe a person as JSON.", Sampling(60, temperature=1.0, seed=0))))
+    with pytest.raises((ValueError, jsonschema.ValidationError)):
+        jsonschema.validate(json.loads(free.text), PERSON)
+
+
+def test_a_batch_holds_each_row_to_its_own_format_and_leaves_free_rows_as_alone(model):
+    """`Engine.complete` (the command line's --batch_size, Accessory's `generate`): a mask per row."""
+    small = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 3}
+    formats = [AnswerFormat("json_schema", small), None, AnswerFormat("json_schema", {"enum": ["yes", "no"]}), None]
+    greedy = Sampling(24, temperature=0.0)
+    requests = [Request(f"Question {i}:", greedy, answer_format=f) for i, f in enumerate(formats)]
+    answers = model.engine.complete(requests)
+    jsonschema.validate(json.loads(answers[0].text), small)
+    assert json.loads(answers[2].text) in ("yes", "no")
+    for i in (1, 3):
+        assert answers[i].text == collect(model.engine.stream(requests[i])).text
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+def test_eight_requests_at_once_with_different_schemas_and_none(demo):
+    """Through the continuous batch: the constrained ones run beside it, each valid; the free ones answer as alone."""
+    demo.engine.start_batching(8)
+    try:
+        schemas = [{**PERSON, "required": [key]} for key in ("name", "age", "pets", "kind")]
+        formats = [AnswerFormat("json_schema", s) for s in schemas] + [None] * 4
+        requests = [
+            Request(f"Tell me about person {i}.", Sampling(ANSWER_TOKENS, temperature=0.0), answer_format=f)
+            for i, f in enumerate(formats)
+        ]
+        alone = [collect(demo.engine.stream(r)) for r in requests]
+        together: list = [None] * 8
+
+        def answer(i: int) -> None:
+            together[i] = collect(demo.engine.stream(requests[i]))
+
+        threads = [threading.Thread(target=answer, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        demo.engine.stop_batching()
+    for i, schema in enumerate(schemas):
+        jsonschema.validate(json.loads(together[i].text), schema)
+    assert [a.text for a in together[4:]] == [a.text for a in alone[4:]]
+
+
+def test_stop_ends_a_constrained_answer_within_two_steps(demo):
+    cancel = threading.Event()
+    calls, original = [0], demo.llma.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    demo.llma.forward = counted
+    try:
+        asked = Request(
+            "Describe a person.",
+            Sampling(ANSWER_TOKENS, temperature=1.0, seed=3),
+            cancel=cancel,
+            answer_format=AnswerFormat("json_schema", {"type": "array", "items": {"type": "integer"}}),
+        )
+        stream = demo.engine.stream(asked)
+        for _ in range(5):
+            next(stream)
+        cancel.set()
+        at_cancel = calls[0]
+        end = [event for event in stream if isinstance(event, End)][0]
+    finally:
+        del demo.llma.forward
+    assert end.finish_reason == "cancelled" and calls[0] - at_cancel <= 2
+
+
+def test_a_tokenizer_llguidance_cannot_read_is_one_sentence(checkpoints):
+    accessory = MetaModel.from_pretrained(str(checkpoints["accessory"]))
+    [end] = list(accessory.engine.stream(Request("Hi", answer_format=AnswerFormat("json_object"))))
+    assert end.caller_error and "sentencepiece" in end.error and "response_format" in end.error
+
+
+def test_a_schema_llguidance_cannot_hold_is_refused_naming_why(demo):
+    lookahead = {"type": "string", "pattern": "(?=a)b"}
+    [end] = list(demo.engine.stream(Request("Hi", answer_format=AnswerFormat("json_schema", lookahead))))
+    assert end.caller_error and end.error.startswith("The response_format's schema cannot be enforced:")
+
+
+def test_compiled_grammars_are_kept_for_the_last_64_schemas(demo):
+    grammars = demo.engine.grammars
+    for i in range(MAX_GRAMMARS + 3):
+        grammars.matcher(AnswerFormat("json_schema", {"type": "integer", "maximum": i}))
+    kept = grammars._compiled
+    assert len(kept) == MAX_GRAMMARS and AnswerFormat("json_schema", {"type": "integer", "maximum": 2}).key not in kept
+
+
+def test_chat_messages_are_held_to_the_format_after_the_template(demo):
+    asked = Request(
+        messages=[{"role": "user", "content": "Who are you?"}],
+        sampling=Sampling(ANSWER_TOKENS, temperature=1.0, seed=1),
+        chat=ChatOptions(template="default"),
+        answer_format=AnswerFormat("json_schema", PERSON),
+    )
+    answer = collect(ChatEngine(demo.engine, "default").stream(asked))
+    jsonschema.validate(json.loads(answer.text), PERSON)
+
+
+def test_another_engine_gets_the_format_as_openai_sends_it():
+    schema = AnswerFormat("json_schema", PERSON, "person")
+    fields, _ = request_fields(Request(messages=[], answer_format=schema), chat=True, context=4096)
+    assert fields["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": PERSON, "strict": True},
+    }
+    fields, _ = request_fields(Request("Hi", answer_format=AnswerFormat("json_object")), chat=False, context=4096)
+    assert fields["extra_body"]["response_format"] == {"type": "json_object"}
+
+
+# ----- through /v1, with the official client -----
+
+
+class Pet(BaseModel):
+    name: str = Field(max_length=8)
+    legs: int = Field(ge=0, le=8)
+
+
+class Household(BaseModel):
+    city: str = Field(max_length=8)
+    pets: list[Pet] = Field(max_length=2)
+
+
+@pytest.fixture(scope="module")
+def client(demo):
+    with serve(demo) as (url, _):
+        yield OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_parse_returns_the_pydantic_object(client):
+    """`parse()` sends the model's schema with its $defs and $ref, strict; the answer comes back as the object."""
+    for seed in range(3):
+        parsed = client.chat.completions.parse(
+            model="m",
+            messages=[{"role": "user", "content": "Describe a household."}],
+            response_format=Household,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=ANSWER_TOKENS,
+        )
+        assert isinstance(parsed.choices[0].message.parsed, Household)
+
+
+def test_json_schema_and_json_object_streamed_and_on_completions(client):
+    schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    chunks = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "Who are you?"}],
+        response_format=schema,
+        stream=True,
+        temperature=1.0,
+        seed=4,
+        max_tokens=ANSWER_TOKENS,
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), PERSON)
+    completion = client.completions.create(
+        model="m",
+        prompt="A person:",
+        extra_body={"response_format": {"type": "json_object"}},
+        temperature=0.0,
+        max_tokens=60,
+    )
+    assert completion.choices[0].text.startswith("{")
+
+
+def test_a_bad_response_format_is_a_400_sentence(client):
+    cases = [
+        ({"type": "xml"}, 'send {"type": "json_schema"'),
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "the schema a JSON object"),
+        ({"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(?=a)b"}}}, "cannot be"),
+    ]
+    for response_format, said in cases:
+        with pytest.raises(BadRequestError) as refused:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Hi"}], response_format=response_format
+            )
+        assert said in refused.value.body["message"], refused.value.body
