@@ -31,7 +31,7 @@ def quick_build(out: Path, *flags: str, ok: bool = True) -> subprocess.Completed
 def test_build_script_quick_mode_still_runs_and_resumes_after_the_main_steps(tmp_path):
     base = tmp_path / "base.pt"
     assert "| arithmetic |" in quick_build(tmp_path / "demo", "--base", str(base)).stdout
-    assert MetaModel.from_pretrained(str(tmp_path / "demo"), with_visual=True).sees_images
+    assert MetaModel.from_pretrained(str(tmp_path / "demo"), with_visual=True).engine.sees_images
     # the next build starts from the state saved after the main steps, and ends where a whole build does
     resumed = quick_build(tmp_path / "resumed", "--base", str(base)).stdout
     assert "resuming after the main steps" in resumed and "vision step" not in resumed

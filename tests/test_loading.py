@@ -34,8 +34,8 @@ def test_loaded_model_is_an_ordinary_transformers_llama(loaded):
 
     for m in loaded.values():
         assert type(m.llma) is LlamaForCausalLM
-    assert loaded["accessory"].info["format"] == "LLaMA2-Accessory (2 shards)"
-    assert loaded["meta"].info["format"] == "Meta (2 shards)"
+    assert loaded["accessory"].engine.info["format"] == "LLaMA2-Accessory (2 shards)"
+    assert loaded["meta"].engine.info["format"] == "Meta (2 shards)"
 
 
 def test_vocab_size_comes_from_the_weights_when_params_say_minus_one(loaded, checkpoints):
@@ -62,7 +62,7 @@ def test_accessory_checkpoint_with_hf_tokenizer_files_also_gets_one_bos(tmp_path
 
 def test_default_dtype_and_device_on_cpu(loaded):
     assert loaded["hf"].llma.dtype == torch.float32 and loaded["hf"].device.type == "cpu"
-    bf16 = MetaModel.from_pretrained(str(loaded["hf"].info["path"]), dtype="bf16")
+    bf16 = MetaModel.from_pretrained(str(loaded["hf"].engine.info["path"]), dtype="bf16")
     assert bf16.llma.dtype == torch.bfloat16
 
 

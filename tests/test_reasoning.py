@@ -200,7 +200,7 @@ def test_a_callers_stop_string_is_looked_for_in_the_answer_only(qwen3):
         sampling=Sampling(temperature=0, max_new_tokens=400),
         stop=("How",),
     )
-    events = list(ChatEngine(qwen3[0], "chat_template").stream(request))
+    events = list(ChatEngine(qwen3[0].engine, "chat_template").stream(request))
     assert "".join(e.text for e in events if isinstance(e, Reasoning)) == "Say hello, then stop."  # "then" kept
     assert "".join(e.text for e in events if isinstance(e, Delta)) == "Hello! "
     assert isinstance(events[-1], End) and events[-1].finish_reason == "stop"
@@ -322,7 +322,7 @@ def test_the_same_answer_parsed_as_transformers_serve_parses_it(peer, text, tool
 def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, tmp_path, capsys):
     from local_chat.launchers import generate
 
-    monkeypatch.setattr(generate, "load_engine", lambda args: qwen3[0])
+    monkeypatch.setattr(generate, "load_engine", lambda args: qwen3[0].engine)
     answer(qwen3, THOUGHT_AND_ANSWER)
     output = tmp_path / "out.jsonl"
     generate.main(["--prompts", "Hello there!", "--output", str(output), "--max_new_tokens", "300"])
