@@ -262,3 +262,21 @@ def test_a_bad_response_format_is_a_400_sentence(client):
                 model="m", messages=[{"role": "user", "content": "Hi"}], response_format=response_format
             )
         assert said in refused.value.body["message"], refused.value.body
+
+
+def test_the_command_line_holds_every_record_to_the_schema_file(tmp_path, capsys):
+    from local_chat.launchers import generate
+
+    (tmp_path / "person.json").write_text(json.dumps(PERSON))
+    output = tmp_path / "out.jsonl"
+    questions = ["Who are you?", "What is the capital of France?", "What is 2 plus 3?"]
+    flags = ["--json_schema", str(tmp_path / "person.json"), "--temperature", "1", "--seed", "5", "--batch_size", "2"]
+    generate.main(["--prompts", *questions, "--max_new_tokens", str(ANSWER_TOKENS), "--output", str(output), *flags])
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["prompt"] for r in records] == questions
+    for record in records:
+        jsonschema.validate(json.loads(record["response"]), PERSON)
+    (tmp_path / "bad.json").write_text("[1, 2")
+    with pytest.raises(SystemExit):
+        generate.main(["--prompts", "Hi", "--json_schema", str(tmp_path / "bad.json")])
+    assert "is not JSON" in capsys.readouterr().err

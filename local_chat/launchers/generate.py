@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=None, help="seed of the sampling, for answers that repeat (default: none)"
     )
     p.add_argument("--batch_size", type=int, default=1, help="prompts per left-padded batch (default: 1)")
+    p.add_argument(
+        "--json_schema",
+        type=Path,
+        default=None,
+        help="a JSON schema file: every answer is JSON valid against it (held to it token by token)",
+    )
     p.add_argument("--output", type=Path, default=None, help="write one json object per prompt to this .jsonl file")
     p.add_argument("--config", type=Path, default=None, help="a YAML file holding any of these flags")
     return p
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from local_chat.prompting import check_system, resolve_template
 
     prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
+    shape = read_schema(args.json_schema)
     sampling = Sampling(
         args.max_new_tokens, args.temperature, args.top_p, args.top_k, args.repetition_penalty, args.seed
     )
@@ -133,7 +140,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        answers = chats.complete([prompt_request(template, p, args.system, sampling) for p in batch])
+        answers = chats.complete([prompt_request(template, p, args.system, sampling, shape) for p in batch])
         refused = next((a.end.error for a in answers if a.end.caller_error), None)
         if refused:
             raise UserError(refused)
@@ -160,19 +167,38 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     return records, figures
 
 
-def prompt_request(template: str, prompt: str, system: str | None, sampling):
+def read_schema(path: Path | None):
+    """--json_schema's file as the `AnswerFormat` every answer follows (None without the flag)."""
+    from local_chat.engine import AnswerFormat
+
+    if path is None:
+        return None
+    try:
+        schema = json.loads(path.read_text())
+    except OSError as error:
+        raise UserError(f"Cannot read the --json_schema file {path} ({error.strerror}); check the path.")
+    except ValueError as error:
+        raise UserError(f"The --json_schema file {path} is not JSON ({error}); give a JSON schema.")
+    if not isinstance(schema, dict):
+        raise UserError(f"The --json_schema file {path} holds no JSON object; give a JSON schema.")
+    return AnswerFormat("json_schema", schema, path.stem)
+
+
+def prompt_request(template: str, prompt: str, system: str | None, sampling, answer_format=None):
     """The engine request for one prompt: the raw prompt, or a single-turn template's; else one user message (after
-    `system`'s) in the conversation `template`, whose answer the engine parses into reasoning, text and tool calls."""
+    `system`'s) in the conversation `template`, whose answer the engine parses into reasoning, text and tool calls.
+    `answer_format`: what the answer must follow (--json_schema's)."""
     from local_chat.engine import ChatOptions, Request
     from local_chat.prompting import single_turn_prompt
     from local_chat.templates.single_turn import TEMPLATE_NAMES
 
     if template in TEMPLATE_NAMES:
-        return Request(single_turn_prompt(prompt, "", template), sampling)
+        return Request(single_turn_prompt(prompt, "", template), sampling, answer_format=answer_format)
     messages = ([{"role": "system", "content": system}] if system is not None else []) + [
         {"role": "user", "content": prompt}
     ]
-    return Request(messages=messages, sampling=sampling, chat=ChatOptions(template=template, answer_tokens=0))
+    chat = ChatOptions(template=template, answer_tokens=0)
+    return Request(messages=messages, sampling=sampling, chat=chat, answer_format=answer_format)
 
 
 def progress(items, show: bool):
