@@ -1,7 +1,7 @@
 """python bench/run.py [--quick | --smoke] [--only NAME ...] [--write]: what we promise users, measured on the CPU.
 
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
-absolute time. Prints the table; with --write (or --out DIR) also writes results.json (a flat object of named
+absolute time (but for bench/structured.py's compile and mask times, which the structured issue asks for as such). Prints the table; with --write (or --out DIR) also writes results.json (a flat object of named
 figures; --only merges into it) and RESULTS.md (the table, with date, machine and versions; its notes written by
 hand, from NOTES_HEADING on, kept): --write into bench/, the tracked files, which nothing else touches. The
 README's table is edited by hand from RESULTS.md when figures change.
@@ -12,6 +12,7 @@ test can prove the suite still works (its figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -48,6 +49,10 @@ class Settings:
     batching_shapes: tuple[str, ...] = ("small", "100m")
     batching_repeats: int = 3
     front_repeats: int = 5
+    structured_shapes: tuple[str, ...] = ("small", "100m")
+    structured_tokens: int = 64
+    structured_repeats: int = 3
+    structured_big_vocab: int = 151_936  # Qwen's
 
 
 QUICK = Settings(
@@ -87,6 +92,10 @@ SMOKE = Settings(
     batching_shapes=("tiny",),
     batching_repeats=1,
     front_repeats=1,
+    structured_shapes=("tiny",),
+    structured_tokens=8,
+    structured_repeats=1,
+    structured_big_vocab=4096,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
@@ -211,14 +220,52 @@ FIGURES = {
         'the same minus `python -c "import gradio"`\'s seconds, measured in turns with it',
         ("<=", 1),
     ),
+    "structured_one_over_free": (
+        "answer tokens/s held to a JSON schema (llguidance's mask each step) over free, one request, greedy, a random "
+        "Llama the demo model's size, 64-token answers",
+        (">=", 0.9),
+    ),
+    "structured_eight_over_free": (
+        "the same, 8 requests at once: the free ones batched, the held ones beside the batch one at a time",
+        (">=", 0.9),
+    ),
+    "structured_one_over_free_100m": ("the same as the first, ~100M random Llama", (">=", 0.9)),
+    "structured_eight_over_free_100m": ("the same as the second, ~100M random Llama", (">=", 0.9)),
+    "structured_compile_20_fields_ms": (
+        "ms to compile a 20-field JSON schema for the demo model's tokenizer (absolute, this machine)",
+        ("<=", 50),
+    ),
+    "structured_compile_cached_ms": ("the same schema again, from the cache of 64 compiled grammars", None),
+    "llguidance_mask_us_small_vocab": ("microseconds of llguidance's mask per token, 1,024-token vocabulary", None),
+    "llguidance_mask_us_qwen_vocab": ("the same, 151,936-token vocabulary (Qwen's size)", None),
+    "xgrammar_mask_us_small_vocab": ("xgrammar's, the same walk (only where xgrammar is installed)", None),
+    "xgrammar_mask_us_qwen_vocab": ("xgrammar's, 151,936-token vocabulary", None),
 }
-BENCHMARKS = ("stream", "quant", "ui", "cache", "load", "api", "batching", "remote", "reasoning", "front")
+BENCHMARKS = (
+    "stream",
+    "quant",
+    "ui",
+    "cache",
+    "load",
+    "api",
+    "batching",
+    "remote",
+    "reasoning",
+    "front",
+    "structured",
+)
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
 
 def expected_figures(settings: Settings) -> set[str]:
     """The figures a run of every benchmark with `settings` writes (--smoke batches one shape only)."""
-    return {name for name in FIGURES if len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE)}
+    with_xgrammar = importlib.util.find_spec("xgrammar") is not None  # bench/structured.py compares it if installed
+    return {
+        name
+        for name in FIGURES
+        if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
+        and (with_xgrammar or not name.startswith("xgrammar_"))
+    }
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
@@ -269,6 +316,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import front
 
             results.update(front.run(settings))
+        elif name == "structured":
+            from bench import structured
+
+            results.update(structured.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

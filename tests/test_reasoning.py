@@ -213,10 +213,11 @@ CALL_ID = {"id": "call_1", "type": "function", "function": {"name": "get_weather
 @pytest.mark.parametrize(
     "extra, sentence",
     [
-        ({"tool_choice": "required", "tools": [WEATHER]}, "cannot force a tool call"),
+        ({"tool_choice": "required"}, "requires a call, but the request has no `tools`"),
+        ({"tool_choice": "always", "tools": [WEATHER]}, '`tool_choice` is "always"'),
         (
-            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
-            "cannot force",
+            {"tool_choice": {"type": "function", "function": {"name": "get_time"}}, "tools": [WEATHER]},
+            "names 'get_time', which is not among the `tools` (get_weather)",
         ),
         ({"chat_template_kwargs": {"tools": []}}, "sets tools, which the server sets itself"),
         ({"chat_template_kwargs": "thinking"}, "must be an object"),

@@ -280,3 +280,105 @@ def test_the_command_line_holds_every_record_to_the_schema_file(tmp_path, capsys
     with pytest.raises(SystemExit):
         generate.main(["--prompts", "Hi", "--json_schema", str(tmp_path / "bad.json")])
     assert "is not JSON" in capsys.readouterr().err
+
+
+# ----- tool_choice: a call required, in the family's own format -----
+
+CITY = {"type": "string", "maxLength": 8}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": CITY, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The time in a zone.",
+            "parameters": {
+                "type": "object",
+                "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                "required": ["zone"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama3_1", "gpt_oss"])
+def caller(request, tmp_path_factory):
+    """A random model of a family whose call format has a grammar (Qwen3's real class and template, too)."""
+    folder = tmp_path_factory.mktemp(request.param) / "m"
+    if request.param == "qwen3":
+        import tiny_models
+
+        return MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(folder)))
+    return MetaModel.from_pretrained(str(text_families.build(request.param, folder)))
+
+
+def required_call(model, seed: int, only: str | None = None):
+    asked = Request(
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        sampling=Sampling(ANSWER_TOKENS, temperature=1.0, seed=seed),
+        chat=ChatOptions(tools=TOOLS, tool_choice="required", tool_name=only),
+    )
+    return collect(ChatEngine(model.engine, "chat_template").stream(asked))
+
+
+def test_a_required_call_is_one_call_of_an_allowed_tool_parsed_as_tool_calls(caller):
+    names = set()
+    for seed in range(10):
+        answer = required_call(caller, seed)
+        assert answer.end.error is None and len(answer.tool_calls) == 1, (answer.text, answer.end)
+        [call] = answer.tool_calls
+        jsonschema.validate(json.loads(call.arguments), PARAMETERS[call.name])
+        names.add(call.name)
+    assert names <= set(PARAMETERS)
+    for seed in range(3):
+        [call] = required_call(caller, seed, only="get_time").tool_calls
+        assert call.name == "get_time" and json.loads(call.arguments)["zone"] in ("UTC", "CET")
+
+
+def test_a_model_without_a_call_format_cannot_be_required_to_call(byte_model):
+    """A ChatML template on a Llama: tools rendered, but no call format known, so no grammar for a call."""
+    asked = Request(
+        messages=[{"role": "user", "content": "Hi"}],
+        chat=ChatOptions(tools=TOOLS, tool_choice="required"),
+    )
+    [end] = list(ChatEngine(byte_model.engine, "chat_template").stream(asked))
+    assert end.caller_error and "cannot be required" in end.error
+
+
+def test_tool_choice_through_v1_with_the_openai_client(tmp_path_factory, client):
+    import tiny_models
+
+    qwen = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("q") / "q")))
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with serve(qwen) as (url, _):
+        api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        reply = api.chat.completions.create(
+            model="m", messages=question, tools=TOOLS, tool_choice=named, temperature=1.0, seed=2, max_tokens=300
+        )
+    [call] = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), PARAMETERS["get_weather"])
+    refusals = [
+        (dict(tool_choice="required"), "has no `tools`"),
+        (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "fly"}}), "not among the `tools`"),
+    ]
+    for fields, said in refusals:
+        with pytest.raises(BadRequestError) as refused:
+            client.chat.completions.create(model="m", messages=question, **fields)
+        assert said in refused.value.body["message"], refused.value.body

@@ -235,15 +235,7 @@ def _check_tool_calls(message: dict) -> None:
 def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
     """The chat body's tools, tool_choice, parallel_tool_calls, chat_template_kwargs and reasoning_effort, checked."""
     tools = _tools(body.get("tools"))
-    choice = body.get("tool_choice")
-    if choice in ("required",) or isinstance(choice, dict):
-        raise bad(
-            "This server cannot force a tool call yet (`tool_choice` required or a named function); send "
-            '"auto" or "none".',
-            "tool_choice",
-        )
-    if choice not in (None, "auto", "none"):
-        raise bad(f'`tool_choice` is {json.dumps(choice)}; send "auto" or "none".', "tool_choice")
+    choice, name = _tool_choice(body.get("tool_choice"), tools)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is None:
         kwargs = {}
@@ -267,11 +259,36 @@ def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
         variables["reasoning_effort"] = "low" if effort == "minimal" else effort
     return ChatOptions(
         tools=tools,
-        tool_choice=choice or "auto",
+        tool_choice=choice,
+        tool_name=name,
         parallel_tool_calls=_flag(body, "parallel_tool_calls") if "parallel_tool_calls" in body else True,
         template_kwargs=variables,
         answer_tokens=answer_tokens,
     )
+
+
+def _tool_choice(choice, tools: list[dict] | None) -> tuple[str, str | None]:
+    """(`tool_choice` as ChatOptions takes it, the one tool it names): "auto", "none", "required", or a named
+    function ("required", its name); a call required without tools, or of a tool not given, is refused."""
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if choice is not None and choice not in ("auto", "none", "required") and not isinstance(named, str):
+        raise bad(
+            f'`tool_choice` is {json.dumps(choice)[:80]}; send "auto", "none", "required" or '
+            '{"type": "function", "function": {"name": ...}}.',
+            "tool_choice",
+        )
+    if choice == "required" or named is not None:
+        given = [t["function"]["name"] for t in tools or []]
+        if not given:
+            raise bad(
+                "`tool_choice` requires a call, but the request has no `tools`; send the tools too.", "tool_choice"
+            )
+        if named is not None and named not in given:
+            raise bad(
+                f"`tool_choice` names {named!r}, which is not among the `tools` ({', '.join(given)}).", "tool_choice"
+            )
+        return "required", named
+    return choice or "auto", None
 
 
 def _tools(tools) -> list[dict] | None:

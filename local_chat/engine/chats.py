@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.errors import UserError
 from local_chat.model.detokenize import StopStrings
+from local_chat.prompting.call_grammars import call_grammar
 from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
 from local_chat.prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
 from local_chat.prompting.response_formats import (
@@ -35,6 +36,7 @@ from local_chat.templates.multi_turn import CHAT_TEMPLATE
 
 from .interface import (
     Answer,
+    AnswerFormat,
     ChatOptions,
     Delta,
     End,
@@ -119,18 +121,30 @@ class ChatEngine:
             kept, dropped, tokens, images = self._kept(request.messages, options)
             return Rendered(shown_messages(kept), dropped, tokens, images), replace(request, messages=kept), None
         built = messages_prompt(self.engine, self._template(options), request.messages, options, self.max_upload_mb)
+        required = options.tool_choice == "required" and options.tools
         sent = replace(
             request,
+            answer_format=self._required_call(options) if required else request.answer_format,
             prompt=built.text,
             stop=tuple(built.stop_symbols),  # the caller's own stop strings are looked for in the answer text only
             images=built.images or None,
             messages=None,
             chat=None,
-            special_tokens=self.answer_format.reads_special_tokens,
+            special_tokens=self.response_style.reads_special_tokens,
             cancel=request.cancel or threading.Event(),
         )
-        parser = AnswerParser(self.answer_format, built.text, options)
+        parser = AnswerParser(self.response_style, built.text, options)
         return Rendered(built.text, built.dropped_turns, built.tokens, len(built.images)), sent, parser
+
+    def _required_call(self, options: ChatOptions) -> AnswerFormat:
+        """The grammar of one call of the allowed tools, in the model's call format (`tool_choice` "required")."""
+        if not self.response_style.reads_special_tokens:
+            raise UserError(
+                'This model has no known tool-call format, so a call cannot be required; send tool_choice "auto".'
+            )
+        hf = getattr(self.engine.tokenizer, "hf", None)
+        grammar = call_grammar(self.response_style.template, options.tools, options.tool_name, hf)
+        return AnswerFormat("lark", grammar=grammar)
 
     def _template(self, options: ChatOptions) -> str:
         return options.template or self.template
@@ -140,8 +154,8 @@ class ChatEngine:
         return self._template(options) == CHAT_TEMPLATE and getattr(self.engine, "renders_messages", False)
 
     @functools.cached_property
-    def answer_format(self) -> AnswerFormat:
-        return AnswerFormat.of(self.engine)
+    def response_style(self) -> ResponseStyle:
+        return ResponseStyle.of(self.engine)
 
     def _kept(self, messages: list[dict], options: ChatOptions) -> tuple[list[dict], int, int, int]:
         """(the messages an engine that renders them itself is sent; how many of the oldest turns were left out where
@@ -181,7 +195,7 @@ def shown_messages(messages: list[dict]) -> str:
 
 
 @dataclass(frozen=True)
-class AnswerFormat:
+class ResponseStyle:
     """How a model writes its answers: its response template, whether that is the model's own format (read with the
     special tokens in the text) rather than `THINK_TAGS`, and its tokenizer (to count reasoning tokens)."""
 
@@ -190,17 +204,17 @@ class AnswerFormat:
     tokenizer: object
 
     @staticmethod
-    def of(engine: Engine) -> AnswerFormat:
+    def of(engine: Engine) -> ResponseStyle:
         renderer = engine.chat_renderer
         template, own = response_format(renderer, engine.summary().model_type)
-        return AnswerFormat(template, own and renderer is not None, engine.tokenizer)
+        return ResponseStyle(template, own and renderer is not None, engine.tokenizer)
 
 
 class AnswerParser:
     """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
     answer and tool-call events, as it grows."""
 
-    def __init__(self, form: AnswerFormat, prompt: str, options: ChatOptions):
+    def __init__(self, form: ResponseStyle, prompt: str, options: ChatOptions):
         template = form.template
         text_like = template is LLAMA3_JSON_CALLS and not options.tools  # an answer that is JSON is no call then
         if (options.tool_choice == "none" or text_like) and "tool_calls" in template.get("fields", {}):

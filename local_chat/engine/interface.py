@@ -72,17 +72,19 @@ ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
 
 @dataclass(frozen=True)
 class AnswerFormat:
-    """What an answer must be, enforced token by token (model/constraints.py): `kind` "json_object" (any JSON object)
-    or "json_schema" (valid against `schema`, a JSON schema; `name` as the caller gave it)."""
+    """What an answer must be, enforced token by token (model/constraints.py): `kind` "json_object" (any JSON object),
+    "json_schema" (valid against `schema`, a JSON schema; `name` as the caller gave it), or "lark" (`grammar`, in
+    llguidance's Lark: a required tool call in the family's format, prompting/call_grammars.py)."""
 
     kind: str
     schema: dict | None = field(default=None, hash=False)
     name: str = ""
+    grammar: str = ""
 
     @property
     def key(self) -> str:
         """The same key for the same format: what its compiled grammar is cached under."""
-        return self.kind + ":" + json.dumps(self.schema, sort_keys=True, separators=(",", ":"))
+        return self.kind + ":" + (self.grammar or json.dumps(self.schema, sort_keys=True, separators=(",", ":")))
 
 
 @dataclass
@@ -90,7 +92,8 @@ class ChatOptions:
     """What a request in chat messages asks of the template and of the answer's parsing (OpenAI's fields)."""
 
     tools: list[dict] | None = None  # OpenAI's {"type": "function", "function": {name, description, parameters}}
-    tool_choice: str = "auto"  # "auto", or "none": tools still rendered, the answer not parsed for calls
+    tool_choice: str = "auto"  # "auto"; "none": tools still rendered, the answer not parsed for calls; "required"
+    tool_name: str | None = None  # with "required": the one tool the answer calls
     parallel_tool_calls: bool = True  # False: the first call only
     template_kwargs: dict = field(default_factory=dict)  # the template's own variables (enable_thinking, ...)
     answer_tokens: int = 256  # room kept for the answer when the oldest turns must go

@@ -137,7 +137,11 @@ def request_fields(request: Request, chat: bool, context: int) -> tuple[dict, di
     options = request.chat
     if options is not None and options.tools:  # the engine renders them and parses its calls itself
         fields |= {"tools": options.tools} | ({} if options.parallel_tool_calls else {"parallel_tool_calls": False})
-        optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
+        if options.tool_choice == "required":  # the engine holds the answer to a call, or refuses (its sentence shows)
+            named = {"type": "function", "function": {"name": options.tool_name}}
+            fields["tool_choice"] = named if options.tool_name else "required"
+        else:
+            optional["tool_choice"] = options.tool_choice  # transformers serve refuses it
     variables = dict(options.template_kwargs) if options is not None else {}
     if "reasoning_effort" in variables:  # OpenAI's own field, which engines map to their templates
         optional["reasoning_effort"] = variables.pop("reasoning_effort")

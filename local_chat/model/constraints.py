@@ -54,7 +54,7 @@ class Grammars:
 
         if self._tokenizer is None:
             try:
-                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, n_vocab=self.vocab_size, eos_token=self._eos)
+                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, self.vocab_size, self._eos or None)
             except Exception as error:
                 raise UserError(
                     f"This model's tokenizer ({type(self._hf).__name__}) cannot be used for a response_format "
@@ -66,11 +66,14 @@ class Grammars:
         import llguidance
 
         tokenizer = self._llg_tokenizer()
-        schema = {"type": "object"} if answer_format.kind == "json_object" else answer_format.schema
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=json_options())
-        except ValueError as error:
-            raise UserError(f"The response_format's schema is not a JSON object ({error}).") from error
+        if answer_format.kind == "lark":
+            grammar = llguidance.LLMatcher.grammar_from_lark(answer_format.grammar)
+        else:
+            schema = {"type": "object"} if answer_format.kind == "json_object" else answer_format.schema
+            try:
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=json_options())
+            except ValueError as error:
+                raise UserError(f"The response_format's schema is not a JSON object ({error}).") from error
         started = time.perf_counter()
         matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_limits())
         seconds = time.perf_counter() - started
