@@ -18,7 +18,7 @@ import threading
 import time
 
 from .timing import median_ratio
-from .ui_overhead import client_timeline, server
+from .ui_overhead import client_timeline, servers
 
 COUNTRIES = [
     "France",
@@ -96,7 +96,7 @@ def run(settings) -> dict[str, float]:
 
     talks = conversations(settings.load_clients, settings.load_turns)
     app = [sys.executable, "app.py"]
-    with server(app) as one, server(app + ["--concurrency", "1"]) as two:
+    with servers([app, app + ["--concurrency", "1"]]) as (one, two):  # both start at once
         crowds = {name: [Client(c.src, verbose=False) for _ in talks] for name, c in (("one", one), ("two", two))}
         walls = {"alone": [], "one": [], "two": []}
         firsts = {"alone": [], "one": [], "two": []}

@@ -139,20 +139,34 @@ def client_timeline(client, question: str, length: int, history: list[dict] | No
 @contextmanager
 def server(command: list[str], timeout: float = 180.0):
     """Start `command` (which serves on the port it is given) and yield a gradio_client for it."""
-    port = free_port()
-    process = subprocess.Popen(
-        command + ["--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "XDG_DATA_HOME": tempfile.mkdtemp(prefix="bench-")},  # its own saved conversations
-    )
+    with servers([command], timeout) as [client]:
+        yield client
+
+
+@contextmanager
+def servers(commands: list[list[str]], timeout: float = 180.0):
+    """Start every command of `commands` at once (each serves on the port it is given); yield a gradio_client for
+    each, in order, once all answer."""
+    started = []
+    for command in commands:
+        port = free_port()
+        process = subprocess.Popen(
+            command + ["--port", str(port)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "XDG_DATA_HOME": tempfile.mkdtemp(prefix="bench-")},  # its own saved conversations
+        )
+        started.append((process, f"http://127.0.0.1:{port}/"))
     try:
-        yield connect(process, f"http://127.0.0.1:{port}/", time.time() + timeout)
+        deadline = time.time() + timeout
+        yield [connect(process, url, deadline) for process, url in started]
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        for process, _ in started:
+            process.terminate()
+        for process, _ in started:
+            process.wait(timeout=30)
 
 
 def connect(process: subprocess.Popen, url: str, deadline: float):

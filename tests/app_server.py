@@ -45,6 +45,16 @@ GENERATE_RECORD_KEYS = {
 }
 
 
+def generate_here(tmp_path: Path, name: str, *flags: str) -> str:
+    """What `demos/generate.py --output FILE *flags` writes to FILE, run in this process (a reference for a run in
+    other processes: no launch to wait for)."""
+    from local_chat.launchers.generate import main
+
+    output = tmp_path / f"{name}.jsonl"
+    main(["--output", str(output), *flags])
+    return output.read_text()
+
+
 def generate(tmp_path: Path, name: str, *flags: str, launcher=(sys.executable,)) -> str:
     """What `demos/generate.py --output FILE *flags` (run by `launcher`) writes to FILE."""
     output = tmp_path / f"{name}.jsonl"

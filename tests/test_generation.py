@@ -1,5 +1,6 @@
 """Streaming generation: exact stops, incremental detokenization, cancel, batches, sampling."""
 
+import json
 import threading
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from app_server import ForwardCounter
 from torch._dynamo.utils import counters
 
+from local_chat.engine import AnswerFormat, Request, Sampling, collect
 from local_chat.errors import UserError
 from local_chat.model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
 from local_chat.model.meta import MetaModel
@@ -366,6 +368,12 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
             cancel.set()
             steps_at_cancel = len(steps)
     assert piece["finish_reason"] == "cancelled" and len(steps) - steps_at_cancel <= 2
+
+    # an answer held to a schema: each step's mask follows the token read back, queued ahead or not
+    numbers = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 3}
+    held = Request(prompt, Sampling(30, temperature=0.0), answer_format=AnswerFormat("json_schema", numbers))
+    answer = collect(compiled.engine.stream(held))
+    assert answer.text == collect(eager.engine.stream(held)).text and isinstance(json.loads(answer.text), list)
 
 
 def test_compiled_decoding_attends_over_what_the_request_may_hold(byte_model):

@@ -1,6 +1,7 @@
 """--n_gpus N with --device cpu: N processes over gloo in lockstep, as on N GPUs. Answers equal one process's;
 Stop and a dead worker never leave a request waiting."""
 
+import json
 import os
 import signal
 import subprocess
@@ -8,11 +9,17 @@ import sys
 import time
 
 import pytest
-from app_server import ENV, ROOT, TORCHRUN, generate, interrupted, launched, v1_answer, wait_for_pieces
+from app_server import ENV, ROOT, TORCHRUN, generate, generate_here, interrupted, launched, v1_answer, wait_for_pieces
 
 from local_chat.defaults import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
 
 
@@ -24,17 +31,22 @@ pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reaso
     ],
 )
 def test_generate_on_two_ranks_writes_what_one_writes(tmp_path, checkpoints, model, sampling):
+    """The demo model's answers held to a schema, too: rank 0 decides each step with its mask."""
     prompts = ["--prompts", "What is the capital of France?", "Who are you?", "What is the capital of Peru?"]
     path = [] if model == "demo" else ["--pretrained_path", str(checkpoints[model]), "--template", "alpaca"]
-    flags = [*prompts, *path, *sampling, "--batch_size", "2"]
-    one = generate(tmp_path, "one", *flags)
+    (tmp_path / "city.json").write_text(json.dumps(CITY_SCHEMA))
+    schema = ["--json_schema", str(tmp_path / "city.json")] if model == "demo" else []
+    flags = [*prompts, *path, *sampling, *schema, "--batch_size", "2"]
+    one = generate_here(tmp_path, "one", *flags)
     two = generate(tmp_path, "two", *flags, "--n_gpus", "2", "--device", "cpu")
     assert two == one and len(one.splitlines()) == 3
+    if schema:
+        assert all(json.loads(json.loads(line)["response"])["city"] for line in one.splitlines())
 
 
 def test_generate_under_torchrun_writes_what_one_process_writes(tmp_path):
     flags = ["--prompts", "What is the capital of Japan?", "What is the capital of Chile?", "--temperature", "0"]
-    one = generate(tmp_path, "one", *flags)
+    one = generate_here(tmp_path, "one", *flags)
     assert generate(tmp_path, "torchrun", *flags, "--device", "cpu", launcher=TORCHRUN) == one
 
 

@@ -10,6 +10,7 @@ import threading
 import jsonschema
 import pytest
 import text_families
+import tiny_models
 from app_server import serve
 from openai import BadRequestError, OpenAI
 from pydantic import BaseModel, Field
@@ -39,11 +40,15 @@ ANSWER_TOKENS = 400  # above the longest valid answer, byte by byte with every c
 SEEDS = range(20)
 
 
-@pytest.fixture(scope="module", params=["demo", "llama3_1", "qwen3_5", "gpt_oss"])
+@pytest.fixture(scope="module", params=["demo", "llama3_1", "qwen3", "gpt_oss"])
 def model(request, tmp_path_factory):
+    """The demo model, and random ones of three families with their real classes, tokenizers and templates."""
+    folder = tmp_path_factory.mktemp(request.param) / "m"
     if request.param == "demo":
         return MetaModel.from_pretrained(str(DEMO_MODEL))
-    return MetaModel.from_pretrained(str(text_families.build(request.param, tmp_path_factory.mktemp("m") / "m")))
+    if request.param == "qwen3":
+        return MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(folder)))
+    return MetaModel.from_pretrained(str(text_families.build(request.param, folder)))
 
 
 def person(engine, seed: int, logprobs: int | None = None, temperature: float = 1.0):
@@ -321,8 +326,6 @@ def caller(request, tmp_path_factory):
     """A random model of a family whose call format has a grammar (Qwen3's real class and template, too)."""
     folder = tmp_path_factory.mktemp(request.param) / "m"
     if request.param == "qwen3":
-        import tiny_models
-
         return MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(folder)))
     return MetaModel.from_pretrained(str(text_families.build(request.param, folder)))
 
@@ -361,8 +364,6 @@ def test_a_model_without_a_call_format_cannot_be_required_to_call(byte_model):
 
 
 def test_tool_choice_through_v1_with_the_openai_client(tmp_path_factory, client):
-    import tiny_models
-
     qwen = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("q") / "q")))
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
     with serve(qwen) as (url, _):
