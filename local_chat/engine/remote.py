@@ -245,7 +245,7 @@ class RemoteEngine:
         none without) gets the request again without them, and from then on."""
         import openai
 
-        fields, optional = self._fields(request, messages is not None)
+        fields, optional = request_fields(request, messages is not None, self.max_seq_len)
         if self._optional_refused or not optional:
             return self._create(messages, request.prompt, fields)
         try:
@@ -269,9 +269,6 @@ class RemoteEngine:
             return create(model=self.model, messages=messages, stream=True, **fields).__enter__()
         create = self.client.completions.with_streaming_response.create
         return create(model=self.model, prompt=prompt, stream=True, **fields).__enter__()
-
-    def _fields(self, request: Request, chat: bool) -> tuple[dict, dict]:
-        return request_fields(request, chat, self.max_seq_len)
 
     def _read(self, reply, request: Request, messages: list[dict] | None, started: float) -> Iterator[Event]:
         """The answer's events from the engine's chunks: stop strings cut, Stop closing the stream."""

@@ -32,21 +32,22 @@ class Grammars:
     `eos_ids`, the tokens that end an answer (the only ones allowed once the grammar is complete)."""
 
     def __init__(self, hf_tokenizer, vocab_size: int, eos_ids: set[int]):
-        self._hf, self.vocab_size, self._eos = hf_tokenizer, vocab_size, sorted(eos_ids)
+        self._hf, self.vocab_size, self.eos_ids = hf_tokenizer, vocab_size, set(eos_ids)
         self._tokenizer = None
         self._compiled: OrderedDict[str, object] = OrderedDict()
         self._lock = threading.Lock()
 
     def matcher(self, answer_format: AnswerFormat):
         """A new `LLMatcher` at the start of `answer_format`'s grammar; `UserError` for a format it cannot hold."""
+        key = answer_format.key
         with self._lock:
-            compiled = self._compiled.get(answer_format.key)
+            compiled = self._compiled.get(key)
             if compiled is None:
                 compiled = self._compile(answer_format)
-                self._compiled[answer_format.key] = compiled
+                self._compiled[key] = compiled
                 while len(self._compiled) > MAX_GRAMMARS:
                     self._compiled.popitem(last=False)
-            self._compiled.move_to_end(answer_format.key)
+            self._compiled.move_to_end(key)
             return compiled.deep_copy()
 
     def _llg_tokenizer(self):
@@ -54,7 +55,7 @@ class Grammars:
 
         if self._tokenizer is None:
             try:
-                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, self.vocab_size, self._eos or None)
+                self._tokenizer = llguidance.hf.from_tokenizer(self._hf, self.vocab_size, sorted(self.eos_ids) or None)
             except Exception as error:
                 raise UserError(
                     f"This model's tokenizer ({type(self._hf).__name__}) cannot be used for a response_format "
@@ -148,11 +149,12 @@ NO_GRAMMARS = (
 )
 
 
-def token_mask(grammars: Grammars | None, formats: list[AnswerFormat | None], eos_ids: set[int]) -> TokenMask | None:
+def token_mask(grammars: Grammars | None, formats: list[AnswerFormat | None]) -> TokenMask | None:
     """The `TokenMask` of a batch whose rows must follow `formats` (None: a row left free); None where none must.
-    `UserError` where a format cannot be held: a model without `grammars`, a schema refused."""
+    A row ends at one of the grammars' end tokens. `UserError` where a format cannot be held: a model without
+    `grammars`, a schema refused."""
     if not any(formats):
         return None
     if grammars is None:
         raise UserError(NO_GRAMMARS)
-    return TokenMask([grammars.matcher(f) if f is not None else None for f in formats], eos_ids)
+    return TokenMask([grammars.matcher(f) if f is not None else None for f in formats], grammars.eos_ids)

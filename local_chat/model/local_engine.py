@@ -294,7 +294,7 @@ class LocalEngine:
             prompt_tokens = inputs.input_ids.shape[1]
             max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
             [stream] = self._streams(1, list(stop), max_new, cancel, special_tokens)
-            mask = token_mask(self.grammars, [answer_format], self.eos_ids())
+            mask = token_mask(self.grammars, [answer_format])
             prompt_ids = inputs.input_ids[0].tolist()
             batchable = mask is None and self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
             in_batch = bool(others) and batchable
@@ -382,7 +382,7 @@ class LocalEngine:
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
         streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
-        mask = token_mask(self.grammars, answer_formats or [None] * len(prompts), self.eos_ids())
+        mask = token_mask(self.grammars, answer_formats or [None] * len(prompts))
         decide = self._decider(streams)
         for _ in generate_tokens(
             self.llma, inputs, sampling, decide, static=self.static, max_new_tokens=max_new, mask=mask

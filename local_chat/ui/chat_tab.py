@@ -235,11 +235,11 @@ class ChatTab(SavedConversations):
         return images, "Taken out of the message (your text is still there): " + " ".join(refused)
 
     async def regenerate(self, request: gr.Request, history, *settings):
-        history = up_to_last_question(history)
+        settings, history = ChatSettings(*settings), up_to_last_question(history)
         if not history:
-            yield history, "", settings[0], gr.skip()
+            yield history, "", settings.conversation_id, gr.skip()
             return
-        async for update in self.respond(history, ChatSettings(*settings), request):
+        async for update in self.respond(history, settings, request):
             yield update
 
     async def edit(self, request: gr.Request, edited: gr.EditData, history, *settings):
