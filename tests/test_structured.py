@@ -15,6 +15,7 @@ from app_server import serve
 from openai import BadRequestError, OpenAI
 from pydantic import BaseModel, Field
 
+from bench.families import ForcedAnswer
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import AnswerFormat, ChatOptions, End, Request, Sampling, collect
 from local_chat.engine.chats import ChatEngine
@@ -330,11 +331,14 @@ def caller(request, tmp_path_factory):
     return MetaModel.from_pretrained(str(text_families.build(request.param, folder)))
 
 
+NO_THINKING = {"enable_thinking": False}  # a random model that may reason rambles on: Qwen3's calls come at once
+
+
 def required_call(model, seed: int, only: str | None = None):
     asked = Request(
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
         sampling=Sampling(ANSWER_TOKENS, temperature=1.0, seed=seed),
-        chat=ChatOptions(tools=TOOLS, tool_choice="required", tool_name=only),
+        chat=ChatOptions(tools=TOOLS, tool_choice="required", tool_name=only, template_kwargs=NO_THINKING),
     )
     return collect(ChatEngine(model.engine, "chat_template").stream(asked))
 
@@ -370,7 +374,14 @@ def test_tool_choice_through_v1_with_the_openai_client(tmp_path_factory, client)
         api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         named = {"type": "function", "function": {"name": "get_weather"}}
         reply = api.chat.completions.create(
-            model="m", messages=question, tools=TOOLS, tool_choice=named, temperature=1.0, seed=2, max_tokens=300
+            model="m",
+            messages=question,
+            tools=TOOLS,
+            tool_choice=named,
+            temperature=1.0,
+            seed=2,
+            max_tokens=300,
+            extra_body={"chat_template_kwargs": NO_THINKING},
         )
     [call] = reply.choices[0].message.tool_calls
     assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
@@ -383,3 +394,75 @@ def test_tool_choice_through_v1_with_the_openai_client(tmp_path_factory, client)
         with pytest.raises(BadRequestError) as refused:
             client.chat.completions.create(model="m", messages=question, **fields)
         assert said in refused.value.body["message"], refused.value.body
+
+
+# ----- a reasoning model reasons first: the format holds from the end of its reasoning -----
+
+SMALL = {
+    "type": "object",
+    "properties": {"n": {"type": "string", "maxLength": 6}, "k": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["n", "k"],
+    "additionalProperties": False,
+}
+
+
+def forced_chat(model, family: str, written: str, chat: ChatOptions, answer_format=None):
+    """The answer to a chat question of a family's random model made to write `written` (as a trained one would)
+    wherever the mask lets it; each token the mask refuses is the model's own choice among those it allows."""
+    end = "<|im_end|>" if family == "qwen3" else text_families.FAMILIES[family].end
+    forced = ForcedAnswer(model.llma, model.engine.tokenizer.hf, written, end)
+    asked = Request(
+        messages=[{"role": "user", "content": "Who?"}],
+        sampling=Sampling(ANSWER_TOKENS, temperature=0.0),
+        chat=chat,
+        answer_format=answer_format,
+    )
+    try:
+        return collect(ChatEngine(model.engine, "chat_template").stream(asked))
+    finally:
+        forced.remove()
+
+
+@pytest.fixture(scope="module", params=["smollm3", "gpt_oss", "ministral3", "r1_distill_qwen", "qwen3_5"])
+def reasoner(request, tmp_path_factory):
+    folder = text_families.build(request.param, tmp_path_factory.mktemp(request.param) / "m")
+    return request.param, MetaModel.from_pretrained(str(folder))
+
+
+def test_the_schema_holds_from_where_the_reasoning_ends(reasoner):
+    family, model = reasoner
+    written = text_families.FAMILIES[family].think("I reason.", "Not JSON, but prose.")
+    answer = forced_chat(model, family, written, ChatOptions(), AnswerFormat("json_schema", SMALL))
+    assert answer.end.error is None and answer.reasoning == "I reason.", (answer.reasoning, answer.text)
+    jsonschema.validate(json.loads(answer.text), SMALL)
+    valid = '{"n":"Al","k":3}'  # what a trained model writes after its reasoning passes as it is
+    written = text_families.FAMILIES[family].think("I reason.", valid)
+    assert forced_chat(model, family, written, ChatOptions(), AnswerFormat("json_schema", SMALL)).text == valid
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma4_text"])
+def test_with_thinking_off_the_schema_holds_from_the_first_token(family, tmp_path):
+    """Qwen3's template closes the reasoning when enable_thinking is false; Gemma 4's unless it is true."""
+    folder = tmp_path / "m"
+    build = tiny_models.save_tiny_qwen3 if family == "qwen3" else lambda f: text_families.build(family, f)
+    model = MetaModel.from_pretrained(str(build(folder)))
+    think = {"qwen3": "<think>\n{r}\n</think>\n\n{a}", "gemma4_text": text_families.FAMILIES["gemma4_text"].thought}
+    written = think[family].replace("{r}", "I reason.").replace("{a}", "Prose.")
+    off = ChatOptions(template_kwargs={"enable_thinking": False})
+    answer = forced_chat(model, family, written, off, AnswerFormat("json_schema", SMALL))
+    assert answer.reasoning == "" and answer.end.error is None
+    jsonschema.validate(json.loads(answer.text), SMALL)
+    on = ChatOptions(template_kwargs={"enable_thinking": True})
+    answer = forced_chat(model, family, written, on, AnswerFormat("json_schema", SMALL))
+    assert answer.reasoning == "I reason.", answer
+    jsonschema.validate(json.loads(answer.text), SMALL)
+
+
+@pytest.mark.parametrize("family", ["smollm3", "gpt_oss", "ministral3"])
+def test_a_required_call_may_follow_the_reasoning(family, tmp_path):
+    model = MetaModel.from_pretrained(str(text_families.build(family, tmp_path / "m")))
+    written = text_families.FAMILIES[family].call("get_time", '{"zone": "UTC"}')
+    answer = forced_chat(model, family, written, ChatOptions(tools=TOOLS, tool_choice="required"))
+    [call] = answer.tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("get_time", {"zone": "UTC"}) and answer.text == ""
+    assert answer.reasoning == ("" if family == "ministral3" else "I call it.")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.errors import UserError
 from local_chat.model.detokenize import StopStrings
-from local_chat.prompting.call_grammars import call_grammar
+from local_chat.prompting.answer_grammars import held_answer
 from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
 from local_chat.prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
 from local_chat.prompting.response_formats import (
@@ -121,10 +121,9 @@ class ChatEngine:
             kept, dropped, tokens, images = self._kept(request.messages, options)
             return Rendered(shown_messages(kept), dropped, tokens, images), replace(request, messages=kept), None
         built = messages_prompt(self.engine, self._template(options), request.messages, options, self.max_upload_mb)
-        required = options.tool_choice == "required" and options.tools
         sent = replace(
             request,
-            answer_format=self._required_call(options) if required else request.answer_format,
+            answer_format=self._held_format(request.answer_format, options, built.text),
             prompt=built.text,
             stop=tuple(built.stop_symbols),  # the caller's own stop strings are looked for in the answer text only
             images=built.images or None,
@@ -136,15 +135,20 @@ class ChatEngine:
         parser = AnswerParser(self.response_style, built.text, options)
         return Rendered(built.text, built.dropped_turns, built.tokens, len(built.images)), sent, parser
 
-    def _required_call(self, options: ChatOptions) -> AnswerFormat:
-        """The grammar of one call of the allowed tools, in the model's call format (`tool_choice` "required")."""
-        if not self.response_style.reads_special_tokens:
+    def _held_format(self, asked: AnswerFormat | None, options: ChatOptions, prompt: str) -> AnswerFormat | None:
+        """What the answer to `prompt` is held to: `asked` (a JSON format), or one call of the allowed tools where
+        `tool_choice` requires one; after the reasoning, where the model's format has one."""
+        required = options.tool_choice == "required" and bool(options.tools)
+        style = self.response_style
+        if required and not style.reads_special_tokens:
             raise UserError(
                 'This model has no known tool-call format, so a call cannot be required; send tool_choice "auto".'
             )
+        if not (required or (asked is not None and style.reads_special_tokens)):
+            return asked  # no format, or no known frame: held from the answer's first token
         hf = getattr(self.engine.tokenizer, "hf", None)
-        grammar = call_grammar(self.response_style.template, options.tools, options.tool_name, hf)
-        return AnswerFormat("lark", grammar=grammar)
+        tools = options.tools if required else None
+        return held_answer(style.template, prompt, hf, asked, tools, options.tool_name)
 
     def _template(self, options: ChatOptions) -> str:
         return options.template or self.template

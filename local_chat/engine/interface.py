@@ -74,7 +74,7 @@ ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
 class AnswerFormat:
     """What an answer must be, enforced token by token (model/constraints.py): `kind` "json_object" (any JSON object),
     "json_schema" (valid against `schema`, a JSON schema; `name` as the caller gave it), or "lark" (`grammar`, in
-    llguidance's Lark: a required tool call in the family's format, prompting/call_grammars.py)."""
+    llguidance's Lark: a required tool call in the family's format, prompting/answer_grammars.py)."""
 
     kind: str
     schema: dict | None = field(default=None, hash=False)
