@@ -143,7 +143,7 @@ def llguidance_walk(hf, vocab: int, ids: list[int]) -> float:
     import llguidance.hf
     import llguidance.torch as llg_torch
 
-    from local_chat.model.constraints import json_options
+    from local_chat.prompting.answer_grammars import json_options
 
     grammar = llguidance.LLMatcher.grammar_from_json_schema(twenty_fields(), overrides=json_options())
     matcher = llguidance.LLMatcher(llguidance.hf.from_tokenizer(hf, vocab), grammar, log_level=0)

@@ -10,6 +10,7 @@ MAX_UPLOAD_MB = 20  # the default of --max_upload_mb: an image, or a conversatio
 IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks
 IMAGE_TRANSFORM = "auto"  # --image_transform's default, and the page's
 DEFAULT_CONTEXT = 4096  # --max_seq_len's default for a local model, and `MetaModel.from_pretrained`'s
+EXIT_AFTER_FAILURE_S = 3.0  # how long a process that failed waits, so that its sentence reaches the browser
 MAX_CACHED_SESSIONS = 8  # --max_cached_sessions: conversations whose KV cache is kept between turns
 
 

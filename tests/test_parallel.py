@@ -79,8 +79,8 @@ def app_on_two_ranks():
 
 
 def follower_of(app) -> int:
-    """Rank 1: the launcher's oldest child (it starts while the model loads; the web server's process after)."""
-    found = subprocess.run(["pgrep", "-o", "-P", str(app.pid), "-f", "spawn_main"], capture_output=True, text=True)
+    """Rank 1: the launcher's newest child (the web server's process starts first, then the ranks load the model)."""
+    found = subprocess.run(["pgrep", "-n", "-P", str(app.pid), "-f", "spawn_main"], capture_output=True, text=True)
     return int(found.stdout)
 
 

@@ -14,7 +14,8 @@ from app_server import ForwardCounter, interrupted, launched, v1_answer, wait_fo
 
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, End, Engine, Request, Sampling
-from local_chat.engine.process import PipeEngine, model_facts, serve_model
+from local_chat.engine.pipe import PipeEngine
+from local_chat.engine.process import model_facts, serve_model
 
 
 @pytest.fixture

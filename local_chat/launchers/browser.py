@@ -6,6 +6,7 @@ With --api_base no model loads: the web server runs in the launcher's process, o
 
 from __future__ import annotations
 
+import os
 import sys
 
 from local_chat.errors import UserError
@@ -20,28 +21,42 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     args = parser(description).parse_args(argv)  # before torch and transformers load: --help answers at once
     from local_chat.prompting import default_template
 
+    server = web_server(args)  # first: its start overlaps all the rest
     try:
         check_serving_flags(args)
-        open_history(args).close()  # a database that cannot be used is told now, not after the model loads
+        check_history(args)  # a database that cannot be used is told now, not after the model loads
         engine = load_engine(args, with_visual=with_visual)
         template = default_template(engine, args.template)
+        for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
+            print(f"warning: {warning}", file=sys.stderr)
+        if server is None:  # --api_base: no model here, the web server is the only process
+            args.concurrency = args.concurrency or ENGINE_PLACES
+            serve(engine, description, tabs, template, args)
+            return
+        from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process
+
+        leave_a_core_to_the_server(engine)
+        compile_before_answering(engine)  # with the threads it will answer with
+        start_batching(engine, args)
+        try:
+            serve_in_own_process(server, engine, description, tabs, template, args)
+        finally:
+            engine.stop_batching()  # its thread would keep the process alive
     except UserError as error:
         fail(error)
-    for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.api_base is not None:  # no model here: the web server is the only process
-        args.concurrency = args.concurrency or ENGINE_PLACES
-        serve(engine, description, tabs, template, args)
-        return
-    from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process  # torch: a local model
-
-    leave_a_core_to_the_server(engine)
-    compile_before_answering(engine)  # with the threads it will answer with
-    start_batching(engine, args)
-    try:
-        serve_in_own_process(engine, serve, description, tabs, template, args)
     finally:
-        engine.stop_batching()  # its thread would keep the process alive
+        if server is not None:
+            server.close()
+
+
+def web_server(args):
+    """The web server's process (engine/pipe.py's `WebServer`), started now so that it gets ready while the model
+    loads; None with --api_base (no model here: the server runs in this process) and on torchrun's other ranks."""
+    if args.api_base is not None or os.environ.get("RANK", "0") != "0":
+        return None
+    from local_chat.engine.pipe import WebServer
+
+    return WebServer(serve)
 
 
 def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:
@@ -85,10 +100,24 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) 
 def open_history(args):
     """The saved conversations (ui/history.py's `SavedChats`) the flags ask for: --history_db (default: in the
     user's data folder), or none with --no_history."""
-    from local_chat.history import Store, default_db_path
     from local_chat.ui.history import SavedChats
 
-    return SavedChats(None if args.no_history else Store(args.history_db or default_db_path()), args.max_upload_mb)
+    return SavedChats(history_store(args), args.max_upload_mb)
+
+
+def check_history(args) -> None:
+    """Open and close the database the flags name: one that cannot be used is a `UserError` (without Gradio, which
+    only the web server's process imports)."""
+    store = history_store(args)
+    if store is not None:
+        store.close()
+
+
+def history_store(args):
+    """The `Store` of --history_db (default: in the user's data folder), or None with --no_history."""
+    from local_chat.history import Store, default_db_path
+
+    return None if args.no_history else Store(args.history_db or default_db_path())
 
 
 def app(argv=None) -> None:

@@ -15,15 +15,10 @@ import torch
 
 from local_chat.engine.interface import AnswerFormat
 from local_chat.errors import UserError
+from local_chat.prompting.answer_grammars import json_options
 
 MAX_GRAMMARS = 64  # compiled grammars kept per model, the last used
 MAX_COMPILE_S = 1.0  # a schema whose grammar takes longer to compile is refused
-
-
-def json_options() -> dict:
-    """llguidance's JSON options: compact JSON, no whitespace of the model's choosing (a random model would fill
-    its answer with it)."""
-    return {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
 
 class Grammars:

@@ -36,10 +36,10 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
+from local_chat.defaults import EXIT_AFTER_FAILURE_S
 from local_chat.errors import UserError, described
 
 IDLE_FOREVER = datetime.timedelta(days=365)  # followers may wait for the next request as long as the app runs
-EXIT_AFTER_FAILURE_S = 3.0  # long enough for the error to reach the browser
 
 
 def leave() -> None:

@@ -17,13 +17,18 @@ import re
 
 from local_chat.engine.interface import AnswerFormat
 from local_chat.errors import UserError
-from local_chat.model.constraints import json_options
 
 from .response_formats import HARMONY, LLAMA3_JSON_CALLS, MISTRAL_THINK, RESPONSE_FORMATS
 
 QWEN_CALLS = next(v for types, v in RESPONSE_FORMATS.items() if "qwen3" in types)
 COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}  # as the templates write JSON
 AFTER_REASONING = r"/[ \n]{0,2}/"  # the blank lines a model leaves between its reasoning and its answer
+
+
+def json_options() -> dict:
+    """llguidance's JSON options: compact JSON, no whitespace of the model's choosing (a random model would fill
+    its answer with it)."""
+    return {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
 
 def held_answer(
