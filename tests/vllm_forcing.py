@@ -26,6 +26,8 @@ class ForcedAnswer(LogitsProcessor):
 
     def apply(self, logits):
         for row, (ids, output) in self.requests.items():
+            if not ids:  # nothing forced: the model answers as it would
+                continue
             token = ids[min(len(output), len(ids) - 1)]
             logits[row] = float("-inf")
             logits[row, token] = 0.0
