@@ -9,6 +9,8 @@ import random
 import signal
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +22,8 @@ from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import End
 from local_chat.errors import UserError
 from local_chat.history import Store
-from local_chat.history.store import SCHEMA_VERSION
+from local_chat.history import store as store_module
+from local_chat.history.store import SCHEMA_VERSION, Changed
 from local_chat.launchers import browser as launchers
 from local_chat.launchers.loading import free_port
 from local_chat.model.meta import MetaModel
@@ -51,8 +54,8 @@ def test_conversations_round_trip_and_an_image_is_kept_once(tmp_path):
     first, again = store.put_image(png), store.put_image(png)
     assert first == again and len(list(store.images.iterdir())) == 1  # never a second copy of the same bytes
     messages = [{"role": "user", "content": [{"type": "image", "sha256": first}, {"type": "text", "text": "Hi"}]}]
-    older = store.save("alice", None, [{"role": "user", "content": "What is 2 plus 2?"}])
-    newer = store.save("alice", None, messages)
+    older = store.save("alice", None, [{"role": "user", "content": "What is 2 plus 2?"}]).id
+    newer = store.save("alice", None, messages).id
     assert store.titles("alice") == [("Hi", newer), ("What is 2 plus 2?", older)]  # newest first
     store.save(
         "alice", older, [{"role": "user", "content": "What is 2 plus 2?"}, {"role": "assistant", "content": "4"}]
@@ -70,7 +73,7 @@ def test_conversations_round_trip_and_an_image_is_kept_once(tmp_path):
 
 def test_an_owner_never_reaches_another_owners_conversation(tmp_path):
     store = Store(tmp_path / "chats.db")
-    alices = store.save("user:alice", None, [{"role": "user", "content": "secret"}])
+    alices = store.save("user:alice", None, [{"role": "user", "content": "secret"}]).id
     for action in (
         lambda: store.get("user:bob", alices),
         lambda: store.rename("user:bob", alices, "mine"),
@@ -101,11 +104,6 @@ def test_a_database_that_cannot_be_used_is_one_sentence_and_left_alone(tmp_path)
     with pytest.raises(UserError, match="written by a newer version of this app"):
         Store(newer)
 
-    used = Store(tmp_path / "used.db")
-    with pytest.raises(UserError, match="Another app is using the history database"):
-        Store(tmp_path / "used.db")
-    used.close()
-
     locked = tmp_path / "locked.db"
     Store(locked).close()
     holder = sqlite3.connect(locked, isolation_level=None)
@@ -116,6 +114,64 @@ def test_a_database_that_cannot_be_used_is_one_sentence_and_left_alone(tmp_path)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+V2_SQL = Path(__file__).resolve().parent / "data" / "conversations-v2.sql"  # a database the app wrote at schema 2
+V2_OWNER = "browser:" + "b" * 32
+HI = [{"role": "user", "content": "Hi"}]
+HI_AND_HELLO = HI + [{"role": "assistant", "content": "Hello!"}]
+
+
+def test_two_apps_share_one_database_and_a_stale_save_is_refused(tmp_path):
+    one, two = Store(tmp_path / "chats.db"), Store(tmp_path / "chats.db")  # two apps: no lock between them
+    saved = one.save("alice", None, HI)
+    assert saved.revision == 0 and two.get("alice", saved.id).revision == 0
+    assert one.save("alice", saved.id, HI_AND_HELLO, read=0).revision == 1
+    with pytest.raises(Changed, match="changed in another window; reload it"):
+        two.save("alice", saved.id, HI + [{"role": "assistant", "content": "Overwritten?"}], read=0)
+    assert two.get("alice", saved.id).messages == HI_AND_HELLO  # not overwritten
+    reread = two.get("alice", saved.id).revision  # a reload reads it again, and saves
+    assert two.save("alice", saved.id, HI_AND_HELLO + HI, read=reread).revision == 2
+    assert one.titles("alice") == [("Hi", saved.id)]
+    one.close(), two.close()
+
+
+def test_a_version_2_database_is_upgraded_once_by_two_apps_starting_together(tmp_path, monkeypatch):
+    path = tmp_path / "conversations.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(V2_SQL.read_text())
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    with ThreadPoolExecutor(2) as pool:
+        stores = list(pool.map(lambda _: Store(path), range(2)))
+    found = stores[0].get(V2_OWNER, "conversation-two")
+    assert found.revision == 0 and found.options == {"thinking": False} and found.messages[1]["content"] == "It is 4."
+    assert stores[1].save(V2_OWNER, found.id, found.messages + HI, read=0).revision == 1
+    for store in stores:
+        store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert [row[1] for row in db.execute("PRAGMA table_info(conversations)")].count("revision") == 1
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)  # the app before this schema
+    with pytest.raises(UserError, match="was written by a newer version of this app"):
+        Store(path)
+
+
+def test_a_page_that_read_an_older_revision_is_told_to_reload_and_keeps_its_turn(demo, tmp_path):
+    saved = SavedChats(Store(tmp_path / "chats.db"))
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", saved)
+    browser_id = saved.browser_id(None)
+    first, _, _, conversation, _ = chat_turn(tab, "What is the capital of France?", [], None, browser_id, "A")
+    owner = saved.owner(browser_id, SimpleNamespace(username=None))
+    shown = saved.shown(owner, conversation, saved.opened("B", owner, conversation).messages)  # another window
+    chat_turn(tab, "What is 23 plus 45?", first, conversation, browser_id, "A")  # the first window goes on
+    stale, *_ = chat_turn(tab, "What is the capital of Peru?", shown, conversation, browser_id, "B")
+    assert "changed in another window; reload it" in stale[-1]["content"]
+    assert any("Peru" in str(entry["content"]) for entry in stale)  # the question stays on its page
+    kept = saved.store.get(owner, conversation).messages
+    assert "23 plus 45" in str(kept) and "Peru" not in str(kept)
+    reopened = saved.shown(owner, conversation, saved.opened("B", owner, conversation).messages)  # a reload
+    again, *_ = chat_turn(tab, "What is the capital of Peru?", reopened, conversation, browser_id, "B")
+    assert again[-2]["content"].endswith("Lima.") and "Lima." in str(saved.store.get(owner, conversation).messages)
 
 
 def test_a_launcher_refuses_a_corrupt_database_before_loading_the_model(tmp_path, capsys):
@@ -422,6 +478,27 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
     assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the first answer, whole
     assert messages[-1]["content"] == "Tell me more", messages[-1]  # only the answer being written was lost
     store.close()
+
+
+def test_two_apps_on_one_machine_start_on_the_default_database_each_with_its_conversations(browser, byte_llama_dir):  # noqa: F811
+    """The demo model and another model, served at once by two apps on the user's default database."""
+    shared = {"XDG_DATA_HOME": str(Path(os.environ["XDG_DATA_HOME"]) / "one-user")}
+    apps = [launched(env=shared), launched("--pretrained_path", str(byte_llama_dir), env=shared)]
+    try:
+        for (_, client), question in zip(apps, ("What is the capital of France?", "Hi")):
+            page = open_page(browser, client.src)
+            send(page, question)
+            page.locator(".chat-list label").first.wait_for(timeout=60_000)  # saved: listed in its sidebar
+            page.close()
+    finally:
+        for app, _ in apps:
+            app.terminate()
+        outputs = [app.communicate(timeout=30)[0] for app, _ in apps]
+    database = Path(shared["XDG_DATA_HOME"]) / "local-chat" / "conversations.db"
+    assert all(f"Conversations are kept in {database}." in output for output in outputs), outputs
+    with sqlite3.connect(database) as db:
+        titles = sorted(title for (title,) in db.execute("SELECT title FROM conversations"))
+    assert titles == ["Hi", "What is the capital of France?"]
 
 
 def test_an_edited_question_keeps_its_images():

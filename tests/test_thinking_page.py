@@ -182,7 +182,7 @@ def test_a_version_1_database_is_upgraded_and_the_old_app_refuses_the_new_one(tm
     ]  # fmt: skip
     assert messages[1]["content"] == "The user greets me. I greet back."
     assert messages[2]["content"] == "Hello! How can I help?" and messages[9]["content"] == "It is 4."
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
 
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)  # the app before this schema
     with pytest.raises(UserError, match="was written by a newer version of this app"):

@@ -10,8 +10,12 @@
   stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
   against the conversation's owner), never through Gradio's file serving.
 - The schema has a version (`PRAGMA user_version`) and migrations from the first version on. A database that is
-  corrupt, locked by another process, of a newer schema, or in use by another app is one sentence (`UserError`),
-  never replaced or overwritten.
+  corrupt, locked by another process or of a newer schema is one sentence (`UserError`), never replaced or
+  overwritten. Apps starting together migrate it once: each step re-reads the version inside its transaction.
+- Several apps on one machine may use one database at once (WAL mode, no lock of their own): each conversation has a
+  revision, one more at each save, and a page's save names the revision that page read; a conversation changed
+  since (in another window, or another app) is not overwritten: the save is refused (`Changed`) and the page says
+  to reload it.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from local_chat.errors import UserError
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # schema 1's page conventions, which schema 2 turns into kinds
 V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
 V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -74,6 +79,7 @@ MIGRATIONS: dict[int, list] = {
         "CREATE INDEX conversations_by_owner ON conversations (owner, updated DESC)",
     ],
     2: ["ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'", typed_v1_messages],
+    3: ["ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0"],
 }
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
@@ -95,6 +101,19 @@ class SavedConversation:
     updated: float
     messages: list[dict]
     options: dict = field(default_factory=dict)  # the page's choices for it (its thinking switch)
+    revision: int = 0  # one more at each save: a page that read an older one saves nothing (`Changed`)
+
+
+class Saved(NamedTuple):
+    id: str
+    revision: int
+
+
+class Changed(UserError):
+    """A save refused: the conversation changed (in another window or app) after the saving page read it."""
+
+    def __init__(self):
+        super().__init__("This conversation changed in another window; reload it (your message is kept here).")
 
 
 def title_of(messages: list[dict]) -> str:
@@ -124,7 +143,8 @@ def image_hashes(messages: list[dict]) -> set[str]:
 
 
 class Store:
-    """The conversations of every owner, in one SQLite file that this app holds for as long as it runs."""
+    """The conversations of every owner, in one SQLite file that several apps on one machine may share (WAL mode;
+    each save checks the revision its page read)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
@@ -135,7 +155,6 @@ class Store:
         except OSError as error:
             raise UserError(f"The history folder {self.path.parent} cannot be created ({error.strerror}); pass "
                             "--history_db with a writable place, or --no_history.")  # fmt: skip
-        self._app_lock = hold_app_lock(self.path)
         self._write = threading.Lock()
         try:
             self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None, check_same_thread=False)
@@ -215,12 +234,12 @@ class Store:
 
     def get(self, owner: str, conversation_id: str) -> SavedConversation:
         row = self._db.execute(
-            "SELECT id, title, updated, messages, options FROM conversations WHERE id = ? AND owner = ?",
+            "SELECT id, title, updated, messages, options, revision FROM conversations WHERE id = ? AND owner = ?",
             (str(conversation_id), owner),
         ).fetchone()
         if row is None:
             raise UserError("There is no such conversation among yours; it may have been deleted.")
-        return SavedConversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]))
+        return SavedConversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5])
 
     def save(
         self,
@@ -229,30 +248,37 @@ class Store:
         messages: list[dict],
         title: str | None = None,
         options: dict | None = None,
-    ) -> str:
+        read: int | None = None,
+    ) -> Saved:
         """Write `messages` (and `options`, where given) as the conversation `conversation_id` of `owner` (a new one
-        when None); its id."""
+        when None); its id and its revision now. `read`: the revision the saving page read (None: no check); where
+        the conversation has another by now, nothing is written (`Changed`)."""
         now = time.time()
         data = json.dumps(messages, ensure_ascii=False)
         kept = json.dumps(options or {})
         with self._transaction():
             if conversation_id is not None:
-                updated = self._db.execute(
-                    "UPDATE conversations SET messages = ?, updated = ?, options = CASE WHEN ? THEN ? ELSE options END "
-                    "WHERE id = ? AND owner = ?",
-                    (data, now, options is not None, kept, conversation_id, owner),
-                ).rowcount
-                if updated:
-                    return conversation_id
-                if self._db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone():
+                row = self._db.execute(
+                    "SELECT owner, revision FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                if row is not None and row[0] != owner:
                     raise UserError("There is no such conversation among yours; it may have been deleted.")
+                if row is not None:
+                    if read is not None and row[1] != read:
+                        raise Changed()
+                    self._db.execute(
+                        "UPDATE conversations SET messages = ?, updated = ?, revision = revision + 1, "
+                        "options = CASE WHEN ? THEN ? ELSE options END WHERE id = ?",
+                        (data, now, options is not None, kept, conversation_id),
+                    )
+                    return Saved(conversation_id, row[1] + 1)
             conversation_id = conversation_id or secrets.token_urlsafe(16)
             self._db.execute(
                 "INSERT INTO conversations (id, owner, title, created, updated, messages, options) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, owner, title or title_of(messages), now, now, data, kept),
             )
-        return conversation_id
+        return Saved(conversation_id, 0)
 
     def rename(self, owner: str, conversation_id: str, title: str) -> None:
         title = " ".join((title or "").split())[:200]
@@ -303,23 +329,3 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
-        self._app_lock.close()
-
-
-def hold_app_lock(path: Path):
-    """An exclusive lock on PATH.lock for as long as this app runs: a second app on the same database is refused."""
-    lock_path = path.with_name(path.name + ".lock")
-    handle = open(lock_path, "a+")
-    try:
-        import fcntl
-
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:  # not on POSIX: no lock between apps
-        return handle
-    except OSError:
-        handle.close()
-        raise UserError(
-            f"Another app is using the history database {path}; stop it, or pass --history_db with another file "
-            "(or --no_history)."
-        )
-    return handle

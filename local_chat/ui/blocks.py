@@ -73,6 +73,7 @@ def build_app(
         def tab_closed(request: gr.Request):
             cancels.cancel_session(request.session_hash)
             engine.drop_sessions(request.session_hash)
+            saved.forget(request.session_hash)
 
         app.unload(tab_closed)
     return app

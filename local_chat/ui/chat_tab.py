@@ -110,7 +110,7 @@ class ChatTab(SavedConversations):
         listed = gr.skip()
         try:
             owner = self._owner(browser_id, request)
-            conversation_id, listed = self._commit(owner, conversation_id, history)  # the question is kept from now on
+            conversation_id, listed = self._commit(request, owner, conversation_id, history)  # the question is kept
             sampling = settings.sampling
             messages = self.saved.for_the_model(model_view(history))
             if self.single_turn:  # each question alone
@@ -156,15 +156,18 @@ class ChatTab(SavedConversations):
             yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation_id, gr.skip()
         if line and not failed:
             history.append(turns.stats(line))
-        yield history, prompt, *self._commit(owner, conversation_id, history, thinking)
+        try:
+            yield history, prompt, *self._commit(request, owner, conversation_id, history, thinking)
+        except UserError as error:  # changed in another window meanwhile: shown, not saved
+            yield history + [turns.error(str(error))], prompt, conversation_id, gr.skip()
 
-    def _commit(self, owner, conversation_id, history, thinking=None) -> tuple:
+    def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
-        the page has one)."""
+        the page has one); `UserError` where it cannot be (changed in another window since this page read it)."""
         if owner is None:
             return conversation_id, gr.skip()
         options = {"thinking": thinking} if thinking is not None else None
-        conversation_id = self.saved.save(owner, conversation_id, history, options)
+        conversation_id = self.saved.save(request.session_hash, owner, conversation_id, history, options)
         return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
 
     @functools.cached_property
@@ -257,8 +260,10 @@ class ChatTab(SavedConversations):
         history = turns.marked_stopped(history)
         if history is None:
             return gr.skip(), gr.skip(), gr.skip()
-        owner = self._owner(browser_id, request)
-        return history, *self._commit(owner, conversation_id, history)
+        try:
+            return history, *self._commit(request, self._owner(browser_id, request), conversation_id, history)
+        except UserError as error:
+            return history + [turns.error(str(error))], gr.skip(), gr.skip()
 
     def undo(self, history, conversation_id, browser_id, request: gr.Request):
         history = up_to_last_question(history)
@@ -266,11 +271,11 @@ class ChatTab(SavedConversations):
         text = (last.get("text") or message_text(last["content"])) if last else ""
         if conversation_id is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation_id, gr.skip()
-        return (
-            history,
-            {"text": text, "files": []},
-            *self._commit(self._owner(browser_id, request), conversation_id, history),
-        )
+        try:
+            saved = self._commit(request, self._owner(browser_id, request), conversation_id, history)
+        except UserError as error:  # the page keeps what it showed, the question back in the box
+            return history + [turns.error(str(error))], {"text": text, "files": []}, gr.skip(), gr.skip()
+        return history, {"text": text, "files": []}, *saved
 
     # ----- the layout -----
 

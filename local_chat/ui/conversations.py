@@ -21,7 +21,7 @@ class SavedConversations:
         was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
         if isinstance(was_open, str):
             try:
-                found = self.saved.store.get(owner, was_open)
+                found = self.saved.opened(request.session_hash, owner, was_open)
                 shown, conversation_id, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
             except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
                 pass
@@ -34,7 +34,7 @@ class SavedConversations:
             return gr.skip(), gr.skip(), gr.skip(), ""
         try:
             owner = self._owner(browser_id, request)
-            found = self.saved.store.get(owner, chosen)
+            found = self.saved.opened(request.session_hash, owner, chosen)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), str(error)
         return self.saved.shown(owner, found.id, found.messages), found.id, found.title, ""
@@ -89,7 +89,7 @@ class SavedConversations:
         try:
             owner = self._owner(browser_id, request)
             conversation_id = self.saved.import_file(owner, path)
-            found = self.saved.store.get(owner, conversation_id)
+            found = self.saved.opened(request.session_hash, owner, conversation_id)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
         shown = self.saved.shown(owner, conversation_id, found.messages)

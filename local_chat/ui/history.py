@@ -17,6 +17,7 @@ import json
 import re
 import secrets
 import tempfile
+import threading
 from pathlib import Path
 
 import gradio as gr
@@ -26,7 +27,7 @@ from starlette.routing import Route
 
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.errors import UserError
-from local_chat.history.store import Store, text_of, title_of
+from local_chat.history.store import SavedConversation, Store, text_of, title_of
 from local_chat.prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
 
 from .turns import model_view, thinking, tool_call, tool_result
@@ -57,6 +58,20 @@ class SavedChats:
     def __init__(self, store: Store | None, max_upload_mb: float = MAX_UPLOAD_MB):
         self.store = store
         self.max_upload_mb = max_upload_mb
+        self._read: dict[tuple[str, str], int] = {}  # (page, conversation id): the revision that page read or wrote
+        self._saving = threading.Lock()  # one page's saves one after the other (Stop's beside its answer's)
+
+    def opened(self, page: str, owner: str, conversation_id: str) -> SavedConversation:
+        """`owner`'s conversation as the page `page` (a browser tab's session) opens it: its revision is the one
+        that page's next save must find."""
+        found = self.store.get(owner, conversation_id)
+        self._read[(page, found.id)] = found.revision
+        return found
+
+    def forget(self, page: str) -> None:
+        """A closed page's read revisions."""
+        for key in [key for key in self._read if key[0] == page]:
+            del self._read[key]
 
     @property
     def on(self) -> bool:
@@ -154,14 +169,24 @@ class SavedChats:
     # ----- saving -----
 
     def save(
-        self, owner: str | None, conversation_id: str | None, history: list[dict], options: dict | None = None
+        self,
+        page: str,
+        owner: str | None,
+        conversation_id: str | None,
+        history: list[dict],
+        options: dict | None = None,
     ) -> str | None:
-        """Commit the chat (and its `options`, where given) as conversation `conversation_id` (created if new); its
-        id (None without a store)."""
+        """Commit the chat of page `page` (and its `options`, where given) as conversation `conversation_id`
+        (created if new); its id (None without a store). `Changed` where it changed since that page read it."""
         if not self.on or owner is None:
             return None
         conversation_id = conversation_id or new_conversation_id()
-        return self.store.save(owner, conversation_id, self.stored(history), options=options)
+        stored = self.stored(history)
+        with self._saving:
+            read = self._read.get((page, conversation_id))
+            saved = self.store.save(owner, conversation_id, stored, options=options, read=read)
+            self._read[(page, saved.id)] = saved.revision
+        return saved.id
 
     def choices(self, owner: str | None) -> list[tuple[str, str]]:
         return self.store.titles(owner) if self.on and owner else []
@@ -233,7 +258,7 @@ class SavedChats:
             raise UserError('The file holds no messages; import a JSON export ({"title", "messages": [...]}).')
         called: dict = {}  # the tools its calls named, by call id (to title their results)
         stored = [entry for message in messages for entry in self._imported(message, called)]
-        return self.store.save(owner, new_conversation_id(), stored, title=title or title_of(stored))
+        return self.store.save(owner, new_conversation_id(), stored, title=title or title_of(stored)).id
 
     def _imported(self, message, called: dict) -> list[dict]:
         """A message of an export as the page's entries: a thought before its answer, calls and results folded."""
