@@ -23,6 +23,7 @@ from local_chat.errors import UserError
 from .interface import Answer, End, EngineSummary, Event, Request, Sampling, collect
 
 CANCEL_POLL_S = 0.02  # how often a request waiting for the model looks at its cancel flag and for a failure
+CLOSE_WAIT_S = 10.0  # how long the launcher waits for its server's process to end before killing it
 
 
 # ----- what goes over the pipe: from the server, numbered requests; from the model, replies to a number -----
@@ -122,10 +123,15 @@ class WebServer:
         self.connection.send((facts, server_args))
 
     def close(self) -> None:
-        """End the server's process (if it still runs) and wait for it."""
+        """End the server's process (if it still runs) and wait for it. The pipe closes first: a server still
+        starting (a terminate that fell inside an import whose code swallowed it) then finds no model coming."""
+        self.connection.close()
         if self.process.is_alive():
             self.process.terminate()
-        self.process.join()
+        self.process.join(timeout=CLOSE_WAIT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
 
     def exit_as_it_did(self) -> None:
         """Once it has ended: a server that failed ends this process with code 1 (saying why where it did not)."""
@@ -138,15 +144,17 @@ class WebServer:
 
 def server_main(connection, run_server: Callable) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which ends this process
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as it does: an exit that cleans up
+    # until it serves, nothing to clean up: ended at once (an exit raised inside an import could print or be caught)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     # while the launcher loads the model: Gradio, and what unpickling a tokenizer or processor imports
     import gradio  # noqa: F401
     import transformers.processing_utils  # noqa: F401
 
     try:
         facts, server_args = connection.recv()
-    except (EOFError, KeyboardInterrupt):  # the launcher ended before its model loaded
+    except (EOFError, OSError, KeyboardInterrupt):  # the launcher ended before its model loaded
         return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as the launcher ends it: an exit that cleans up
     try:
         run_server(PipeEngine(connection, facts), *server_args)
     except UserError as error:
