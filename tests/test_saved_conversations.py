@@ -483,7 +483,10 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
 def test_two_apps_on_one_machine_start_on_the_default_database_each_with_its_conversations(browser, byte_llama_dir):  # noqa: F811
     """The demo model and another model, served at once by two apps on the user's default database."""
     shared = {"XDG_DATA_HOME": str(Path(os.environ["XDG_DATA_HOME"]) / "one-user")}
-    apps = [launched(env=shared), launched("--pretrained_path", str(byte_llama_dir), env=shared)]
+    with ThreadPoolExecutor(2) as pool:  # started together, as a user might
+        apps = list(
+            pool.map(lambda flags: launched(*flags, env=shared), [(), ("--pretrained_path", str(byte_llama_dir))])
+        )
     try:
         for (_, client), question in zip(apps, ("What is the capital of France?", "Hi")):
             page = open_page(browser, client.src)

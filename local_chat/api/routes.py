@@ -54,7 +54,11 @@ class OpenAIAPI:
         image_transform: str | None,
         max_upload_mb: float,
         api_keys: list[str] | None = None,
+        name: str | None = None,
+        listed: list[tuple[str, str]] | None = None,
     ):
+        """`name`: what /v1 calls the model (default: its folder's name); `listed`: (id, state) of every model
+        --models_dir found, the served one "loaded"; a request naming another is refused, as it is not loaded."""
         self.engine, self.template, self.image_transform = (
             ChatEngine.over(engine, template, max_upload_mb),
             template,
@@ -63,7 +67,8 @@ class OpenAIAPI:
         self.max_upload_mb = max_upload_mb
         self.max_body_bytes = int(max_upload_mb * 1e6 * 4 / 3) + 2**20  # one image at the cap, base64, and text
         self.api_keys = [key.encode() for key in api_keys or []]
-        self.name = model_name(engine)
+        self.name = name or model_name(engine)
+        self.listed = listed
         self.created = int(time.time())
 
     def routes(self) -> list[Route]:
@@ -107,7 +112,9 @@ class OpenAIAPI:
             self._authorize(http)
         except APIError as error:
             return error_response(error)
-        return JSONResponse({"object": "list", "data": [self._model_card()]})
+        card = {"object": "model", "created": self.created, "owned_by": "local-chat"}
+        others = [{"id": id_, **card, "state": state} for id_, state in self.listed or () if id_ != self.name]
+        return JSONResponse({"object": "list", "data": [self._model_card(), *others]})
 
     async def model(self, http: HTTPRequest) -> Response:
         try:
@@ -138,14 +145,28 @@ class OpenAIAPI:
             "owned_by": "local-chat",
             "max_model_len": context,
             "context_length": context,
+            **({"state": "loaded"} if self.listed else {}),
         }
 
     # ----- one request -----
+
+    def _check_model(self, asked) -> None:
+        """With --models_dir: a request for another listed model, or for one not listed, is refused in a sentence
+        (without it, any `model` is answered by the one loaded)."""
+        if not self.listed or asked in (None, self.name):
+            return
+        ids = [id_ for id_, _ in self.listed]
+        if asked in ids:
+            raise APIError(
+                409, f"{asked} is not loaded: this app serves {self.name}; start it with --model {asked} to use it."
+            )
+        raise APIError(404, f"There is no model {asked!r} here; the models are {', '.join(ids)}.")
 
     async def _answer(self, http: HTTPRequest, chat: bool) -> Response:
         try:
             self._authorize(http)
             body = parse_json(await self._body(http))
+            self._check_model(body.get("model"))
             call = parse_call(body, self.engine.generation_defaults(), self.engine.max_seq_len, chat)
             request = await run_in_threadpool(self._request, body, call, chat)  # prompt lengths ask the model
         except APIError as error:

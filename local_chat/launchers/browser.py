@@ -72,7 +72,12 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) 
     app = build_app(queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
-    api = None if api_off_reason(args) else OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys)
+    listed = {"name": getattr(args, "served_name", None), "listed": getattr(args, "listed", None)}
+    api = (
+        None
+        if api_off_reason(args)
+        else OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, **listed)
+    )
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)

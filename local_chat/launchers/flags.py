@@ -184,7 +184,20 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         metavar="KEY|FILE",
         help="the key --api_base's engine asks for (sent as Authorization: Bearer KEY), or a file holding it",
     )
-    p.add_argument("--model", default=None, help="with --api_base: which of the engine's models (default: its first)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="with --api_base: which of the engine's models (default: its first); with --models_dir: the id of the "
+        "checkpoint to start with (default: the first that can load)",
+    )
+    p.add_argument(
+        "--models_dir",
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="folders of checkpoints (Hugging Face folders, Accessory / Meta consolidated ones, the Hugging Face "
+        "cache): each is listed at start-up with its id, and --model picks the one served",
+    )
     p.add_argument(
         "--vision",
         action="store_true",

@@ -38,8 +38,11 @@ MODEL_FLAGS = (
 
 
 def check_serving_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads."""
+    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads. With
+    --models_dir, list the checkpoints found and set --pretrained_path to the one --model picks."""
     check_engine_flags(args)
+    if getattr(args, "models_dir", None):
+        choose_listed_model(args)
     if args.api_base is None:
         parallel_plan(args)
     if getattr(args, "auth", None) is not None:
@@ -56,14 +59,41 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
 
 
+def choose_listed_model(args: argparse.Namespace) -> None:
+    """Print the checkpoints --models_dir holds (launchers/catalog.py) and serve the one --model names: its folder
+    becomes --pretrained_path, its id the name /v1 gives it (`args.served_name`), and the list /v1/models shows
+    (`args.listed`: ids with their state)."""
+    from local_chat.model.loading import resolve_device, resolve_dtype, resolve_quant
+
+    from .catalog import find_models, free_memory, pick
+
+    device = resolve_device(args.device)
+    load_bytes = resolve_dtype(args.dtype, device).itemsize
+    models = find_models(args.models_dir, load_bytes, resolve_quant(args.quant), free_memory(device.type))
+    print("Checkpoints found (--models_dir):", file=sys.stderr)
+    for model in models:
+        print(f"  {model.line()}", file=sys.stderr)
+    chosen = pick(models, args.model)
+    print(f"Serving {chosen.id}.", file=sys.stderr)
+    args.pretrained_path, args.served_name = [str(chosen.path)], chosen.id
+    args.listed = [(m.id, "loaded" if m is chosen else "available") for m in models if m.problem is None]
+
+
 def check_engine_flags(args: argparse.Namespace) -> None:
-    """--api_base goes with --api_base_key, --model and --vision, and with no flag of a local model."""
+    """--api_base goes with --api_base_key, --model and --vision, and with no flag of a local model; --models_dir
+    with --model, and with neither --api_base nor --pretrained_path."""
+    if getattr(args, "models_dir", None):
+        if args.api_base is not None:
+            raise UserError("--models_dir lists local checkpoints, and --api_base uses an engine's model: give one.")
+        if args.pretrained_path is not None:
+            raise UserError("--models_dir and --pretrained_path both name the checkpoint: pick it with --model ID.")
     if args.api_base is None:
-        alone = [f"--{name}" for name in ("api_base_key", "model", "vision") if getattr(args, name)]
+        alone = [f"--{name}" for name in ("api_base_key", "vision") if getattr(args, name)]
+        alone += ["--model"] if args.model and not getattr(args, "models_dir", None) else []
         if alone:
             raise UserError(
                 f"{' and '.join(alone)} {'go' if len(alone) > 1 else 'goes'} with --api_base URL (an engine's "
-                "model); a local model is chosen with --pretrained_path."
+                "model); a local model is chosen with --pretrained_path (or --models_dir and --model)."
             )
         return
     if not args.api_base.startswith(("http://", "https://")):

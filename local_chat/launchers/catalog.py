@@ -1,0 +1,168 @@
+"""--models_dir: the checkpoints found in folders, listed before anything loads. Each has an id (its folder's name;
+`org/name` for a snapshot of the Hugging Face cache; `@2`, `@3` for a name seen again), its family, its size on
+disk, whether it sees images and whether it fits the free memory in the dtype (or quantization) it would load in.
+The checks are static (weights present, config readable, architecture known): a checkpoint that fails them is listed
+with its one sentence, and the others still work. `--model ID` picks the one the app starts with."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from local_chat.errors import UserError
+from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
+
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a config's dtype: bytes a weight is stored in
+QUANT_SHARE = {4: 0.28, 8: 0.53}  # of the 16-bit bytes (bench/quant.py's footprints)
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    id: str
+    path: Path
+    family: str
+    size: int  # bytes of its weight files
+    sees_images: bool = False
+    fits: bool | None = None  # in the free memory, as it would load; None: not known
+    problem: str | None = None  # why it cannot load, one sentence
+
+    def line(self) -> str:
+        """How the terminal lists it."""
+        if self.problem is not None:
+            return f"{self.id}: {self.problem}"
+        facts = [self.family, f"{self.size / 2**30:.1f} GiB" if self.size >= 2**30 else f"{self.size / 2**20:.0f} MiB"]
+        facts += ["sees images"] if self.sees_images else []
+        facts += ["does not fit the free memory"] if self.fits is False else []
+        return f"{self.id} ({', '.join(facts)})"
+
+
+def find_models(folders: list[str], load_bytes: int, quant: int | None, free: int | None) -> list[ListedModel]:
+    """The checkpoints in `folders` (each a folder of checkpoint folders, or of the Hugging Face cache's), in order;
+    `load_bytes`: a weight's bytes in the dtype they would load in; `free`: the memory free for them (None: not
+    known)."""
+    found: list[ListedModel] = []
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise UserError(f"--models_dir {folder} is not a folder; give one that holds checkpoint folders.")
+        for name, path in _candidates(folder):
+            taken = sum(1 for m in found if m.id == name or m.id.startswith(name + "@"))
+            listed = _listed(f"{name}@{taken + 1}" if taken else name, path, (load_bytes, quant), free)
+            found.append(listed)
+    return found
+
+
+def pick(models: list[ListedModel], wanted: str | None) -> ListedModel:
+    """The model `--model` names (default: the first that can load); one sentence naming the ids otherwise."""
+    usable = [m for m in models if m.problem is None]
+    if wanted is None:
+        if not usable:
+            raise UserError("No checkpoint in --models_dir can load (see the list above); add one, or fix one.")
+        return usable[0]
+    chosen = next((m for m in models if m.id == wanted), None)
+    if chosen is None:
+        known = ", ".join(m.id for m in models) or "none"
+        raise UserError(f"--model {wanted!r} is not among the checkpoints found ({known}); pick one of them.")
+    if chosen.problem is not None:
+        raise UserError(f"--model {wanted!r} cannot load: {chosen.problem}")
+    return chosen
+
+
+def _candidates(folder: Path) -> list[tuple[str, Path]]:
+    """(name, path) of each checkpoint folder directly in `folder`: a snapshot of a cached `models--org--name`
+    (the one `refs/main` names, else the newest) as `org/name`."""
+    found = []
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if child.name.startswith("models--"):
+            snapshot = _snapshot(child)
+            if snapshot is not None:
+                found.append(("/".join(child.name.split("--")[1:]), snapshot))
+        elif _looks_like_checkpoint(child):
+            found.append((child.name, child))
+    return found
+
+
+def _snapshot(cached: Path) -> Path | None:
+    snapshots = cached / "snapshots"
+    main = cached / "refs" / "main"
+    if main.is_file() and (snapshots / main.read_text().strip()).is_dir():
+        return snapshots / main.read_text().strip()
+    listed = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    return listed[-1] if listed else None
+
+
+def _looks_like_checkpoint(folder: Path) -> bool:
+    names = {p.name for p in folder.iterdir()}
+    return bool(names & {"config.json", "params.json"}) or any(
+        ACCESSORY_SHARD.match(n) or META_SHARD.match(n) for n in names
+    )
+
+
+def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None) -> ListedModel:
+    shards = [p for p in path.iterdir() if ACCESSORY_SHARD.match(p.name) or META_SHARD.match(p.name)]
+    if shards:
+        return _consolidated(model_id, path, shards, load, free)
+    weights = [p for pattern in HF_WEIGHT_PATTERNS for p in path.glob(pattern) if not p.name.endswith(".json")]
+    size = sum(p.stat().st_size for p in weights)
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        return ListedModel(model_id, path, "?", size, problem=f"its config.json cannot be read ({error}).")
+    family = str(config.get("model_type") or "?")
+    if not weights:
+        return ListedModel(model_id, path, family, 0, problem="it holds no weights (*.safetensors or *.bin).")
+    if not _known(family):
+        return ListedModel(
+            model_id, path, family, size, problem=f"its model type {family!r} is not one this transformers knows."
+        )
+    stored = BYTES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32"), 4)
+    return ListedModel(model_id, path, family, size, "vision_config" in config, _fits(size, stored, load, free))
+
+
+def _consolidated(
+    model_id: str, path: Path, shards: list[Path], load: tuple[int, int | None], free: int | None
+) -> ListedModel:
+    """An Accessory or Meta consolidated checkpoint: loadable as it is where it has its params and a tokenizer."""
+    size = sum(p.stat().st_size for p in shards)
+    kind = "Accessory" if any(ACCESSORY_SHARD.match(p.name) for p in shards) else "Meta"
+    lacks = [] if (path / "params.json").is_file() or (path / "config.json").is_file() else ["its params.json"]
+    if not any((place / "tokenizer.model").is_file() for place in (path, path.parent)):
+        lacks.append("a tokenizer.model")
+    if kind == "Accessory" and not (path / "meta.json").is_file():
+        lacks.append("a meta.json naming its llama_type")
+    problem = (
+        f"this {kind} checkpoint lacks {' and '.join(lacks)}; load it with --pretrained_path and the flags."
+        if lacks
+        else None
+    )
+    fits = _fits(size, 2, load, free)  # Meta's and Accessory's releases are 16-bit
+    return ListedModel(model_id, path, f"llama ({kind})", size, fits=fits, problem=problem)
+
+
+def _fits(size: int, stored: int, load: tuple[int, int | None], free: int | None) -> bool | None:
+    """Whether weights of `size` bytes, `stored` bytes each, fit `free` bytes as they would load: (bytes each,
+    quantization bits or None)."""
+    load_bytes, quant = load
+    each = QUANT_SHARE[quant] * 2 if quant else load_bytes
+    return None if free is None else size / stored * each <= free
+
+
+def _known(model_type: str) -> bool:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return model_type in CONFIG_MAPPING_NAMES
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes free for weights: the GPU's where the model goes to one, else MemAvailable (None where unknown)."""
+    if device == "cuda":
+        import torch
+
+        return sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

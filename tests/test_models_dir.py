@@ -1,0 +1,108 @@
+"""--models_dir: the checkpoints of folders listed at start-up (launchers/catalog.py), --model picking the one the
+app serves, /v1/models listing every one with its state (ids, never paths) and a request for another refused in a
+sentence. Real folders: tiny models of two families, the demo model, Accessory and Meta shards, a Hugging Face cache
+snapshot, and folders that cannot load."""
+
+import shutil
+
+import pytest
+import tiny_models
+from app_server import launched
+from openai import APIStatusError, OpenAI
+
+from local_chat.defaults import DEMO_MODEL
+from local_chat.errors import UserError
+from local_chat.launchers import browser as launchers
+from local_chat.launchers.catalog import find_models, pick
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, byte_llama_dir, checkpoints):
+    """A folder of checkpoints, and a second one holding a Hugging Face cache and a name seen again."""
+    top = tmp_path_factory.mktemp("models")
+    first, cache = top / "first", top / "cache"
+    first.mkdir(), cache.mkdir()
+    shutil.copytree(byte_llama_dir, first / "byte-llama")
+    tiny_models.save_tiny_qwen3(first / "qwen3-tiny")
+    (first / "demo").symlink_to(DEMO_MODEL, target_is_directory=True)
+    shutil.copytree(checkpoints["meta"], first / "llama-meta")
+    shutil.copytree(checkpoints["accessory"], first / "llama-accessory")
+    (first / "llama-accessory" / "meta.json").unlink()  # its llama_type unknown: listed with what it lacks
+    (first / "broken").mkdir()
+    (first / "broken" / "config.json").write_text("{not json")
+    (first / "no-weights").mkdir()
+    (first / "no-weights" / "config.json").write_text('{"model_type": "llama"}')
+    (first / "notes").mkdir()  # not a checkpoint: not listed
+    snapshot = cache / "models--acme--tiny-chat" / "snapshots" / "0123abcd"
+    shutil.copytree(byte_llama_dir, snapshot)
+    (cache / "models--acme--tiny-chat" / "refs").mkdir()
+    (cache / "models--acme--tiny-chat" / "refs" / "main").write_text("0123abcd")
+    shutil.copytree(byte_llama_dir, cache / "byte-llama")  # the same name as one of the first folder's
+    return first, cache
+
+
+def test_the_checkpoints_are_listed_with_ids_families_and_what_stops_one(models):
+    listed = {m.id: m for m in find_models([str(f) for f in models], load_bytes=4, quant=None, free=64 * GIB)}
+    assert sorted(listed) == sorted([
+        "broken", "byte-llama", "demo", "llama-accessory", "llama-meta", "no-weights", "qwen3-tiny",
+        "acme/tiny-chat", "byte-llama@2",
+    ])  # fmt: skip
+    assert listed["qwen3-tiny"].family == "qwen3" and listed["byte-llama"].family == "llama"
+    assert listed["demo"].sees_images and not listed["qwen3-tiny"].sees_images
+    assert listed["llama-meta"].family == "llama (Meta)" and listed["llama-meta"].problem is None
+    assert "lacks a meta.json naming its llama_type" in listed["llama-accessory"].problem
+    assert "config.json cannot be read" in listed["broken"].problem
+    assert "holds no weights" in listed["no-weights"].problem
+    assert listed["acme/tiny-chat"].path.name == "0123abcd"
+    assert all(m.size > 0 and m.fits for m in listed.values() if m.problem is None)
+    tight = find_models([str(models[0])], load_bytes=4, quant=None, free=1000)
+    assert not any(m.fits for m in tight if m.problem is None)
+    assert "does not fit the free memory" in next(m for m in tight if m.id == "qwen3-tiny").line()
+
+
+def test_model_picks_one_and_a_wrong_name_is_a_sentence(models):
+    listed = find_models([str(models[0])], load_bytes=4, quant=None, free=None)
+    assert pick(listed, None).id == "byte-llama" and pick(listed, "demo").id == "demo"
+    with pytest.raises(UserError, match=r"--model 'nope' is not among the checkpoints found \(broken, byte-llama"):
+        pick(listed, "nope")
+    with pytest.raises(UserError, match="--model 'broken' cannot load: its config.json cannot be read"):
+        pick(listed, "broken")
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--api_base", "http://127.0.0.1:9/v1"], "--models_dir lists local checkpoints, and --api_base"),
+        (["--pretrained_path", "x"], "--models_dir and --pretrained_path both name the checkpoint"),
+        (["--model", "nope"], "--model 'nope' is not among the checkpoints found"),
+    ],
+)
+def test_flags_that_cannot_go_together_are_one_sentence_before_loading(models, flags, said, capsys):
+    with pytest.raises(SystemExit):
+        launchers.app(["--models_dir", str(models[0]), *flags])
+    assert said in capsys.readouterr().err
+
+
+def test_the_app_serves_the_chosen_one_and_v1_lists_every_one(models):
+    app, client = launched("--models_dir", *map(str, models), "--model", "qwen3-tiny")
+    try:
+        api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
+        cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
+        assert cards["qwen3-tiny"] == "loaded" and cards["demo"] == "available" and "broken" not in cards
+        assert not any("/tmp" in name for name in cards)  # ids, never paths
+        question = [{"role": "user", "content": "Hi"}]
+        reply = api.chat.completions.create(model="qwen3-tiny", messages=question, max_tokens=4)
+        assert reply.model == "qwen3-tiny" and reply.choices[0].finish_reason in ("stop", "length")
+        with pytest.raises(APIStatusError) as refused:
+            api.chat.completions.create(model="demo", messages=question, max_tokens=4)
+        assert refused.value.status_code == 409 and "demo is not loaded" in refused.value.body["message"]
+        with pytest.raises(APIStatusError) as unknown:
+            api.chat.completions.create(model="nope", messages=question, max_tokens=4)
+        assert unknown.value.status_code == 404 and "qwen3-tiny" in unknown.value.body["message"]
+    finally:
+        app.terminate()
+        output = app.communicate(timeout=30)[0]
+    assert "Checkpoints found (--models_dir):" in output and "Serving qwen3-tiny." in output
+    assert "broken: its config.json cannot be read" in output
