@@ -118,20 +118,25 @@ class WebServer:
         self.process = context.Process(target=server_main, name="web-server", args=(there, run_server))
         self.process.start()
         there.close()
+        self.serving = False
 
     def hand_over(self, facts: dict, server_args: tuple) -> None:
         self.connection.send((facts, server_args))
+        self.serving = True
 
     def close(self) -> None:
-        """End the server's process (if it still runs) and wait for it. The pipe closes first: a server still
-        starting (a terminate that fell inside an import whose code swallowed it) then finds no model coming."""
-        self.connection.close()
+        """End the server's process (if it still runs) and wait for it. A server still starting finds the pipe
+        closed first, so that it cannot wait for a model that will not come; a serving one is ended first, so
+        that it never reports the model's process gone."""
+        if not self.serving:
+            self.connection.close()
         if self.process.is_alive():
             self.process.terminate()
         self.process.join(timeout=CLOSE_WAIT_S)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        self.connection.close()
 
     def exit_as_it_did(self) -> None:
         """Once it has ended: a server that failed ends this process with code 1 (saying why where it did not)."""
