@@ -82,6 +82,11 @@ class AnswerFormat:
     grammar: str = ""
 
     @property
+    def held_schema(self) -> dict | None:
+        """The JSON schema a JSON kind's answer must validate against (any object for "json_object")."""
+        return {"type": "object"} if self.kind == "json_object" else self.schema
+
+    @property
     def key(self) -> str:
         """The same key for the same format: what its compiled grammar is cached under."""
         return self.kind + ":" + (self.grammar or json.dumps(self.schema, sort_keys=True, separators=(",", ":")))

@@ -72,12 +72,10 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) 
     app = build_app(queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
-    listed = {"name": getattr(args, "served_name", None), "listed": getattr(args, "listed", None)}
-    api = (
-        None
-        if api_off_reason(args)
-        else OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, **listed)
-    )
+    api = None
+    if not api_off_reason(args):  # named and listed as --models_dir found it (loading.py's choose_listed_model)
+        names = dict(name=getattr(args, "served_name", None), listed=getattr(args, "listed", None))
+        api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, **names)
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)

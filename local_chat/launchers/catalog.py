@@ -83,10 +83,10 @@ def _candidates(folder: Path) -> list[tuple[str, Path]]:
 
 
 def _snapshot(cached: Path) -> Path | None:
-    snapshots = cached / "snapshots"
-    main = cached / "refs" / "main"
-    if main.is_file() and (snapshots / main.read_text().strip()).is_dir():
-        return snapshots / main.read_text().strip()
+    snapshots, main = cached / "snapshots", cached / "refs" / "main"
+    named = snapshots / main.read_text().strip() if main.is_file() else None
+    if named is not None and named.is_dir():
+        return named
     listed = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
     return listed[-1] if listed else None
 

@@ -65,7 +65,7 @@ class Grammars:
         if answer_format.kind == "lark":
             grammar = llguidance.LLMatcher.grammar_from_lark(answer_format.grammar)
         else:
-            schema = {"type": "object"} if answer_format.kind == "json_object" else answer_format.schema
+            schema = answer_format.held_schema
             try:
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=json_options())
             except ValueError as error:

@@ -39,12 +39,13 @@ def held_answer(
     `only` if given); `tokenizer`, the model's Hugging Face tokenizer (its added tokens). A format that needs no
     frame is `asked` as it is."""
     token = _token_writer(tokenizer)
-    body = call_body(template, tools, only, token) if tools else _json_body(asked, template, token)
-    reasoning = _reasoning(template, prompt, token)
-    if reasoning is None and not tools and template is not HARMONY:
+    reasoning = _reasoning(template, prompt, token)  # never None for harmony, whose answer has a frame of its own
+    if reasoning is None and not tools:
         return asked
-    rules = [f"start: {reasoning[0]} {body}" if reasoning else f"start: {body}", *(reasoning or ("",))[1:]]
-    return AnswerFormat("lark", grammar="\n".join(r for r in rules if r) + "\n")
+    body = call_body(template, tools, only, token) if tools else _json_body(asked, template, token)
+    thought, *rules = reasoning or ("",)
+    start = f"start: {thought} {body}" if thought else f"start: {body}"
+    return AnswerFormat("lark", grammar="\n".join([start, *rules]) + "\n")
 
 
 def call_body(template: dict, tools: list[dict], only: str | None, token) -> str:
@@ -79,8 +80,7 @@ def call_body(template: dict, tools: list[dict], only: str | None, token) -> str
 
 def _json_body(asked: AnswerFormat, template: dict, token) -> str:
     """`asked` as a Lark expression (compact JSON), in harmony's final message where the family writes those."""
-    schema = {"type": "object"} if asked.kind == "json_object" else asked.schema
-    body = f"%json {json.dumps({**schema, 'x-guidance': json_options()})}"
+    body = f"%json {json.dumps({**asked.held_schema, 'x-guidance': json_options()})}"
     return f"{token('<|channel|>final<|message|>')} {body}" if template is HARMONY else body
 
 

@@ -156,10 +156,8 @@ class ChatTab(SavedConversations):
             yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation_id, gr.skip()
         if line and not failed:
             history.append(turns.stats(line))
-        try:
-            yield history, prompt, *self._commit(request, owner, conversation_id, history, thinking)
-        except UserError as error:  # changed in another window meanwhile: shown, not saved
-            yield history + [turns.error(str(error))], prompt, conversation_id, gr.skip()
+        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking)
+        yield shown, prompt, *saved
 
     def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
@@ -169,6 +167,14 @@ class ChatTab(SavedConversations):
         options = {"thinking": thinking} if thinking is not None else None
         conversation_id = self.saved.save(request.session_hash, owner, conversation_id, history, options)
         return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
+
+    def _commit_shown(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
+        """(the chat as shown, conversation id, the list's update) once `history` is saved; where it cannot be
+        (changed in another window since this page read it), the chat with the sentence under it, nothing saved."""
+        try:
+            return history, *self._commit(request, owner, conversation_id, history, thinking)
+        except UserError as error:
+            return history + [turns.error(str(error))], gr.skip(), gr.skip()
 
     @functools.cached_property
     def switch(self) -> tuple[str | None, object]:
@@ -260,10 +266,7 @@ class ChatTab(SavedConversations):
         history = turns.marked_stopped(history)
         if history is None:
             return gr.skip(), gr.skip(), gr.skip()
-        try:
-            return history, *self._commit(request, self._owner(browser_id, request), conversation_id, history)
-        except UserError as error:
-            return history + [turns.error(str(error))], gr.skip(), gr.skip()
+        return self._commit_shown(request, self._owner(browser_id, request), conversation_id, history)
 
     def undo(self, history, conversation_id, browser_id, request: gr.Request):
         history = up_to_last_question(history)
@@ -271,11 +274,8 @@ class ChatTab(SavedConversations):
         text = (last.get("text") or message_text(last["content"])) if last else ""
         if conversation_id is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation_id, gr.skip()
-        try:
-            saved = self._commit(request, self._owner(browser_id, request), conversation_id, history)
-        except UserError as error:  # the page keeps what it showed, the question back in the box
-            return history + [turns.error(str(error))], {"text": text, "files": []}, gr.skip(), gr.skip()
-        return history, {"text": text, "files": []}, *saved
+        shown, *saved = self._commit_shown(request, self._owner(browser_id, request), conversation_id, history)
+        return shown, {"text": text, "files": []}, *saved  # the question back in the box, saved or not
 
     # ----- the layout -----
 
