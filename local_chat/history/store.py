@@ -158,7 +158,7 @@ class Store:
         self._write = threading.Lock()
         try:
             self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._use_wal()
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: a commit survives the app's crash
             self._migrate()
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
@@ -173,6 +173,20 @@ class Store:
             raise self._damaged(error)
         except sqlite3.DatabaseError as error:
             raise self._damaged(error)
+
+    def _use_wal(self) -> None:
+        """WAL mode, which stays with the file once set. Two apps opening a database not yet in it at once (a first
+        start, or one an older SQLite wrote) may find it locked while the other switches it: SQLite waits for no
+        busy timeout there, so this does, as long as for any other lock."""
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _damaged(self, error: Exception) -> UserError:
         return UserError(
