@@ -54,6 +54,8 @@ class Settings:
     structured_tokens: int = 64
     structured_repeats: int = 3
     structured_big_vocab: int = 151_936  # Qwen's
+    models_tokens: int = 16
+    models_repeats: int = 8
 
 
 QUICK = Settings(
@@ -97,6 +99,8 @@ SMOKE = Settings(
     structured_tokens=8,
     structured_repeats=1,
     structured_big_vocab=4096,
+    models_tokens=4,
+    models_repeats=1,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
@@ -242,6 +246,20 @@ FIGURES = {
     "xgrammar_mask_us_small_vocab": ("xgrammar's, the same walk (only where xgrammar is installed)", None),
     "xgrammar_mask_us_qwen_vocab": ("xgrammar's, 151,936-token vocabulary", None),
     "xgrammar_compile_20_fields_ms": ("xgrammar's compile of the 20-field schema (ms, this machine)", None),
+    "models_switch_cold_s": (
+        "--models_dir: seconds from asking for the demo model while another is loaded (--max_loaded_models 1) to its "
+        "answer's first text: the other unloaded, the demo model loaded in a fresh process (absolute, this machine)",
+        None,
+    ),
+    "models_ttft_after_switch_ms_more": (
+        "two models loaded: ms more to the first text of an answer right after one from the other model than right "
+        "after one from the same model",
+        ("<=", 50),
+    ),
+    "models_memory_after_unload_ratio": (
+        "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
+        ("<=", 1.05),
+    ),
 }
 BENCHMARKS = (
     "stream",
@@ -255,6 +273,7 @@ BENCHMARKS = (
     "reasoning",
     "front",
     "structured",
+    "models",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -322,6 +341,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import structured
 
             results.update(structured.run(settings))
+        elif name == "models":
+            from bench import switching
+
+            results.update(switching.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

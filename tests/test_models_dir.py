@@ -5,6 +5,7 @@ snapshot, and folders that cannot load."""
 
 import shutil
 
+import psutil
 import pytest
 import tiny_models
 from app_server import launched
@@ -35,6 +36,8 @@ def models(tmp_path_factory, byte_llama_dir, checkpoints):
     (first / "no-weights").mkdir()
     (first / "no-weights" / "config.json").write_text('{"model_type": "llama"}')
     (first / "notes").mkdir()  # not a checkpoint: not listed
+    shutil.copytree(byte_llama_dir, first / "torn-weights")  # passes the listing's checks, fails to load
+    next((first / "torn-weights").glob("*.safetensors")).write_bytes(b"not a safetensors file" * 1000)
     snapshot = cache / "models--acme--tiny-chat" / "snapshots" / "0123abcd"
     shutil.copytree(byte_llama_dir, snapshot)
     (cache / "models--acme--tiny-chat" / "refs").mkdir()
@@ -46,7 +49,7 @@ def models(tmp_path_factory, byte_llama_dir, checkpoints):
 def test_the_checkpoints_are_listed_with_ids_families_and_what_stops_one(models):
     listed = {m.id: m for m in find_models([str(f) for f in models], load_bytes=4, quant=None, free=64 * GIB)}
     assert sorted(listed) == sorted([
-        "broken", "byte-llama", "demo", "llama-accessory", "llama-meta", "no-weights", "qwen3-tiny",
+        "broken", "byte-llama", "demo", "llama-accessory", "llama-meta", "no-weights", "qwen3-tiny", "torn-weights",
         "acme/tiny-chat", "byte-llama@2",
     ])  # fmt: skip
     assert listed["qwen3-tiny"].family == "qwen3" and listed["byte-llama"].family == "llama"
@@ -77,6 +80,8 @@ def test_model_picks_one_and_a_wrong_name_is_a_sentence(models):
         (["--api_base", "http://127.0.0.1:9/v1"], "--models_dir lists local checkpoints, and --api_base"),
         (["--pretrained_path", "x"], "--models_dir and --pretrained_path both name the checkpoint"),
         (["--model", "nope"], "--model 'nope' is not among the checkpoints found"),
+        (["--max_loaded_models", "0"], "--max_loaded_models 0: give 1 or more."),
+        (["--idle_unload", "0"], "--idle_unload 0: give the minutes, above 0."),
     ],
 )
 def test_flags_that_cannot_go_together_are_one_sentence_before_loading(models, flags, said, capsys):
@@ -85,24 +90,47 @@ def test_flags_that_cannot_go_together_are_one_sentence_before_loading(models, f
     assert said in capsys.readouterr().err
 
 
-def test_the_app_serves_the_chosen_one_and_v1_lists_every_one(models):
+def model_processes(app) -> list:
+    """The launched app's model processes: its children that multiprocessing spawned, but for its resource tracker."""
+    children = psutil.Process(app.pid).children()
+    return [child for child in children if "spawn_main" in " ".join(child.cmdline())]
+
+
+def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_other(models):
     app, client = launched("--models_dir", *map(str, models), "--model", "qwen3-tiny")
     try:
         api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
         cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
-        assert cards["qwen3-tiny"] == "loaded" and cards["demo"] == "available" and "broken" not in cards
+        assert cards["qwen3-tiny"] == "loaded" and cards["byte-llama"] == "available" and "broken" not in cards
         assert not any("/tmp" in name for name in cards)  # ids, never paths
+        [first] = model_processes(app)
         question = [{"role": "user", "content": "Hi"}]
         reply = api.chat.completions.create(model="qwen3-tiny", messages=question, max_tokens=4)
         assert reply.model == "qwen3-tiny" and reply.choices[0].finish_reason in ("stop", "length")
-        with pytest.raises(APIStatusError) as refused:
-            api.chat.completions.create(model="demo", messages=question, max_tokens=4)
-        assert refused.value.status_code == 409 and "demo is not loaded" in refused.value.body["message"]
+        reply = api.chat.completions.create(model="byte-llama", messages=question, max_tokens=4)
+        assert reply.model == "byte-llama" and reply.choices[0].finish_reason in ("stop", "length")
+        cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
+        assert cards["byte-llama"] == "loaded" and cards["qwen3-tiny"] == "available"  # --max_loaded_models 1
+        assert not first.is_running() and len(model_processes(app)) == 1  # its process ended: its memory freed
+        assert api.models.retrieve("qwen3-tiny").model_extra["state"] == "available"
+        with pytest.raises(APIStatusError) as torn:
+            api.chat.completions.create(model="torn-weights", messages=question, max_tokens=4)
+        assert torn.value.status_code == 503 and "torn-weights could not load" in torn.value.body["message"]
         with pytest.raises(APIStatusError) as unknown:
             api.chat.completions.create(model="nope", messages=question, max_tokens=4)
         assert unknown.value.status_code == 404 and "qwen3-tiny" in unknown.value.body["message"]
+        answer = client.predict(message="Hi", history=[], max_gen_len=4, api_name="/chat")  # the page's model
+        assert isinstance(answer, str) and "could not" not in answer
+        cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
+        assert cards["qwen3-tiny"] == "loaded" and "torn-weights" not in cards
     finally:
         app.terminate()
         output = app.communicate(timeout=30)[0]
-    assert "Checkpoints found (--models_dir):" in output and "Serving qwen3-tiny." in output
+    assert "Checkpoints found (--models_dir):" in output and "Starting with qwen3-tiny;" in output
     assert "broken: its config.json cannot be read" in output
+
+
+def test_the_flags_of_models_on_demand_go_with_models_dir(capsys):
+    with pytest.raises(SystemExit):
+        launchers.app(["--max_loaded_models", "2"])
+    assert "--max_loaded_models and --idle_unload go with --models_dir" in capsys.readouterr().err

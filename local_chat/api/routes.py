@@ -14,7 +14,8 @@ import asyncio
 import hmac
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from local_chat.engine import End, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import SessionKey
+from local_chat.engine.models import Models
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 
@@ -44,6 +46,16 @@ def error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
 
 
+@dataclass(frozen=True)
+class Served:
+    """The model that answers one request: its engine (messages rendered), its name, and what to call once the
+    answer is over (with --models_dir, the model is held loaded until then)."""
+
+    engine: ChatEngine
+    name: str
+    release: Callable[[], None] = lambda: None
+
+
 class OpenAIAPI:
     """The /v1 routes' handlers over `engine`."""
 
@@ -55,10 +67,10 @@ class OpenAIAPI:
         max_upload_mb: float,
         api_keys: list[str] | None = None,
         name: str | None = None,
-        listed: list[tuple[str, str]] | None = None,
+        models: Models | None = None,
     ):
-        """`name`: what /v1 calls the model (default: its folder's name); `listed`: (id, state) of every model
-        --models_dir found, the served one "loaded"; a request naming another is refused, as it is not loaded."""
+        """`name`: what /v1 calls the model (default: its folder's name). `models`: with --models_dir, every model
+        listed, `engine` being the one named `name`: a request's `model` picks among them, loaded on demand."""
         self.engine, self.template, self.image_transform = (
             ChatEngine.over(engine, template, max_upload_mb),
             template,
@@ -68,7 +80,7 @@ class OpenAIAPI:
         self.max_body_bytes = int(max_upload_mb * 1e6 * 4 / 3) + 2**20  # one image at the cap, base64, and text
         self.api_keys = [key.encode() for key in api_keys or []]
         self.name = name or model_name(engine)
-        self.listed = listed
+        self.listed = models
         self.created = int(time.time())
 
     def routes(self) -> list[Route]:
@@ -95,34 +107,41 @@ class OpenAIAPI:
         try:
             self._authorize(http)
             body = parse_json(await self._body(http))
-            count = await run_in_threadpool(self._count, body)
+            served = await run_in_threadpool(self._served, body.get("model"))
         except APIError as error:
             return error_response(error)
+        try:
+            count = await run_in_threadpool(self._count, served.engine, body)
         except UserError as error:
             return error_response(bad(str(error)))
-        return JSONResponse({"count": count, "max_model_len": self.engine.max_seq_len})
+        finally:
+            served.release()
+        return JSONResponse({"count": count, "max_model_len": served.engine.max_seq_len})
 
-    def _count(self, body: dict) -> int:
+    @staticmethod
+    def _count(engine: ChatEngine, body: dict) -> int:
         if "messages" not in body:
-            return self.engine.prompt_length(completion_prompt(body))
-        return self.engine.count(chat_messages(body), chat_options(body, answer_tokens=0))
+            return engine.prompt_length(completion_prompt(body))
+        return engine.count(chat_messages(body), chat_options(body, answer_tokens=0))
 
     async def models(self, http: HTTPRequest) -> Response:
         try:
             self._authorize(http)
         except APIError as error:
             return error_response(error)
-        card = {"object": "model", "created": self.created, "owned_by": "local-chat"}
-        others = [{"id": id_, **card, "state": state} for id_, state in self.listed or () if id_ != self.name]
-        return JSONResponse({"object": "list", "data": [self._model_card(), *others]})
+        if self.listed is None:
+            return JSONResponse({"object": "list", "data": [self._model_card()]})
+        cards = [self._model_card(id_, state) for id_, state in self.listed.states()]
+        return JSONResponse({"object": "list", "data": cards})
 
     async def model(self, http: HTTPRequest) -> Response:
+        asked = http.path_params["model"]
         try:
             self._authorize(http)
-            if http.path_params["model"] != self.name:
-                raise APIError(
-                    404, f"There is no model {http.path_params['model']!r} here; this server has {self.name!r}."
-                )
+            if self.listed is not None and self.listed.known(asked):
+                return JSONResponse(self._model_card(asked, dict(self.listed.states())[asked]))
+            if asked != self.name or self.listed is not None:
+                raise APIError(404, self._unknown(asked))
         except APIError as error:
             return error_response(error)
         return JSONResponse(self._model_card())
@@ -136,55 +155,72 @@ class OpenAIAPI:
             )
         )
 
-    def _model_card(self) -> dict:
+    def _model_card(self, model_id: str | None = None, state: str | None = None) -> dict:
+        """A model's card: with --models_dir, its state; else the one model's, with its context."""
+        card = {"id": model_id or self.name, "object": "model", "created": self.created, "owned_by": "local-chat"}
+        if state is not None:
+            return {**card, "state": state}
         context = self.engine.max_seq_len
-        return {
-            "id": self.name,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "local-chat",
-            "max_model_len": context,
-            "context_length": context,
-            **({"state": "loaded"} if self.listed else {}),
-        }
+        return {**card, "max_model_len": context, "context_length": context}
 
     # ----- one request -----
 
-    def _check_model(self, asked) -> None:
-        """With --models_dir: a request for another listed model, or for one not listed, is refused in a sentence
-        (without it, any `model` is answered by the one loaded)."""
-        if not self.listed or asked in (None, self.name):
-            return
-        ids = [id_ for id_, _ in self.listed]
-        if asked in ids:
-            raise APIError(
-                409, f"{asked} is not loaded: this app serves {self.name}; start it with --model {asked} to use it."
-            )
-        raise APIError(404, f"There is no model {asked!r} here; the models are {', '.join(ids)}.")
+    def _unknown(self, asked) -> str:
+        if self.listed is not None:
+            return self.listed.unknown_sentence(asked)
+        return f"There is no model {asked!r} here; this server has {self.name!r}."
+
+    def _served(self, asked) -> Served:
+        """The model a request's `model` names, loaded (it may take a while: call it in a thread). Without
+        --models_dir, any `model` is answered by the one loaded."""
+        if self.listed is None:
+            return Served(self.engine, self.name)
+        asked = asked or self.name
+        if not self.listed.known(asked):
+            raise APIError(404, self._unknown(asked))
+        try:
+            lease = self.listed.lease(asked)
+        except UserError as error:  # it could not load
+            raise APIError(503, str(error)) from None
+        return Served(ChatEngine(lease.engine, lease.template, self.max_upload_mb), asked, lease.release)
 
     async def _answer(self, http: HTTPRequest, chat: bool) -> Response:
         try:
             self._authorize(http)
             body = parse_json(await self._body(http))
-            self._check_model(body.get("model"))
-            call = parse_call(body, self.engine.generation_defaults(), self.engine.max_seq_len, chat)
+            served = await run_in_threadpool(self._served, body.get("model"))
+        except APIError as error:
+            return error_response(error)
+        handed_over = False
+        try:
+            response = await self._answer_with(served, http, body, chat)
+            handed_over = isinstance(response, StreamingResponse)  # released as its stream ends
+            return response
+        finally:
+            if not handed_over:
+                served.release()
+
+    async def _answer_with(self, served: Served, http: HTTPRequest, body: dict, chat: bool) -> Response:
+        engine = served.engine
+        try:
+            call = parse_call(body, engine.generation_defaults(), engine.max_seq_len, chat)
             request = await run_in_threadpool(self._request, body, call, chat)  # prompt lengths ask the model
         except APIError as error:
             return error_response(error)
         except UserError as error:
             return error_response(bad(str(error)))
-        if self.engine.failure is not None:
-            return error_response(APIError(503, self.engine.failure))
-        events = self.engine.stream(request)
+        if engine.failure is not None:
+            return error_response(APIError(503, engine.failure))
+        events = engine.stream(request)
         first = await run_in_threadpool(next, events, None)  # a chat's messages rendered, or refused with a 400
         if isinstance(first, End) and first.finish_reason == "error":
-            return error_response(self._error_of(first))
+            return error_response(self._error_of(first, engine))
         events = resumed(first, events)
-        reply = Reply(self.name, chat, call)
+        reply = Reply(served.name, chat, call)
         watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
         if call.stream:
             return StreamingResponse(
-                self._sse(events, request, reply, watcher),
+                self._sse(events, request, reply, watcher, served),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
@@ -195,28 +231,32 @@ class OpenAIAPI:
             watcher.cancel()
             request.cancel.set()
         if reply.end.finish_reason == "error":
-            return error_response(self._error_of(reply.end))
+            return error_response(self._error_of(reply.end, engine))
         return JSONResponse(reply.whole())
 
-    async def _sse(self, events, request: Request, reply: Reply, watcher: asyncio.Task) -> AsyncIterator[str]:
+    async def _sse(
+        self, events, request: Request, reply: Reply, watcher: asyncio.Task, served: Served
+    ) -> AsyncIterator[str]:
         try:
             yield sse(reply.first_chunk())
             async for batch in in_own_thread(events):
                 if text := "".join(sse(chunk) for chunk in reply.chunks(batch)):  # what was made meanwhile, one write
                     yield text
             if reply.end.finish_reason == "error":
-                yield sse(self._error_of(reply.end).body())
+                yield sse(self._error_of(reply.end, served.engine).body())
             elif reply.call.include_usage:
                 yield sse(reply.usage_chunk())
             yield "data: [DONE]\n\n"
         finally:
             watcher.cancel()
             request.cancel.set()  # a client gone mid-stream: the model stops at its next step
+            served.release()
 
-    def _error_of(self, end: End) -> APIError:
+    @staticmethod
+    def _error_of(end: End, engine: ChatEngine) -> APIError:
         if end.caller_error:
             return bad(end.error)
-        return APIError(503 if self.engine.failure is not None else 500, end.error)
+        return APIError(503 if engine.failure is not None else 500, end.error)
 
     def _request(self, body: dict, call: Call, chat: bool) -> Request:
         """The engine request for a checked body: a raw prompt, or chat messages (the engine renders them, leaving

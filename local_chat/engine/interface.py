@@ -3,9 +3,10 @@
 A door builds a `Request` (a raw prompt, or chat messages with their `ChatOptions`; its `Sampling`, stop strings,
 images, a cancel flag) and reads the events of `Engine.stream`: `Rendered` (the prompt that messages became),
 `Reasoning`, `Delta`s that carry only the new answer text (and, when asked, the log-probabilities of exactly the
-tokens that text came from) and `ToolCallDelta`s, perhaps `Queued` while other requests go first, then one `End`
-with the finish reason, token counts and timings. `stream` never raises: a mistake the user can fix, a model that
-failed, a bug all end in an `End` whose `finish_reason` is "error" and whose `error` is one sentence to show.
+tokens that text came from) and `ToolCallDelta`s, perhaps `Queued` while other requests go first (or `Loading`
+while its model loads), then one `End` with the finish reason, token counts and timings. `stream` never raises: a
+mistake the user can fix, a model that failed, a bug all end in an `End` whose `finish_reason` is "error" and whose
+`error` is one sentence to show.
 
 Engines: `LocalEngine` in-process (model/local_engine.py), `PipeEngine` over the pipe to the model's process
 (engine/process.py), `RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine`
@@ -184,6 +185,13 @@ class Queued:
 
 
 @dataclass
+class Loading:
+    """The request waits for its model to load (--models_dir): `sentence` says what it waits for, and how long."""
+
+    sentence: str
+
+
+@dataclass
 class End:
     """The last event of a stream."""
 
@@ -207,7 +215,7 @@ class End:
         return End("error", error=sentence, caller_error=caller_error)
 
 
-Event = Delta | Reasoning | ToolCallDelta | Rendered | Queued | End
+Event = Delta | Reasoning | ToolCallDelta | Rendered | Queued | Loading | End
 
 
 @dataclass

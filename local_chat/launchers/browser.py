@@ -12,7 +12,14 @@ import sys
 from local_chat.errors import UserError
 
 from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, parser
-from .loading import ENGINE_PLACES, check_serving_flags, compile_before_answering, load_engine, start_batching
+from .loading import (
+    BATCH_PLACES,
+    ENGINE_PLACES,
+    check_serving_flags,
+    compile_before_answering,
+    load_engine,
+    start_batching,
+)
 
 
 def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, argv=None) -> None:
@@ -25,10 +32,13 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     try:
         check_serving_flags(args)
         check_history(args)  # a database that cannot be used is told now, not after the model loads
-        engine = load_engine(args, with_visual=with_visual)
-        template = default_template(engine, args.template)
         for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
             print(f"warning: {warning}", file=sys.stderr)
+        if getattr(args, "models_dir", None):
+            serve_listed(description, tabs, args, with_visual)
+            return
+        engine = load_engine(args, with_visual=with_visual)
+        template = default_template(engine, args.template)
         if server is None:  # --api_base: no model here, the web server is the only process
             args.concurrency = args.concurrency or ENGINE_PLACES
             serve(engine, description, tabs, template, args)
@@ -51,31 +61,72 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
 
 def web_server(args):
     """The web server's process (engine/pipe.py's `WebServer`), started now so that it gets ready while the model
-    loads; None with --api_base (no model here: the server runs in this process) and on torchrun's other ranks."""
-    if args.api_base is not None or os.environ.get("RANK", "0") != "0":
+    loads; None with --api_base and --models_dir (no model in this process: the server runs here) and on torchrun's
+    other ranks."""
+    if args.api_base is not None or getattr(args, "models_dir", None) or os.environ.get("RANK", "0") != "0":
         return None
     from local_chat.engine.pipe import WebServer
 
     return WebServer(serve)
 
 
-def serve(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:
+def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: bool) -> None:
+    """--models_dir: the web server in this process, each listed model in a process of its own, loaded when asked
+    for (engine/models.py); the one --model names loads now, while the server's code imports."""
+    import copy
+    import signal
+    import threading
+
+    from local_chat.engine.models import ModelEngine, Models
+    from local_chat.prompting import default_template
+
+    from .model_processes import start_model
+
+    paths = {model.id: str(model.path) for model in args.listed}
+    models = Models(
+        [(model.id, model.problem) for model in args.listed],
+        start=lambda model_id: start_model(args, paths[model_id], model_id, with_visual),
+        template_of=lambda engine: default_template(engine, args.template),
+        max_loaded=args.max_loaded_models,
+        idle_unload_s=None if args.idle_unload is None else args.idle_unload * 60,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # ended: its models' processes end too (below)
+    try:
+        first: list = []
+        loading = threading.Thread(target=lambda: first.append(models.lease_or_failure(args.served_name)))
+        loading.start()
+        import local_chat.api  # noqa: F401  (while the model loads)
+        import local_chat.ui  # noqa: F401
+
+        loading.join()
+        if isinstance(first[0], str):
+            raise UserError(first[0])
+        first[0].release()
+        page_args = copy.copy(args)  # the models' processes keep the flags as given
+        page_args.concurrency = args.concurrency or BATCH_PLACES  # each model's own queue holds it to its own
+        serve(ModelEngine(models, args.served_name), description, tabs, first[0].template, page_args, models)
+    finally:
+        models.close()
+
+
+def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, models=None) -> None:
     """The web server's process: the page and the /v1 API over `engine` (a `PipeEngine`, or a `RemoteEngine`),
-    served until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py)."""
+    served until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py).
+    With --models_dir, `engine` is the start-up model's of `models` (each with its own queue already)."""
     from local_chat.api import OpenAIAPI
     from local_chat.engine.in_order import InArrivalOrder
     from local_chat.ui import build_app
     from local_chat.ui.layout import PAGE
 
-    queue = InArrivalOrder(engine, args.concurrency)
+    queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     store = open_history(args)
     app = build_app(queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
     api = None
-    if not api_off_reason(args):  # named and listed as --models_dir found it (loading.py's choose_listed_model)
-        names = dict(name=getattr(args, "served_name", None), listed=getattr(args, "listed", None))
-        api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, **names)
+    if not api_off_reason(args):  # named as --models_dir found it (loading.py's choose_listed_model)
+        name = getattr(args, "served_name", None)
+        api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models)
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)

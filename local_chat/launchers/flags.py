@@ -196,7 +196,23 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="folders of checkpoints (Hugging Face folders, Accessory / Meta consolidated ones, the Hugging Face "
-        "cache): each is listed at start-up with its id, and --model picks the one served",
+        "cache): each is listed at start-up with its id and loads when asked for (/v1's `model`); --model picks "
+        "the one the app starts with",
+    )
+    p.add_argument(
+        "--max_loaded_models",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --models_dir: how many models stay loaded at once; loading another unloads the least recently "
+        "used, once its answers have ended (default: 1)",
+    )
+    p.add_argument(
+        "--idle_unload",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="with --models_dir: unload a model no one has asked anything for that many minutes (default: never)",
     )
     p.add_argument(
         "--vision",

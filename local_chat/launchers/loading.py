@@ -60,9 +60,8 @@ def check_serving_flags(args: argparse.Namespace) -> None:
 
 
 def choose_listed_model(args: argparse.Namespace) -> None:
-    """Print the checkpoints --models_dir holds (launchers/catalog.py) and serve the one --model names: its folder
-    becomes --pretrained_path, its id the name /v1 gives it (`args.served_name`), and the list /v1/models shows
-    (`args.listed`: ids with their state)."""
+    """Print the checkpoints --models_dir holds (launchers/catalog.py) and start with the one --model names: its
+    folder becomes --pretrained_path and its id `args.served_name`; `args.listed` keeps them all."""
     from local_chat.model.loading import resolve_device, resolve_dtype, resolve_quant
 
     from .catalog import find_models, free_memory, pick
@@ -74,9 +73,8 @@ def choose_listed_model(args: argparse.Namespace) -> None:
     for model in models:
         print(f"  {model.line()}", file=sys.stderr)
     chosen = pick(models, args.model)
-    print(f"Serving {chosen.id}.", file=sys.stderr)
-    args.pretrained_path, args.served_name = [str(chosen.path)], chosen.id
-    args.listed = [(m.id, "loaded" if m is chosen else "available") for m in models if m.problem is None]
+    print(f"Starting with {chosen.id}; the others load when asked for.", file=sys.stderr)
+    args.pretrained_path, args.served_name, args.listed = [str(chosen.path)], chosen.id, models
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
@@ -87,6 +85,12 @@ def check_engine_flags(args: argparse.Namespace) -> None:
             raise UserError("--models_dir lists local checkpoints, and --api_base uses an engine's model: give one.")
         if args.pretrained_path is not None:
             raise UserError("--models_dir and --pretrained_path both name the checkpoint: pick it with --model ID.")
+        if args.max_loaded_models < 1:
+            raise UserError(f"--max_loaded_models {args.max_loaded_models}: give 1 or more.")
+        if args.idle_unload is not None and args.idle_unload <= 0:
+            raise UserError(f"--idle_unload {args.idle_unload:g}: give the minutes, above 0.")
+    elif getattr(args, "max_loaded_models", 1) != 1 or getattr(args, "idle_unload", None) is not None:
+        raise UserError("--max_loaded_models and --idle_unload go with --models_dir (the models loaded on demand).")
     if args.api_base is None:
         alone = [f"--{name}" for name in ("api_base_key", "vision") if getattr(args, name)]
         alone += ["--model"] if args.model and not getattr(args, "models_dir", None) else []

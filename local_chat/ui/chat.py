@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from local_chat.engine import Delta, End, Engine, Queued, Reasoning, Rendered, Request
+from local_chat.engine import Delta, End, Engine, Loading, Queued, Reasoning, Rendered, Request
 from local_chat.engine.interface import SessionKey, in_session
 from local_chat.engine.threaded import in_own_thread
 
@@ -38,7 +38,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
     """`request`'s answer as it grows, at most every `UPDATE_INTERVAL` seconds; the last update has the answer's
     figures, or its error."""
     update, thought_since = AnswerUpdate(), None
-    async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL, instant=(Rendered, Queued)):
+    async for events in in_own_thread(engine.stream(request), UPDATE_INTERVAL, instant=(Rendered, Queued, Loading)):
         update.line, update.rendered = "", None
         for event in events:
             if isinstance(event, Reasoning):
@@ -54,6 +54,8 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
                 update.rendered = event
             elif isinstance(event, Queued):
                 update.line = queue_line(event)
+            elif isinstance(event, Loading):
+                update.line = f"Waiting for the model: {event.sentence}."
             elif isinstance(event, End) and event.finish_reason == "error":
                 update.error = event.error
             elif isinstance(event, End):

@@ -1,0 +1,316 @@
+"""--models_dir's models, each loaded when first asked for, in a process of its own (a `PipeEngine` over it, in a
+queue of its own, engine/in_order.py), so that a load never holds up another model's answers. Past
+--max_loaded_models the least recently used is unloaded to make room, only once no answer runs or waits on it; with
+--idle_unload, a model no one asked for in that long is unloaded too. Unloading ends the model's process (and its
+--n_gpus workers), which frees all it held: weights, KV caches, its batch."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from local_chat.errors import UserError
+
+from .in_order import InArrivalOrder
+from .interface import Answer, End, Engine, Event, Loading, Request, collect
+from .pipe import ModelFailed, PipeEngine
+
+IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
+LOAD_POLL_S = 0.25  # how often a load looks at its process, and a waiting request tells how long it has waited
+STOP_WAIT_S = 10.0  # how long an unloaded model's process has to end before it is killed
+
+
+@dataclass
+class ModelProcess:
+    """A model's process as started (`start(model_id)`): its facts arrive on `connection` once it has loaded."""
+
+    process: object  # a multiprocessing.Process
+    connection: object  # a multiprocessing Connection
+
+
+@dataclass
+class _Model:
+    id: str
+    problem: str | None = None  # why it cannot load: listed with this sentence
+    state: str = "available"  # available, loading, loaded, unloading
+    engine: InArrivalOrder | None = None
+    template: str = ""
+    running: ModelProcess | None = None
+    users: int = 0  # answers running or waiting on it (leases held)
+    last_used: float = 0.0
+    loading_since: float = 0.0
+    load_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Lease:
+    """A loaded model held for one request: it is not unloaded until `release()`."""
+
+    model_id: str
+    engine: InArrivalOrder
+    template: str
+    _release: Callable[[], None]
+    _released: bool = False
+
+    def release(self) -> None:
+        """Once the answer is over (again: nothing)."""
+        if not self._released:
+            self._released = True
+            self._release()
+
+
+class Models:
+    """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id);
+    `template_of(engine)`: the template a loaded model's answers use; `places`: each model's --concurrency."""
+
+    def __init__(
+        self,
+        listed: list[tuple[str, str | None]],
+        start: Callable[[str], ModelProcess],
+        template_of: Callable[[Engine], str],
+        places: int = 1,
+        max_loaded: int = 1,
+        idle_unload_s: float | None = None,
+    ):
+        if max_loaded < 1:
+            raise UserError(f"--max_loaded_models {max_loaded}: give 1 or more.")
+        self._models = {model_id: _Model(model_id, problem) for model_id, problem in listed}
+        self._start, self._template_of, self._places = start, template_of, places
+        self.max_loaded, self.idle_unload_s = max_loaded, idle_unload_s
+        self._changed = threading.Condition()
+        self._closed = threading.Event()
+        if idle_unload_s is not None:
+            threading.Thread(target=self._unload_when_idle, name="idle-unload", daemon=True).start()
+
+    # ----- what the doors ask -----
+
+    def ids(self) -> list[str]:
+        """The ids of the models that can load, in listing order."""
+        return [model.id for model in self._models.values() if model.problem is None]
+
+    def states(self) -> list[tuple[str, str]]:
+        """(id, "loaded" | "loading" | "available") of each model that can load."""
+        with self._changed:
+            return [(m.id, "loading" if m.state == "unloading" else m.state) for m in self._listed()]
+
+    def known(self, model_id: str) -> bool:
+        return model_id in self._models and self._models[model_id].problem is None
+
+    def unknown_sentence(self, model_id) -> str:
+        model = self._models.get(model_id)
+        if model is not None and model.problem is not None:
+            return f"{model_id} cannot load: {model.problem}"
+        return f"There is no model {model_id!r} here; the models are {', '.join(self.ids()) or 'none'}."
+
+    def waiting_sentence(self, model_id: str) -> str:
+        """What a request for `model_id` waits for, in a few words ("loading MODEL, 12 s")."""
+        with self._changed:
+            model = self._models[model_id]
+            if model.state == "loading":
+                return f"loading {model_id}, {time.monotonic() - model.loading_since:.0f} s"
+            busy = [m.id for m in self._listed() if m.state in ("loaded", "unloading") and m.id != model_id]
+            return f"waiting for {', '.join(busy)} to finish its answers before loading {model_id}"
+
+    def loaded(self, model_id: str) -> InArrivalOrder | None:
+        """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
+        with self._changed:
+            model = self._models.get(model_id)
+            return model.engine if model is not None and model.state == "loaded" else None
+
+    def lease(self, model_id: str) -> Lease:
+        """`model_id` loaded (here, where it is not: after making room), held until the lease is released. A model
+        that cannot load is a `UserError` saying why."""
+        with self._changed:
+            if not self.known(model_id):
+                raise UserError(self.unknown_sentence(model_id))
+            model = self._models[model_id]
+            model.users += 1
+            model.last_used = time.monotonic()
+        try:
+            self._load(model)
+        except BaseException:
+            self._leave(model)
+            raise
+        return Lease(model_id, model.engine, model.template, lambda: self._leave(model))
+
+    def stream(self, model_id: str, request: Request) -> Iterator[Event]:
+        """`request` answered by `model_id`, loaded first where it is not (`Loading` events meanwhile)."""
+        leased: list[Lease] = []
+        loader = threading.Thread(target=lambda: leased.append(self.lease_or_failure(model_id)), daemon=True)
+        loader.start()
+        while loader.is_alive():
+            loader.join(LOAD_POLL_S)
+            if loader.is_alive():
+                yield Loading(self.waiting_sentence(model_id))
+        lease = leased[0]
+        if isinstance(lease, str):
+            yield End.failed(lease)
+            return
+        try:
+            yield from lease.engine.stream(request)
+        finally:
+            lease.release()
+
+    def close(self) -> None:
+        """Unload every model: their processes end."""
+        self._closed.set()
+        for model in list(self._models.values()):
+            if model.running is not None:
+                self._stop(model.running)
+
+    # ----- loading and unloading -----
+
+    def _listed(self) -> list[_Model]:
+        return [model for model in self._models.values() if model.problem is None]
+
+    def lease_or_failure(self, model_id: str) -> Lease | str:
+        """`lease(model_id)`, or the sentence saying why it cannot load."""
+        try:
+            return self.lease(model_id)
+        except UserError as error:
+            return str(error)
+
+    def _leave(self, model: _Model) -> None:
+        with self._changed:
+            model.users -= 1
+            model.last_used = time.monotonic()
+            self._changed.notify_all()
+
+    def _load(self, model: _Model) -> None:
+        with model.load_lock:  # one load of a model at a time; the others asking for it wait for that one
+            with self._changed:
+                while model.state == "unloading":  # made room for another, or quiet too long: load it again after
+                    self._changed.wait(LOAD_POLL_S)
+                if model.problem is not None:
+                    raise UserError(self.unknown_sentence(model.id))
+                if model.state == "loaded" and model.engine.failure is None:
+                    return
+            if model.running is not None:  # its process stopped (its answers said why): start it again
+                self._unload(model)
+            self._make_room(model)
+            try:
+                running = self._start(model.id)
+                facts = self._facts(model, running)
+                places = facts.pop("places", None) or self._places  # its --concurrency, as its batching settled it
+                engine = InArrivalOrder(PipeEngine(running.connection, facts, end_process=False), places)
+            except BaseException as error:
+                with self._changed:
+                    model.state, model.running = "available", None
+                    if isinstance(error, UserError):  # listed with its sentence from now on; the others still work
+                        model.problem = str(error).removeprefix(f"{model.id} could not load: ")
+                    self._changed.notify_all()
+                raise
+            with self._changed:
+                model.engine, model.template = engine, self._template_of(engine)
+                model.running, model.state = running, "loaded"
+                self._changed.notify_all()
+
+    def _make_room(self, model: _Model) -> None:
+        """Wait until `model` may load without passing --max_loaded_models, unloading the least recently used idle
+        model where that makes room; then it counts as loading."""
+        while True:
+            with self._changed:
+                held = [m for m in self._listed() if m.state != "available" and m is not model]
+                if len(held) < self.max_loaded:
+                    model.state, model.loading_since = "loading", time.monotonic()
+                    return
+                idle = [m for m in held if m.state == "loaded" and m.users == 0]
+                if not idle:
+                    self._changed.wait(LOAD_POLL_S)
+                    continue
+                victim = min(idle, key=lambda m: m.last_used)
+                victim.state = "unloading"
+            self._unload(victim)
+
+    def _facts(self, model: _Model, running: ModelProcess) -> dict:
+        """The loaded model's facts, from its process; its failure (or its end) as one sentence."""
+        reply = None
+        while reply is None:
+            try:
+                if running.connection.poll(LOAD_POLL_S):
+                    reply = running.connection.recv()
+                    break
+            except (EOFError, OSError):  # it ended without a word
+                running.process.join(STOP_WAIT_S)
+            if not running.process.is_alive():
+                self._stop(running)
+                raise UserError(
+                    f"{model.id} could not load: its process stopped (exit code {running.process.exitcode}); "
+                    "see the app's terminal for why."
+                )
+        if isinstance(reply, ModelFailed):
+            self._stop(running)
+            raise UserError(f"{model.id} could not load: {reply.sentence}")
+        return reply
+
+    def _unload(self, model: _Model) -> None:
+        running = model.running
+        if running is not None:
+            self._stop(running)
+        with self._changed:
+            model.engine, model.running, model.state = None, None, "available"
+            self._changed.notify_all()
+
+    @staticmethod
+    def _stop(running: ModelProcess) -> None:
+        process = running.process
+        if process.is_alive():
+            process.terminate()
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        running.connection.close()
+
+    def _unload_when_idle(self) -> None:
+        while not self._closed.wait(IDLE_POLL_S):
+            now = time.monotonic()
+            with self._changed:
+                quiet = [
+                    m for m in self._listed()
+                    if m.state == "loaded" and m.users == 0 and now - m.last_used >= self.idle_unload_s
+                ]  # fmt: skip
+                for model in quiet:
+                    model.state = "unloading"
+            for model in quiet:
+                self._unload(model)
+
+
+class ModelEngine:
+    """The engine (engine/interface.py) of one listed model, for a door that holds one: its answers load it where it
+    is not loaded; its facts are the loaded model's (loading it to know them)."""
+
+    def __init__(self, models: Models, model_id: str):
+        self.models, self.model_id = models, model_id
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        return self.models.stream(self.model_id, request)
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        return [collect(self.stream(request)) for request in requests]
+
+    @property
+    def failure(self) -> str | None:
+        return None  # a model whose process stopped is loaded again by its next answer
+
+    def drop_sessions(self, browser_session: str) -> None:
+        """A closed page's KV caches, where the model is loaded (an unloaded one kept none)."""
+        if (engine := self.models.loaded(self.model_id)) is not None:
+            engine.drop_sessions(browser_session)
+
+    def __getattr__(self, name):
+        """The loaded model's fact, or its method, which holds the model loaded while it runs."""
+        value = self._held(lambda engine: getattr(engine, name))
+        if not inspect.ismethod(value):
+            return value
+        return lambda *args, **kwargs: self._held(lambda engine: getattr(engine, name)(*args, **kwargs))
+
+    def _held(self, use: Callable):
+        lease = self.models.lease(self.model_id)
+        try:
+            return use(lease.engine)
+        finally:
+            lease.release()

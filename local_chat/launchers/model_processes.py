@@ -1,0 +1,69 @@
+"""--models_dir: each listed model loads in a process of its own (engine/models.py's `Models` starts and ends them),
+which answers its requests as the launcher's process does for one model (engine/process.py's `serve_model`)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import signal
+import sys
+import traceback
+
+from local_chat.errors import UserError, described
+
+
+def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False):
+    """The `ModelProcess` (engine/models.py) that loads the checkpoint at `path` with the flags `args` (`with_visual`:
+    refuse a model that sees no images, for the image demos)."""
+    import multiprocessing
+
+    from local_chat.engine.models import ModelProcess
+
+    flags = copy.copy(args)
+    flags.pretrained_path, flags.models_dir, flags.listed = [path], None, None
+    context = multiprocessing.get_context("spawn")
+    connection, there = context.Pipe()
+    process = context.Process(target=model_main, args=(there, flags, model_id, with_visual), name=f"model {model_id}")
+    process.start()
+    there.close()
+    return ModelProcess(process, connection)
+
+
+def model_main(connection, args: argparse.Namespace, model_id: str, with_visual: bool) -> None:
+    """A model's process: load it, send its facts (or why it could not load), then answer until the pipe closes."""
+    from local_chat.engine.pipe import ModelFailed
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which ends this process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unloaded: an exit that ends its workers too
+    print(f"Loading {model_id}...", file=sys.stderr, flush=True)
+    try:
+        engine = _loaded(args, with_visual)
+    except UserError as error:
+        connection.send(ModelFailed(str(error)))
+        return
+    except Exception as error:  # a checkpoint that passed the listing's checks and still fails: one sentence
+        traceback.print_exception(error)
+        connection.send(ModelFailed(described(error)))
+        return
+    from local_chat.engine.process import model_facts, serve_model
+
+    print(f"Loaded {model_id}.", file=sys.stderr, flush=True)
+    try:
+        connection.send({**model_facts(engine), "places": args.concurrency})
+        serve_model(engine, connection)  # until the launcher unloads it (or ends)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        engine.stop_batching()
+
+
+def _loaded(args: argparse.Namespace, with_visual: bool):
+    from local_chat.engine.process import leave_a_core_to_the_server
+
+    from .loading import compile_before_answering, load_engine, start_batching
+
+    engine = load_engine(args, with_visual)
+    leave_a_core_to_the_server(engine)
+    compile_before_answering(engine)
+    start_batching(engine, args)
+    return engine

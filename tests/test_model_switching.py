@@ -1,0 +1,147 @@
+"""engine/models.py: --models_dir's models loaded on demand, each in a process of its own, the least recently used
+unloaded past --max_loaded_models (never one in use), quiet ones unloaded after --idle_unload, a model that fails to
+load listed with its sentence. Real processes and real pipes; each fakes a model that has loaded (no weights)."""
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+from local_chat.engine import Delta, End, EngineSummary, Loading, Request, Sampling, collect
+from local_chat.engine.models import ModelEngine, ModelProcess, Models
+from local_chat.engine.pipe import ModelFailed, StreamAnswer, Streamed
+from local_chat.errors import UserError
+
+FACTS = {
+    "tokenizer": None,
+    "chat_renderer": None,
+    "summary": EngineSummary("fake", 64, False),
+    "generation_defaults": Sampling(),
+    "places": 1,
+}
+
+
+def fake_model(connection, reply, load_seconds: float) -> None:
+    """A model's process: after `load_seconds`, `reply` (its facts, or a failure; "die": it exits with code 3),
+    then each answer is "hi"."""
+    time.sleep(load_seconds)
+    if reply == "die":
+        raise SystemExit(3)
+    connection.send(reply)
+    while True:
+        try:
+            asked = connection.recv()
+        except EOFError:
+            return
+        if isinstance(asked, StreamAnswer):
+            connection.send(Streamed(asked.number, Delta("hi")))
+            connection.send(Streamed(asked.number, End("stop", completion_tokens=1)))
+
+
+class FakeModels:
+    """Starts `fake_model` processes: `replies` per id (default: loaded), `load_seconds` per id (default: 0)."""
+
+    def __init__(self, replies=None, load_seconds=None):
+        self.replies, self.load_seconds, self.started = replies or {}, load_seconds or {}, {}
+
+    def __call__(self, model_id: str) -> ModelProcess:
+        context = multiprocessing.get_context("fork")
+        mine, there = context.Pipe()
+        reply, seconds = self.replies.get(model_id, FACTS), self.load_seconds.get(model_id, 0.0)
+        process = context.Process(target=fake_model, args=(there, reply, seconds), daemon=True)
+        process.start()
+        there.close()
+        self.started[model_id] = process
+        return ModelProcess(process, mine)
+
+
+def house(start, max_loaded=1, idle_unload_s=None, ids=("a", "b", "c")) -> Models:
+    listed = [(model_id, None) for model_id in ids] + [("broken", "its config.json cannot be read.")]
+    return Models(listed, start, lambda engine: "plain", max_loaded=max_loaded, idle_unload_s=idle_unload_s)
+
+
+def used(models: Models, model_id: str) -> None:
+    models.lease(model_id).release()
+
+
+def test_models_load_when_asked_for_and_the_least_recently_used_makes_room():
+    start = FakeModels()
+    models = house(start, max_loaded=2)
+    try:
+        assert models.states() == [("a", "available"), ("b", "available"), ("c", "available")]
+        used(models, "a"), used(models, "b"), used(models, "a")
+        assert dict(models.states()) == {"a": "loaded", "b": "loaded", "c": "available"}
+        used(models, "c")  # b was used longest ago: its process ends
+        assert dict(models.states()) == {"a": "loaded", "b": "available", "c": "loaded"}
+        assert not start.started["b"].is_alive() and start.started["a"].is_alive()
+        first_a = start.started["a"]
+        used(models, "a")
+        assert start.started["a"] is first_a  # loaded already: not started again
+    finally:
+        models.close()
+    assert not any(process.is_alive() for process in start.started.values())
+
+
+def test_a_model_in_use_is_never_unloaded_and_the_other_waits_for_its_answers():
+    start = FakeModels()
+    models = house(start)
+    try:
+        held = models.lease("a")
+        other = threading.Thread(target=used, args=(models, "b"))
+        other.start()
+        other.join(0.8)
+        assert other.is_alive() and start.started["a"].is_alive() and "b" not in start.started
+        assert models.waiting_sentence("b") == "waiting for a to finish its answers before loading b"
+        held.release()
+        other.join(10)
+        assert not other.is_alive() and dict(models.states()) == {"a": "available", "b": "loaded", "c": "available"}
+        assert not start.started["a"].is_alive()
+    finally:
+        models.close()
+
+
+def test_a_quiet_model_is_unloaded_after_idle_unload():
+    start = FakeModels()
+    models = house(start, idle_unload_s=0.3)
+    try:
+        used(models, "a")
+        deadline = time.monotonic() + 10
+        while dict(models.states())["a"] != "available" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert dict(models.states())["a"] == "available" and not start.started["a"].is_alive()
+        used(models, "a")  # loaded again when asked for
+        assert dict(models.states())["a"] == "loaded"
+    finally:
+        models.close()
+
+
+def test_a_model_that_fails_to_load_says_why_and_the_others_still_work():
+    start = FakeModels(replies={"b": ModelFailed("its weights are torn."), "c": "die"})
+    models = house(start, max_loaded=3)
+    try:
+        with pytest.raises(UserError, match=r"^b could not load: its weights are torn\.$"):
+            models.lease("b")
+        with pytest.raises(UserError, match=r"^c could not load: its process stopped \(exit code 3\)"):
+            models.lease("c")
+        assert models.states() == [("a", "available")]  # the others listed with their sentences on the page
+        assert models.unknown_sentence("b") == "b cannot load: its weights are torn."
+        assert models.unknown_sentence("broken") == "broken cannot load: its config.json cannot be read."
+        with pytest.raises(UserError, match="b cannot load"):
+            models.lease("b")  # not tried again
+        assert "the models are a" in models.unknown_sentence("nope")
+        used(models, "a")
+        assert not start.started["b"].is_alive() and not start.started["c"].is_alive()
+    finally:
+        models.close()
+
+
+def test_an_answer_to_a_model_being_loaded_says_so_then_streams():
+    models = house(FakeModels(load_seconds={"a": 0.8}))
+    try:
+        events = list(ModelEngine(models, "a").stream(Request(prompt="Hello")))
+        assert isinstance(events[0], Loading) and events[0].sentence.startswith("loading a, ")
+        assert [e.text for e in events if isinstance(e, Delta)] == ["hi"] and isinstance(events[-1], End)
+        assert collect(models.stream("nope", Request(prompt="Hello"))).end.error.startswith("There is no model 'nope'")
+    finally:
+        models.close()
