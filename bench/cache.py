@@ -99,7 +99,7 @@ def run(settings) -> dict[str, float]:
                 return ask()
 
         try:
-            values = interleaved_values(runs, settings.cache_repeats)
+            values = interleaved_values(runs, settings.cache_repeats, settings.warmups)
         finally:
             batched.engine.stop_batching()
     median = {name: statistics.median(first for first, _ in pairs) for name, pairs in values.items()}

@@ -106,7 +106,7 @@ def gradio_import_s() -> float:
 def run(settings) -> dict[str, float]:
     with stub_engine() as url:
         times = interleaved_values(
-            {"front": lambda: front_start_s(url), "gradio": gradio_import_s}, settings.front_repeats
+            {"front": lambda: front_start_s(url), "gradio": gradio_import_s}, settings.front_repeats, settings.warmups
         )
     return {
         "front_start_s": statistics.median(times["front"]),

@@ -56,6 +56,7 @@ class Settings:
     structured_big_vocab: int = 151_936  # Qwen's
     models_tokens: int = 16
     models_repeats: int = 8
+    warmups: int = 1  # rounds before the interleaved repeats count
 
 
 QUICK = Settings(
@@ -101,6 +102,7 @@ SMOKE = Settings(
     structured_big_vocab=4096,
     models_tokens=4,
     models_repeats=1,
+    warmups=0,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)

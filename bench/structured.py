@@ -81,10 +81,14 @@ def speed(shape: str, settings, suffix: str) -> dict[str, float]:
         engine.start_batching(ANSWERS_AT_ONCE)
         try:
             repeats = settings.structured_repeats
-            one = interleaved_values({"held": lambda: answers(True, 1), "free": lambda: answers(False, 1)}, repeats)
+            warmups = settings.warmups
+            one = interleaved_values(
+                {"held": lambda: answers(True, 1), "free": lambda: answers(False, 1)}, repeats, warmups
+            )
             many = interleaved_values(
                 {"held": lambda: answers(True, ANSWERS_AT_ONCE), "free": lambda: answers(False, ANSWERS_AT_ONCE)},
                 repeats,
+                warmups,
             )
         finally:
             engine.stop_batching()

@@ -78,7 +78,7 @@ def run(settings) -> dict[str, float]:
                 first_text_s(engines["demo"], tokens)
                 return first_text_s(engines["demo"], tokens)
 
-            times = interleaved_values({"switched": switched, "same": same}, settings.models_repeats)
+            times = interleaved_values({"switched": switched, "same": same}, settings.models_repeats, settings.warmups)
         finally:
             models.close()  # every model unloaded
         after = memory()
