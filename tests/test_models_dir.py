@@ -10,6 +10,8 @@ import pytest
 import tiny_models
 from app_server import launched
 from openai import APIStatusError, OpenAI
+from PIL import Image
+from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 
 from local_chat.defaults import DEMO_MODEL
 from local_chat.errors import UserError
@@ -134,3 +136,39 @@ def test_the_flags_of_models_on_demand_go_with_models_dir(capsys):
     with pytest.raises(SystemExit):
         launchers.app(["--max_loaded_models", "2"])
     assert "--max_loaded_models and --idle_unload go with --models_dir" in capsys.readouterr().err
+
+
+def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tmp_path, models):  # noqa: F811
+    """The picker lists the models; a switch makes the next answer come from the new model (its template in
+    "Prompt sent to the model"), the images left out with a notice, and each answer says which model gave it."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "demo").symlink_to(DEMO_MODEL, target_is_directory=True)
+    (folder / "qwen3-tiny").symlink_to(models[0] / "qwen3-tiny", target_is_directory=True)
+    image = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), "red").save(image)
+    app, client = launched("--models_dir", str(folder), "--model", "demo")
+    try:
+        page = open_page(browser, client.src)
+        attach(page, image)
+        send(page, "What color is the image?")
+        wait_for_answer(page, lambda text: text.endswith("."), timeout=60)
+        page.locator(".model-picker input").first.click()
+        options = [option.strip("✓ \n") for option in page.get_by_role("option").all_inner_texts()]
+        assert options == ["demo", "qwen3-tiny"]
+        page.screenshot(path=str(ARTIFACTS / "model-picker.png"), full_page=True)
+        page.get_by_role("option", name="qwen3-tiny").click()
+        page.get_by_text("Now answering: qwen3-tiny").wait_for(timeout=60_000)
+        send(page, "Hi")
+        page.get_by_text("qwen3-tiny does not see images").wait_for(timeout=30_000)
+        stats = page.locator("text=/tokens · first token/")
+        stats.nth(1).wait_for(timeout=60_000)
+        lines = stats.all_inner_texts()
+        assert lines[0].endswith("· demo") and lines[1].endswith("· qwen3-tiny"), lines
+        page.locator("button", has_text="Prompt sent to the model").first.click()
+        page.locator(".prompt-view").first.wait_for()
+        assert "<|im_start|>user" in page.locator(".prompt-view").first.inner_text()  # Qwen3's own template
+        page.screenshot(path=str(ARTIFACTS / "model-switched.png"), full_page=True)
+    finally:
+        app.terminate()
+        app.communicate(timeout=30)

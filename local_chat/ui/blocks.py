@@ -10,6 +10,7 @@ import gradio as gr
 
 from local_chat.defaults import IMAGE_TRANSFORM, MAX_UPLOAD_MB
 from local_chat.engine import Engine
+from local_chat.engine.models import ModelEngine
 from local_chat.history import Store
 from local_chat.prompting import default_template
 
@@ -18,6 +19,7 @@ from .chat_tab import ChatTab
 from .gradio_api import api_chat, api_single_turn
 from .history import SavedChats
 from .layout import model_panel
+from .model_picker import ModelPicker
 from .single_turn import SingleTurnTab
 from .wiring import GENERATION
 
@@ -41,27 +43,34 @@ def build_app(
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))
+    # --models_dir: a picker, each session with its own model (the chat tabs follow it)
+    picker = ModelPicker(engine.models, engine.model_id, max_upload_mb) if isinstance(engine, ModelEngine) else None
     labels = {"chat": "Chat", "chat_single": "Image questions", "single": "Single-turn"}
     with gr.Blocks(title=title) as app:
         browser_id = saved.browser_state() if saved.on else gr.State(None)
         chat_tabs = {
-            tab: ChatTab(engine, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb)
+            tab: ChatTab(engine, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb, picker)
             for tab in tabs
             if tab.startswith("chat")
         }
         saving = next((chat for chat in chat_tabs.values() if chat.saving), None)
         if saving is not None:
             saving.build_sidebar()
-        gr.HTML(model_panel(engine), elem_classes="model-line")
+        if picker is not None:
+            picker.build(model_panel(engine))
+        else:
+            gr.HTML(model_panel(engine), elem_classes="model-line")
         with gr.Tabs():
             for tab in tabs:
                 with gr.Tab(labels[tab], id=tab):
                     if tab == "single":
                         SingleTurnTab(engine, cancels).build()
                     else:
-                        chat_tabs[tab].build(browser_id)
+                        chat_tabs[tab].build(browser_id, picker.current if picker is not None else None)
         if saving is not None:
             saving.wire_sidebar(browser_id, app)
+        if picker is not None:
+            picker.wire(list(chat_tabs.values()))
         gr.api(
             api_chat(engine, cancels, template, image_transform, max_upload_mb),
             api_name="chat",

@@ -48,6 +48,7 @@ class ChatSettings:
     top_k: int
     repetition_penalty: float
     thinking: object = None  # the thinking switch's value (ui/thinking.py), where the page has one
+    model: str | None = None  # this session's model, where the page has a picker (ui/model_picker.py)
 
     @property
     def sampling(self) -> Sampling:
@@ -88,8 +89,10 @@ class ChatTab(SavedConversations):
         saved: SavedChats,
         single_turn: bool = False,
         max_upload_mb: float = MAX_UPLOAD_MB,
+        picker=None,
     ):
         self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
+        self.picker = picker  # --models_dir: each session's model (ui/model_picker.py)
         self.cancels, self.saved, self.single_turn = cancels, saved, single_turn
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
@@ -97,6 +100,10 @@ class ChatTab(SavedConversations):
 
     def _owner(self, browser_id, request) -> str | None:
         return self.saved.owner(browser_id, request) if self.saving else None
+
+    def engine_of(self, model: str | None) -> ChatEngine:
+        """The engine of this session's model (with a picker), else the page's."""
+        return self.engine if self.picker is None else self.picker.engine_of(model)
 
     # ----- the handlers -----
 
@@ -109,6 +116,7 @@ class ChatTab(SavedConversations):
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
         listed = gr.skip()
         try:
+            engine = self.engine_of(settings.model)
             owner = self._owner(browser_id, request)
             conversation_id, listed = self._commit(request, owner, conversation_id, history)  # the question is kept
             sampling = settings.sampling
@@ -120,6 +128,9 @@ class ChatTab(SavedConversations):
         except UserError as error:
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return
+        if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
+            messages = [{**m, "content": message_text(m["content"])} for m in messages]
+            turns.with_images_left_out(history, settings.model or "This model")
         system = settings.system
         system_message = [{"role": "system", "content": system}] if system is not None else []
         cache = session_key(request.session_hash, f"{self.name}/{conversation_id}" if conversation_id else self.name)
@@ -139,12 +150,13 @@ class ChatTab(SavedConversations):
         history.append(turns.answer(""))
         yield history, gr.skip(), conversation_id, listed
         prompt, line, failed = gr.skip(), "", False
-        async for update in answer_updates(self.engine, answer):
+        by = f" · {settings.model}" if self.picker is not None else ""  # which model gave the answer
+        async for update in answer_updates(engine, answer):
             if update.rendered is not None:
-                prompt = shown_prompt(self.engine, update.rendered.text, update.rendered.images)
-                turns.with_dropped_turns(history, update.rendered.dropped_turns, self.engine.max_seq_len)
+                prompt = shown_prompt(engine, update.rendered.text, update.rendered.images)
+                turns.with_dropped_turns(history, update.rendered.dropped_turns, engine.max_seq_len)
                 asked = len(history) - 1
-            line, failed = update.line, update.error is not None
+            line, failed = update.line + (by if update.ended else ""), update.error is not None
             thought = update.reasoning and turns.thinking(
                 update.reasoning, update.thinking_done, update.thought_seconds
             )
@@ -203,7 +215,7 @@ class ChatTab(SavedConversations):
             gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
-        images, refused = self._attached(files)
+        images, refused = self._attached(files, self.engine_of(settings.model))
         if refused:  # the files taken out of the box, the text left in it: the next Send works
             gr.Warning(refused)
             yield gr.skip(), {"text": text, "files": [path for path, _ in images]}, gr.skip(), gr.skip(), gr.skip()
@@ -225,10 +237,10 @@ class ChatTab(SavedConversations):
             yield history, box, prompt, conversation_id, listed
             box = gr.skip()
 
-    def _attached(self, files) -> tuple[list[tuple[str, object]], str]:
+    def _attached(self, files, engine: ChatEngine) -> tuple[list[tuple[str, object]], str]:
         """(path, checked image) of each attached file that can be read, and the sentence for those that cannot
         (empty when none): a model that cannot see refuses them all."""
-        if files and not self.engine.sees_images:
+        if files and not engine.sees_images:
             return [], (
                 "This model does not see images, so the attachment was taken out of the message (your text is still "
                 "there); start a model that sees them to ask about an image."
@@ -277,9 +289,16 @@ class ChatTab(SavedConversations):
         shown, *saved = self._commit_shown(request, self._owner(browser_id, request), conversation_id, history)
         return shown, {"text": text, "files": []}, *saved  # the question back in the box, saved or not
 
+    # ----- the model, where the page has a picker -----
+
+    def model_outputs(self) -> list:
+        """What follows the model chosen on the page (ui/model_picker.py's `chat_updates`)."""
+        return [self.template_box, self.system_box, self.message]
+
     # ----- the layout -----
 
-    def build(self, browser_id) -> None:
+    def build(self, browser_id, model=None) -> None:
+        """The tab's layout and wiring; `model`: the picker's state (this session's model), where there is one."""
         engine = self.engine
         conversation_id = gr.State(None)
         chatbot = gr.Chatbot(
@@ -327,7 +346,8 @@ class ChatTab(SavedConversations):
         prompt_view = prompt_panel()
 
         entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
-        settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking]
+        model = model if model is not None else gr.State(None)
+        settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking, model]
         chats = self.sidebar_list if self.saving else gr.State(None)
         outputs = [chatbot, entries, prompt_view, conversation_id, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
@@ -362,6 +382,9 @@ class ChatTab(SavedConversations):
             [chatbot, entries, message, conversation_id, chats],
             **quiet,
         ).then(idle_box, None, message, **toggle)
-        template.change(lambda name: default_system(engine, name), template, system, **quiet)
+        template.input(
+            lambda name, chosen: default_system(self.engine_of(chosen), name), [template, model], system, **quiet
+        )
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
+        self.template_box, self.system_box, self.message = template, system, message
         self.thinking = thinking

@@ -85,6 +85,14 @@ def is_note(entry: dict) -> bool:
     return kind_of(entry) in NOT_FOR_THE_MODEL
 
 
+def with_images_left_out(entries: list[dict], model: str) -> None:
+    """A note that `model` (chosen on the page) does not see the conversation's images, once for each model."""
+    text = f"{model} does not see images, so it answers without this conversation's images."
+    if not any(kind_of(e) == "notice" and e["content"] == text for e in entries):
+        entries.append({"role": "assistant", "metadata": {"title": "Images left out"}, "content": text,
+                        "kind": "notice"})  # fmt: skip
+
+
 def with_dropped_turns(entries: list[dict], turns: int, context: int) -> None:
     """Put the dropped-turns note before the answer (the last entry), once for each new cut, not at every turn."""
     if not turns:
