@@ -24,7 +24,6 @@ from local_chat.engine import Delta, Request, Sampling
 from local_chat.engine.models import ModelEngine, Models
 from local_chat.launchers.flags import parser
 from local_chat.launchers.model_processes import start_model
-from local_chat.prompting import default_template
 
 QUESTION = "What is the capital of France?"
 
@@ -50,7 +49,6 @@ def house(folders: dict[str, Path]) -> Models:
     return Models(
         [(model_id, None) for model_id in folders],
         start=lambda model_id: start_model(args, str(folders[model_id]), model_id),
-        template_of=lambda engine: default_template(engine, None),
         max_loaded=1,
     )
 

@@ -18,6 +18,7 @@ FACTS = {
     "chat_renderer": None,
     "summary": EngineSummary("fake", 64, False),
     "generation_defaults": Sampling(),
+    "template": "plain",
     "places": 1,
 }
 
@@ -58,7 +59,7 @@ class FakeModels:
 
 def house(start, max_loaded=1, idle_unload_s=None, ids=("a", "b", "c")) -> Models:
     listed = [(model_id, None) for model_id in ids] + [("broken", "its config.json cannot be read.")]
-    return Models(listed, start, lambda engine: "plain", max_loaded=max_loaded, idle_unload_s=idle_unload_s)
+    return Models(listed, start, max_loaded=max_loaded, idle_unload_s=idle_unload_s)
 
 
 def used(models: Models, model_id: str) -> None:

@@ -3,6 +3,7 @@ app serves, /v1/models listing every one with its state (ids, never paths) and a
 sentence. Real folders: tiny models of two families, the demo model, Accessory and Meta shards, a Hugging Face cache
 snapshot, and folders that cannot load."""
 
+import re
 import shutil
 
 import psutil
@@ -98,8 +99,10 @@ def model_processes(app) -> list:
     return [child for child in children if "spawn_main" in " ".join(child.cmdline())]
 
 
-def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_other(models):
-    app, client = launched("--models_dir", *map(str, models), "--model", "qwen3-tiny")
+def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_other(models, tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text("llama-accessory:\n  llama_type: llama  # what its folder lacks\n")
+    app, client = launched("--models_dir", *map(str, models), "--model", "qwen3-tiny", "--models_config", str(config))
     try:
         api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
         cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
@@ -118,6 +121,9 @@ def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_
         with pytest.raises(APIStatusError) as torn:
             api.chat.completions.create(model="torn-weights", messages=question, max_tokens=4)
         assert torn.value.status_code == 503 and "torn-weights could not load" in torn.value.body["message"]
+        prompt = "The capital of France is"
+        reply = api.completions.create(model="llama-accessory", prompt=prompt, max_tokens=4)  # its settings applied
+        assert reply.model == "llama-accessory" and reply.choices[0].finish_reason in ("stop", "length")
         with pytest.raises(APIStatusError) as unknown:
             api.chat.completions.create(model="nope", messages=question, max_tokens=4)
         assert unknown.value.status_code == 404 and "qwen3-tiny" in unknown.value.body["message"]
@@ -135,7 +141,7 @@ def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_
 def test_the_flags_of_models_on_demand_go_with_models_dir(capsys):
     with pytest.raises(SystemExit):
         launchers.app(["--max_loaded_models", "2"])
-    assert "--max_loaded_models and --idle_unload go with --models_dir" in capsys.readouterr().err
+    assert "--max_loaded_models, --idle_unload and --models_config go with --models_dir" in capsys.readouterr().err
 
 
 def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tmp_path, models):  # noqa: F811
@@ -147,7 +153,9 @@ def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tm
     (folder / "qwen3-tiny").symlink_to(models[0] / "qwen3-tiny", target_is_directory=True)
     image = tmp_path / "red.png"
     Image.new("RGB", (64, 64), "red").save(image)
-    app, client = launched("--models_dir", str(folder), "--model", "demo")
+    config = tmp_path / "models.yaml"
+    config.write_text("qwen3-tiny:\n  system: You are a terse assistant.\n  temperature: 0.0\n")
+    app, client = launched("--models_dir", str(folder), "--model", "demo", "--models_config", str(config))
     try:
         page = open_page(browser, client.src)
         attach(page, image)
@@ -167,8 +175,41 @@ def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tm
         assert lines[0].endswith("· demo") and lines[1].endswith("· qwen3-tiny"), lines
         page.locator("button", has_text="Prompt sent to the model").first.click()
         page.locator(".prompt-view").first.wait_for()
-        assert "<|im_start|>user" in page.locator(".prompt-view").first.inner_text()  # Qwen3's own template
+        sent = page.locator(".prompt-view").first.inner_text()
+        assert "<|im_start|>system\nYou are a terse assistant." in sent  # --models_config's system prompt
+        assert "<|im_start|>user" in sent  # in Qwen3's own template
         page.screenshot(path=str(ARTIFACTS / "model-switched.png"), full_page=True)
     finally:
         app.terminate()
         app.communicate(timeout=30)
+
+
+def test_models_config_sets_each_models_flags_and_refuses_what_it_cannot_use(models, tmp_path):
+    from local_chat.engine import Sampling
+    from local_chat.launchers.flags import parser
+    from local_chat.launchers.models_config import check_models_config, model_flags, read_models_config, sampling_of
+
+    ids = ["qwen3-tiny", "llama-accessory"]
+    config = tmp_path / "models.yaml"
+    config.write_text("qwen3-tiny:\n  dtype: bf16\n  compile: false\n  temperature: 0\n  top_k: 20\n")
+    settings = read_models_config(str(config))
+    check_models_config(settings, ids)
+    flags = model_flags(parser("app").parse_args(["--compile", "--quant", "8"]), settings["qwen3-tiny"], "qwen3-tiny")
+    assert (flags.dtype, flags.compile, flags.quant) == ("bf16", False, 8)  # the command line's, overridden
+    assert sampling_of(Sampling(), settings["qwen3-tiny"], "qwen3-tiny") == Sampling(temperature=0.0, top_k=20)
+    for text, said in [
+        ("nope:\n  dtype: fp16\n", "there is no model 'nope' in --models_dir (the ids are qwen3-tiny,"),
+        ("qwen3-tiny:\n  colour: red\n", "qwen3-tiny: 'colour' is not a per-model setting; use template,"),
+        ("qwen3-tiny:\n  dtype: float99\n", "qwen3-tiny: argument --dtype: invalid choice: 'float99'"),
+        ("qwen3-tiny:\n  temperature: hot\n", "qwen3-tiny: temperature is 'hot'; give a number."),
+        ("qwen3-tiny:\n  top_p: 7\n", "qwen3-tiny: The top_p is 7.0; set it above 0 and at most 1."),
+        ("qwen3-tiny: [1, 2]\n", "give model ids as top-level keys"),
+        ("qwen3-tiny:\n  dtype: [\n", "is not valid YAML"),
+    ]:
+        config.write_text(text)
+        with pytest.raises(UserError, match=re.escape(said)):
+            check_models_config(read_models_config(str(config)), ids)
+    lacking = {m.id: m for m in find_models([str(models[0])], 4, None, None)}["llama-accessory"]
+    assert "give it in --models_config" in lacking.problem and "(llama_type)" in lacking.problem
+    given = {"llama-accessory": {"llama_type": "llama"}}
+    assert {m.id: m for m in find_models([str(models[0])], 4, None, None, given)}["llama-accessory"].problem is None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from local_chat.errors import UserError
 
 from .in_order import InArrivalOrder
-from .interface import Answer, End, Engine, Event, Loading, Request, collect
+from .interface import Answer, End, Event, Loading, Request, collect
 from .pipe import ModelFailed, PipeEngine
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
@@ -37,7 +37,8 @@ class _Model:
     problem: str | None = None  # why it cannot load: listed with this sentence
     state: str = "available"  # available, loading, loaded, unloading
     engine: InArrivalOrder | None = None
-    template: str = ""
+    template: str = ""  # its answers' default template, as its process chose it
+    system: str | None = None  # its default system prompt, where its settings give one
     running: ModelProcess | None = None
     users: int = 0  # answers running or waiting on it (leases held)
     last_used: float = 0.0
@@ -52,6 +53,7 @@ class Lease:
     model_id: str
     engine: InArrivalOrder
     template: str
+    system: str | None
     _release: Callable[[], None]
     _released: bool = False
 
@@ -63,22 +65,20 @@ class Lease:
 
 
 class Models:
-    """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id);
-    `template_of(engine)`: the template a loaded model's answers use; `places`: each model's --concurrency."""
+    """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
+    whose facts hold its "template", "system" and "places": its --concurrency)."""
 
     def __init__(
         self,
         listed: list[tuple[str, str | None]],
         start: Callable[[str], ModelProcess],
-        template_of: Callable[[Engine], str],
-        places: int = 1,
         max_loaded: int = 1,
         idle_unload_s: float | None = None,
     ):
         if max_loaded < 1:
             raise UserError(f"--max_loaded_models {max_loaded}: give 1 or more.")
         self._models = {model_id: _Model(model_id, problem) for model_id, problem in listed}
-        self._start, self._template_of, self._places = start, template_of, places
+        self._start = start
         self.max_loaded, self.idle_unload_s = max_loaded, idle_unload_s
         self._changed = threading.Condition()
         self._closed = threading.Event()
@@ -134,7 +134,7 @@ class Models:
         except BaseException:
             self._leave(model)
             raise
-        return Lease(model_id, model.engine, model.template, lambda: self._leave(model))
+        return Lease(model_id, model.engine, model.template, model.system, lambda: self._leave(model))
 
     def stream(self, model_id: str, request: Request) -> Iterator[Event]:
         """`request` answered by `model_id`, loaded first where it is not (`Loading` events meanwhile)."""
@@ -194,8 +194,8 @@ class Models:
             try:
                 running = self._start(model.id)
                 facts = self._facts(model, running)
-                places = facts.pop("places", None) or self._places  # its --concurrency, as its batching settled it
-                engine = InArrivalOrder(PipeEngine(running.connection, facts, end_process=False), places)
+                template, system, places = facts.pop("template"), facts.pop("system", None), facts.pop("places")
+                engine = InArrivalOrder(PipeEngine(running.connection, facts, end_process=False), places or 1)
             except BaseException as error:
                 with self._changed:
                     model.state, model.running = "available", None
@@ -204,7 +204,7 @@ class Models:
                     self._changed.notify_all()
                 raise
             with self._changed:
-                model.engine, model.template = engine, self._template_of(engine)
+                model.engine, model.template, model.system = engine, template, system
                 model.running, model.state = running, "loaded"
                 self._changed.notify_all()
 

@@ -78,7 +78,6 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
     import threading
 
     from local_chat.engine.models import ModelEngine, Models
-    from local_chat.prompting import default_template
 
     from .model_processes import start_model
 
@@ -86,7 +85,6 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
     models = Models(
         [(model.id, model.problem) for model in args.listed],
         start=lambda model_id: start_model(args, paths[model_id], model_id, with_visual),
-        template_of=lambda engine: default_template(engine, args.template),
         max_loaded=args.max_loaded_models,
         idle_unload_s=None if args.idle_unload is None else args.idle_unload * 60,
     )

@@ -37,17 +37,20 @@ class ListedModel:
         return f"{self.id} ({', '.join(facts)})"
 
 
-def find_models(folders: list[str], load_bytes: int, quant: int | None, free: int | None) -> list[ListedModel]:
+def find_models(
+    folders: list[str], load_bytes: int, quant: int | None, free: int | None, settings: dict | None = None
+) -> list[ListedModel]:
     """The checkpoints in `folders` (each a folder of checkpoint folders, or of the Hugging Face cache's), in order;
     `load_bytes`: a weight's bytes in the dtype they would load in; `free`: the memory free for them (None: not
-    known)."""
+    known); `settings`: --models_config's, by id (what it gives an Accessory checkpoint, it need not hold)."""
     found: list[ListedModel] = []
     for folder in map(Path, folders):
         if not folder.is_dir():
             raise UserError(f"--models_dir {folder} is not a folder; give one that holds checkpoint folders.")
         for name, path in _candidates(folder):
             taken = sum(1 for m in found if m.id == name or m.id.startswith(name + "@"))
-            listed = _listed(f"{name}@{taken + 1}" if taken else name, path, (load_bytes, quant), free)
+            model_id = f"{name}@{taken + 1}" if taken else name
+            listed = _listed(model_id, path, (load_bytes, quant), free, set((settings or {}).get(model_id, ())))
             found.append(listed)
     return found
 
@@ -98,10 +101,10 @@ def _looks_like_checkpoint(folder: Path) -> bool:
     )
 
 
-def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None) -> ListedModel:
+def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None, given: set) -> ListedModel:
     shards = [p for p in path.iterdir() if ACCESSORY_SHARD.match(p.name) or META_SHARD.match(p.name)]
     if shards:
-        return _consolidated(model_id, path, shards, load, free)
+        return _consolidated(model_id, path, shards, load, free, given)
     weights = [p for pattern in HF_WEIGHT_PATTERNS for p in path.glob(pattern) if not p.name.endswith(".json")]
     size = sum(p.stat().st_size for p in weights)
     try:
@@ -120,18 +123,22 @@ def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int |
 
 
 def _consolidated(
-    model_id: str, path: Path, shards: list[Path], load: tuple[int, int | None], free: int | None
+    model_id: str, path: Path, shards: list[Path], load: tuple[int, int | None], free: int | None, given: set
 ) -> ListedModel:
-    """An Accessory or Meta consolidated checkpoint: loadable as it is where it has its params and a tokenizer."""
+    """An Accessory or Meta consolidated checkpoint: loadable where it has its params and a tokenizer (or
+    --models_config gives them, as `given` says)."""
     size = sum(p.stat().st_size for p in shards)
     kind = "Accessory" if any(ACCESSORY_SHARD.match(p.name) for p in shards) else "Meta"
-    lacks = [] if (path / "params.json").is_file() or (path / "config.json").is_file() else ["its params.json"]
-    if not any((place / "tokenizer.model").is_file() for place in (path, path.parent)):
-        lacks.append("a tokenizer.model")
-    if kind == "Accessory" and not (path / "meta.json").is_file():
-        lacks.append("a meta.json naming its llama_type")
+    lacks = []
+    if not ((path / "params.json").is_file() or (path / "config.json").is_file() or "llama_config" in given):
+        lacks.append("its params.json (llama_config)")
+    if not (any((place / "tokenizer.model").is_file() for place in (path, path.parent)) or "tokenizer_path" in given):
+        lacks.append("a tokenizer.model (tokenizer_path)")
+    if kind == "Accessory" and not ((path / "meta.json").is_file() or "llama_type" in given):
+        lacks.append("a meta.json naming its llama_type (llama_type)")
     problem = (
-        f"this {kind} checkpoint lacks {' and '.join(lacks)}; load it with --pretrained_path and the flags."
+        f"this {kind} checkpoint lacks {' and '.join(lacks)}; give {'it' if len(lacks) == 1 else 'them'} in "
+        "--models_config, or load it with --pretrained_path and the flags."
         if lacks
         else None
     )

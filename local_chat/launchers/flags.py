@@ -200,6 +200,14 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "the one the app starts with",
     )
     p.add_argument(
+        "--models_config",
+        default=None,
+        metavar="FILE",
+        help="with --models_dir: a YAML file of per-model settings, its top-level keys model ids, each with flags "
+        "without their dashes (dtype, quant, template, llama_type, ...), `system` and sampling defaults "
+        "(temperature, top_p, top_k, repetition_penalty, max_new_tokens); the command line's flags are the defaults",
+    )
+    p.add_argument(
         "--max_loaded_models",
         type=int,
         default=1,

@@ -65,16 +65,20 @@ def choose_listed_model(args: argparse.Namespace) -> None:
     from local_chat.model.loading import resolve_device, resolve_dtype, resolve_quant
 
     from .catalog import find_models, free_memory, pick
+    from .models_config import check_models_config, read_models_config
 
     device = resolve_device(args.device)
     load_bytes = resolve_dtype(args.dtype, device).itemsize
-    models = find_models(args.models_dir, load_bytes, resolve_quant(args.quant), free_memory(device.type))
+    settings = read_models_config(args.models_config)
+    models = find_models(args.models_dir, load_bytes, resolve_quant(args.quant), free_memory(device.type), settings)
+    check_models_config(settings, [model.id for model in models])
     print("Checkpoints found (--models_dir):", file=sys.stderr)
     for model in models:
         print(f"  {model.line()}", file=sys.stderr)
     chosen = pick(models, args.model)
     print(f"Starting with {chosen.id}; the others load when asked for.", file=sys.stderr)
     args.pretrained_path, args.served_name, args.listed = [str(chosen.path)], chosen.id, models
+    args.model_settings = settings
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
@@ -89,8 +93,14 @@ def check_engine_flags(args: argparse.Namespace) -> None:
             raise UserError(f"--max_loaded_models {args.max_loaded_models}: give 1 or more.")
         if args.idle_unload is not None and args.idle_unload <= 0:
             raise UserError(f"--idle_unload {args.idle_unload:g}: give the minutes, above 0.")
-    elif getattr(args, "max_loaded_models", 1) != 1 or getattr(args, "idle_unload", None) is not None:
-        raise UserError("--max_loaded_models and --idle_unload go with --models_dir (the models loaded on demand).")
+    elif (
+        getattr(args, "max_loaded_models", 1) != 1
+        or getattr(args, "idle_unload", None) is not None
+        or getattr(args, "models_config", None) is not None
+    ):
+        raise UserError(
+            "--max_loaded_models, --idle_unload and --models_config go with --models_dir (the models loaded on demand)."
+        )
     if args.api_base is None:
         alone = [f"--{name}" for name in ("api_base_key", "vision") if getattr(args, name)]
         alone += ["--model"] if args.model and not getattr(args, "models_dir", None) else []

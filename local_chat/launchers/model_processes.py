@@ -4,7 +4,6 @@ which answers its requests as the launcher's process does for one model (engine/
 from __future__ import annotations
 
 import argparse
-import copy
 import signal
 import sys
 import traceback
@@ -19,8 +18,12 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
 
     from local_chat.engine.models import ModelProcess
 
-    flags = copy.copy(args)
-    flags.pretrained_path, flags.models_dir, flags.listed = [path], None, None
+    from .models_config import model_flags
+
+    entry = (getattr(args, "model_settings", None) or {}).get(model_id, {})
+    flags = model_flags(args, entry, model_id)  # --models_config's settings over the command line's
+    flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None
+    flags.model_entry = entry
     context = multiprocessing.get_context("spawn")
     connection, there = context.Pipe()
     process = context.Process(target=model_main, args=(there, flags, model_id, with_visual), name=f"model {model_id}")
@@ -38,6 +41,7 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
     print(f"Loading {model_id}...", file=sys.stderr, flush=True)
     try:
         engine = _loaded(args, with_visual)
+        facts = _facts(engine, args, model_id)
     except UserError as error:
         connection.send(ModelFailed(str(error)))
         return
@@ -45,11 +49,11 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
         traceback.print_exception(error)
         connection.send(ModelFailed(described(error)))
         return
-    from local_chat.engine.process import model_facts, serve_model
+    from local_chat.engine.process import serve_model
 
     print(f"Loaded {model_id}.", file=sys.stderr, flush=True)
     try:
-        connection.send({**model_facts(engine), "places": args.concurrency})
+        connection.send(facts)
         serve_model(engine, connection)  # until the launcher unloads it (or ends)
     except (BrokenPipeError, KeyboardInterrupt):
         pass
@@ -67,3 +71,19 @@ def _loaded(args: argparse.Namespace, with_visual: bool):
     compile_before_answering(engine)
     start_batching(engine, args)
     return engine
+
+
+def _facts(engine, args: argparse.Namespace, model_id: str) -> dict:
+    """What the web server gets to know of the loaded model: `model_facts`, with its template (--template or its
+    entry's, else its own), its answers' defaults and system prompt as its --models_config entry sets them, and its
+    --concurrency as its batching settled it."""
+    from local_chat.engine.process import model_facts
+    from local_chat.prompting import default_template
+
+    from .models_config import sampling_of
+
+    facts = model_facts(engine)
+    entry = args.model_entry
+    facts["generation_defaults"] = sampling_of(facts["generation_defaults"], entry, model_id)
+    return {**facts, "template": default_template(engine, args.template), "system": entry.get("system"),
+            "places": args.concurrency}  # fmt: skip

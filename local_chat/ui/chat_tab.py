@@ -335,7 +335,8 @@ class ChatTab(SavedConversations):
         names = conversation_templates(engine)
         with gr.Accordion("Template and system prompt", open=False):
             template = gr.Dropdown(names, value=self.template, label="Template")
-            system = gr.Textbox(default_system(engine, self.template), label="System prompt", lines=2)
+            given = default_system(engine, self.template) if self.picker is None else self.picker.system_of(None)
+            system = gr.Textbox(given, label="System prompt", lines=2)
         transform = gr.State(self.image_transform)
         if engine.sees_images:
             with gr.Accordion("Image transform", open=False):

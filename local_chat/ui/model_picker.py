@@ -25,6 +25,7 @@ class ModelPicker:
     def __init__(self, models: Models, first: str, max_upload_mb: float):
         self.models, self.first, self.max_upload_mb = models, first, max_upload_mb
         self._engines: dict[str, ChatEngine] = {}
+        self._systems: dict[str, str | None] = {}  # each model's system prompt, where --models_config gives one
 
     def engine_of(self, model_id: str | None) -> ChatEngine:
         """The chat engine of `model_id` (loading it, where it is not loaded, to learn its default template)."""
@@ -32,8 +33,15 @@ class ModelPicker:
         if model_id not in self._engines:
             lease = self.models.lease(model_id)
             lease.release()
+            self._systems[model_id] = lease.system
             self._engines[model_id] = ChatEngine(ModelEngine(self.models, model_id), lease.template, self.max_upload_mb)
         return self._engines[model_id]
+
+    def system_of(self, model_id: str | None) -> str:
+        """`model_id`'s default system prompt: its --models_config's, else its template's."""
+        engine = self.engine_of(model_id)
+        given = self._systems.get(model_id or self.first)
+        return given if given is not None else default_system(engine, engine.template)
 
     def build(self, start_line: str) -> None:
         """The dropdown and the model line beside it, and the line under them that says what is loading."""
@@ -83,17 +91,17 @@ class ModelPicker:
             return
         lease.release()
         engine = self.engine_of(chosen)
-        updates = [update for _ in self._tabs for update in chat_updates(engine)]
+        updates = [update for _ in self._tabs for update in chat_updates(engine, self.system_of(chosen))]
         yield chosen, gr.skip(), model_panel(engine), f"Now answering: **{chosen}**.", *updates
 
 
-def chat_updates(engine: ChatEngine) -> list:
+def chat_updates(engine: ChatEngine, system: str) -> list:
     """A chat tab's `model_outputs` for `engine`: the template and system prompt reset to its defaults, and the
     message box taking images or not as it sees them."""
     sees = engine.sees_images
     return [
         gr.update(choices=conversation_templates(engine), value=engine.template),
-        default_system(engine, engine.template),
+        system,
         gr.update(
             file_types=["image"] if sees else [],
             sources=["upload"] if sees else [],
