@@ -146,3 +146,46 @@ def test_an_answer_to_a_model_being_loaded_says_so_then_streams():
         assert collect(models.stream("nope", Request(prompt="Hello"))).end.error.startswith("There is no model 'nope'")
     finally:
         models.close()
+
+
+def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_loaded_ones():
+    import asyncio
+    from types import SimpleNamespace
+
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from local_chat.api import OpenAIAPI
+    from local_chat.engine.models import NotLoaded
+    from local_chat.ui.model_picker import ModelPicker
+
+    models = house(FakeModels(), max_loaded=2)
+    try:
+        used(models, "a")
+        with pytest.raises(NotLoaded, match=r"^b is not loaded; an admin loads it on the page\.$"):
+            models.lease("b", may_load=False)
+        models.lease("a", may_load=False).release()  # a loaded one: anyone
+
+        api = OpenAIAPI(ModelEngine(models, "a"), "plain", None, 10, name="a", models=models, loads=False)
+        client = TestClient(Starlette(routes=api.routes()))
+        refused = client.post("/v1/completions", json={"model": "b", "prompt": "Hi", "max_tokens": 2})
+        assert (
+            refused.status_code == 409
+            and refused.json()["error"]["message"] == "b is not loaded; an admin loads it on the page."
+        )
+        states = {card["id"]: card["state"] for card in client.get("/v1/models").json()["data"]}
+        assert states == {"a": "loaded", "b": "available", "c": "available"}
+
+        picker = ModelPicker(models, "a", 10, admins=["alice"])
+        picker._tabs = []
+
+        async def chosen_by(user: str) -> list:
+            return [out async for out in picker.choose("b", "a", SimpleNamespace(username=user))]
+
+        *_, (current, shown, _, status) = asyncio.run(chosen_by("bob"))
+        assert (current, shown) != ("b", "b") and "b is not loaded; an admin loads it on the page." in status
+        assert dict(models.states())["b"] == "available"
+        *_, (current, _, _, status) = asyncio.run(chosen_by("alice"))
+        assert current == "b" and status == "Now answering: **b**." and dict(models.states())["b"] == "loaded"
+    finally:
+        models.close()

@@ -85,6 +85,8 @@ def test_model_picks_one_and_a_wrong_name_is_a_sentence(models):
         (["--model", "nope"], "--model 'nope' is not among the checkpoints found"),
         (["--max_loaded_models", "0"], "--max_loaded_models 0: give 1 or more."),
         (["--idle_unload", "0"], "--idle_unload 0: give the minutes, above 0."),
+        (["--admins", "bob"], "--admins names logins of --auth: add --auth USER:PASSWORD"),
+        (["--auth", "alice:pw", "--admins", "bob"], "--admins 'bob' is not a login of --auth; name logins it has."),
     ],
 )
 def test_flags_that_cannot_go_together_are_one_sentence_before_loading(models, flags, said, capsys):
@@ -141,7 +143,10 @@ def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_
 def test_the_flags_of_models_on_demand_go_with_models_dir(capsys):
     with pytest.raises(SystemExit):
         launchers.app(["--max_loaded_models", "2"])
-    assert "--max_loaded_models, --idle_unload and --models_config go with --models_dir" in capsys.readouterr().err
+    assert (
+        "--max_loaded_models, --idle_unload, --models_config and --admins go with --models_dir"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tmp_path, models):  # noqa: F811

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from local_chat.engine import End, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import SessionKey
-from local_chat.engine.models import Models
+from local_chat.engine.models import Models, NotLoaded
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 
@@ -68,9 +68,11 @@ class OpenAIAPI:
         api_keys: list[str] | None = None,
         name: str | None = None,
         models: Models | None = None,
+        loads: bool = True,
     ):
         """`name`: what /v1 calls the model (default: its folder's name). `models`: with --models_dir, every model
-        listed, `engine` being the one named `name`: a request's `model` picks among them, loaded on demand."""
+        listed, `engine` being the one named `name`: a request's `model` picks among them, loaded on demand where
+        `loads` (with --admins, only the loaded ones answer)."""
         self.engine, self.template, self.image_transform = (
             ChatEngine.over(engine, template, max_upload_mb),
             template,
@@ -80,7 +82,7 @@ class OpenAIAPI:
         self.max_body_bytes = int(max_upload_mb * 1e6 * 4 / 3) + 2**20  # one image at the cap, base64, and text
         self.api_keys = [key.encode() for key in api_keys or []]
         self.name = name or model_name(engine)
-        self.listed = models
+        self.listed, self.loads = models, loads
         self.created = int(time.time())
 
     def routes(self) -> list[Route]:
@@ -179,7 +181,9 @@ class OpenAIAPI:
         if not self.listed.known(asked):
             raise APIError(404, self._unknown(asked))
         try:
-            lease = self.listed.lease(asked)
+            lease = self.listed.lease(asked, self.loads)
+        except NotLoaded as error:  # --admins: an admin loads it on the page
+            raise APIError(409, str(error)) from None
         except UserError as error:  # it could not load
             raise APIError(503, str(error)) from None
         return Served(ChatEngine(lease.engine, lease.template, self.max_upload_mb), asked, lease.release)

@@ -23,6 +23,10 @@ LOAD_POLL_S = 0.25  # how often a load looks at its process, and a waiting reque
 STOP_WAIT_S = 10.0  # how long an unloaded model's process has to end before it is killed
 
 
+class NotLoaded(UserError):
+    """A model that is not loaded, asked for by one who may not load it (--admins)."""
+
+
 @dataclass
 class ModelProcess:
     """A model's process as started (`start(model_id)`): its facts arrive on `connection` once it has loaded."""
@@ -120,13 +124,15 @@ class Models:
             model = self._models.get(model_id)
             return model.engine if model is not None and model.state == "loaded" else None
 
-    def lease(self, model_id: str) -> Lease:
+    def lease(self, model_id: str, may_load: bool = True) -> Lease:
         """`model_id` loaded (here, where it is not: after making room), held until the lease is released. A model
-        that cannot load is a `UserError` saying why."""
+        that cannot load, or is not loaded where `may_load` is False (--admins), is a `UserError` saying why."""
         with self._changed:
             if not self.known(model_id):
                 raise UserError(self.unknown_sentence(model_id))
             model = self._models[model_id]
+            if not may_load and model.state != "loaded":
+                raise NotLoaded(f"{model_id} is not loaded; an admin loads it on the page.")
             model.users += 1
             model.last_used = time.monotonic()
         try:
@@ -166,10 +172,10 @@ class Models:
     def _listed(self) -> list[_Model]:
         return [model for model in self._models.values() if model.problem is None]
 
-    def lease_or_failure(self, model_id: str) -> Lease | str:
-        """`lease(model_id)`, or the sentence saying why it cannot load."""
+    def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
+        """`lease(model_id, may_load)`, or the sentence saying why it cannot be had."""
         try:
-            return self.lease(model_id)
+            return self.lease(model_id, may_load)
         except UserError as error:
             return str(error)
 

@@ -118,13 +118,16 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     store = open_history(args)
-    app = build_app(queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store)
+    admins = getattr(args, "admins", None)
+    app = build_app(
+        queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins
+    )
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
     api = None
     if not api_off_reason(args):  # named as --models_dir found it (loading.py's choose_listed_model)
         name = getattr(args, "served_name", None)
-        api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models)
+        api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models, not admins)
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)

@@ -208,6 +208,14 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "(temperature, top_p, top_k, repetition_penalty, max_new_tokens); the command line's flags are the defaults",
     )
     p.add_argument(
+        "--admins",
+        nargs="+",
+        default=None,
+        metavar="LOGIN",
+        help="with --auth and --models_dir: only these logins load models on the page; the others choose among "
+        "the loaded ones, and /v1 answers only with loaded models",
+    )
+    p.add_argument(
         "--max_loaded_models",
         type=int,
         default=1,

@@ -89,6 +89,11 @@ def check_engine_flags(args: argparse.Namespace) -> None:
             raise UserError("--models_dir lists local checkpoints, and --api_base uses an engine's model: give one.")
         if args.pretrained_path is not None:
             raise UserError("--models_dir and --pretrained_path both name the checkpoint: pick it with --model ID.")
+        if args.admins and not args.auth:
+            raise UserError("--admins names logins of --auth: add --auth USER:PASSWORD (or a file of them).")
+        unknown = [name for name in args.admins or () if name not in {user for user, _ in logins(args.auth)}]
+        if unknown:
+            raise UserError(f"--admins {unknown[0]!r} is not a login of --auth; name logins it has.")
         if args.max_loaded_models < 1:
             raise UserError(f"--max_loaded_models {args.max_loaded_models}: give 1 or more.")
         if args.idle_unload is not None and args.idle_unload <= 0:
@@ -97,9 +102,11 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         getattr(args, "max_loaded_models", 1) != 1
         or getattr(args, "idle_unload", None) is not None
         or getattr(args, "models_config", None) is not None
+        or getattr(args, "admins", None)
     ):
         raise UserError(
-            "--max_loaded_models, --idle_unload and --models_config go with --models_dir (the models loaded on demand)."
+            "--max_loaded_models, --idle_unload, --models_config and --admins go with --models_dir (the models loaded "
+            "on demand)."
         )
     if args.api_base is None:
         alone = [f"--{name}" for name in ("api_base_key", "vision") if getattr(args, name)]

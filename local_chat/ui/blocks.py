@@ -34,17 +34,21 @@ def build_app(
     title: str = "Chat",
     max_upload_mb: float = MAX_UPLOAD_MB,
     store: Store | None = None,
+    admins: list[str] | None = None,
 ) -> gr.Blocks:
     """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
     ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
-    caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route."""
+    caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route. With a model
+    picker (--models_dir), `admins`: the only logins that load models (None: everyone)."""
     template = default_template(engine, template)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))
     # --models_dir: a picker, each session with its own model (the chat tabs follow it)
-    picker = ModelPicker(engine.models, engine.model_id, max_upload_mb) if isinstance(engine, ModelEngine) else None
+    picker = (
+        ModelPicker(engine.models, engine.model_id, max_upload_mb, admins) if isinstance(engine, ModelEngine) else None
+    )
     labels = {"chat": "Chat", "chat_single": "Image questions", "single": "Single-turn"}
     with gr.Blocks(title=title) as app:
         browser_id = saved.browser_state() if saved.on else gr.State(None)

@@ -22,8 +22,9 @@ LOADING_POLL_S = 0.5  # how often the line under the picker tells how long the l
 class ModelPicker:
     """The picker over `models`, starting on `first` (the --model one, loaded already)."""
 
-    def __init__(self, models: Models, first: str, max_upload_mb: float):
+    def __init__(self, models: Models, first: str, max_upload_mb: float, admins: list[str] | None = None):
         self.models, self.first, self.max_upload_mb = models, first, max_upload_mb
+        self.admins = admins  # the logins that may load a model (None: everyone)
         self._engines: dict[str, ChatEngine] = {}
         self._systems: dict[str, str | None] = {}  # each model's system prompt, where --models_config gives one
 
@@ -68,14 +69,15 @@ class ModelPicker:
         )
         self._tabs = tabs
 
-    async def choose(self, chosen: str, current: str):
+    async def choose(self, chosen: str, current: str, request: gr.Request):
         """Load `chosen` (saying how long it has taken), then switch this session to it; a model that cannot load
-        says why and the session keeps its model."""
+        (or that only an admin may load) says why and the session keeps its model."""
+        may_load = self.admins is None or getattr(request, "username", None) in self.admins
         others = [gr.skip() for tab in self._tabs for _ in tab.model_outputs()]
         if chosen == current:
             yield gr.skip(), gr.skip(), gr.skip(), "", *others
             return
-        loading = asyncio.get_running_loop().run_in_executor(None, self.models.lease_or_failure, chosen)
+        loading = asyncio.get_running_loop().run_in_executor(None, self.models.lease_or_failure, chosen, may_load)
         while not loading.done():
             yield (
                 gr.skip(),
