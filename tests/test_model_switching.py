@@ -189,3 +189,21 @@ def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_load
         assert current == "b" and status == "Now answering: **b**." and dict(models.states())["b"] == "loaded"
     finally:
         models.close()
+
+
+def test_stop_while_the_model_loads_ends_the_answer_at_once_and_the_load_goes_on():
+    models = house(FakeModels(load_seconds={"a": 1.5}))
+    try:
+        request = Request(prompt="Hello", cancel=threading.Event())
+        events = models.stream("a", request)
+        assert isinstance(next(events), Loading)
+        request.cancel.set()
+        stopped_at = time.monotonic()
+        assert next(events) == End("cancelled") and time.monotonic() - stopped_at < 1.0
+        deadline = time.monotonic() + 10
+        while dict(models.states())["a"] != "loaded" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        used(models, "b")  # a is loaded and in no one's use: it makes room
+        assert dict(models.states()) == {"a": "available", "b": "loaded", "c": "available"}
+    finally:
+        models.close()

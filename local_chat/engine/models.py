@@ -149,6 +149,10 @@ class Models:
         loader.start()
         while loader.is_alive():
             loader.join(LOAD_POLL_S)
+            if request.cancel is not None and request.cancel.is_set():  # Stop: at once; the load goes on
+                threading.Thread(target=_release_when_had, args=(loader, leased), daemon=True).start()
+                yield End("cancelled")
+                return
             if loader.is_alive():
                 yield Loading(self.waiting_sentence(model_id))
         lease = leased[0]
@@ -283,6 +287,13 @@ class Models:
                     model.state = "unloading"
             for model in quiet:
                 self._unload(model)
+
+
+def _release_when_had(loader: threading.Thread, leased: list) -> None:
+    """The lease a cancelled request's loader gets, given back once it has it."""
+    loader.join()
+    if leased and isinstance(leased[0], Lease):
+        leased[0].release()
 
 
 class ModelEngine:
