@@ -101,6 +101,33 @@ def model_processes(app) -> list:
     return [child for child in children if "spawn_main" in " ".join(child.cmdline())]
 
 
+def front_routes_by_model(engine_url: str) -> None:
+    """An app in front of this one (--api_base, its /v1 built as the launcher builds it) lists the engine's models
+    with their states and sends each request to the one its `model` names; a name the engine does not list is
+    answered by the --model one, as before the front routed."""
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from local_chat.api import OpenAIAPI
+    from local_chat.engine.engine_models import EngineModels
+    from local_chat.engine.models import ModelEngine
+    from local_chat.engine.remote import RemoteEngine
+    from local_chat.prompting import default_template
+
+    first = RemoteEngine(engine_url, model="byte-llama")
+    models = EngineModels(first, None, 4, default_template)
+    api = OpenAIAPI(ModelEngine(models, "byte-llama"), "chat_template", None, 10, name="byte-llama", models=models)
+    front = TestClient(Starlette(routes=api.routes()))
+    states = {card["id"]: card["state"] for card in front.get("/v1/models").json()["data"]}
+    assert states["byte-llama"] == "loaded" and states["qwen3-tiny"] == "available"
+    asked = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    for model in ("someone-else", "qwen3-tiny"):
+        reply = front.post("/v1/chat/completions", json={**asked, "model": model}).json()
+        assert reply["model"] == ("qwen3-tiny" if model == "qwen3-tiny" else "byte-llama"), reply
+    states = {card["id"]: card["state"] for card in front.get("/v1/models").json()["data"]}
+    assert states["qwen3-tiny"] == "loaded"  # the engine loaded it for the front's request
+
+
 def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_other(models, tmp_path):
     config = tmp_path / "models.yaml"
     config.write_text("llama-accessory:\n  llama_type: llama  # what its folder lacks\n")
@@ -129,6 +156,7 @@ def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_
         with pytest.raises(APIStatusError) as unknown:
             api.chat.completions.create(model="nope", messages=question, max_tokens=4)
         assert unknown.value.status_code == 404 and "qwen3-tiny" in unknown.value.body["message"]
+        front_routes_by_model(client.src.rstrip("/") + "/v1")
         answer = client.predict(message="Hi", history=[], max_gen_len=4, api_name="/chat")  # the page's model
         assert isinstance(answer, str) and "could not" not in answer
         cards = {card.id: card.model_extra["state"] for card in api.models.list().data}

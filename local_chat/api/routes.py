@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from local_chat.engine import End, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
+from local_chat.engine.engine_models import EngineModels
 from local_chat.engine.interface import SessionKey
 from local_chat.engine.models import Models, NotLoaded
 from local_chat.engine.threaded import in_own_thread
@@ -67,7 +68,7 @@ class OpenAIAPI:
         max_upload_mb: float,
         api_keys: list[str] | None = None,
         name: str | None = None,
-        models: Models | None = None,
+        models: Models | EngineModels | None = None,
         loads: bool = True,
     ):
         """`name`: what /v1 calls the model (default: its folder's name). `models`: with --models_dir, every model
@@ -179,7 +180,9 @@ class OpenAIAPI:
             return Served(self.engine, self.name)
         asked = asked or self.name
         if not self.listed.known(asked):
-            raise APIError(404, self._unknown(asked))
+            if getattr(self.listed, "strict", True):
+                raise APIError(404, self._unknown(asked))
+            asked = self.name  # an engine's front: a name its engine does not list is the one --model named
         try:
             lease = self.listed.lease(asked, self.loads)
         except NotLoaded as error:  # --admins: an admin loads it on the page

@@ -41,7 +41,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
         template = default_template(engine, args.template)
         if server is None:  # --api_base: no model here, the web server is the only process
             args.concurrency = args.concurrency or ENGINE_PLACES
-            serve(engine, description, tabs, template, args)
+            serve_front(engine, description, tabs, template, args)
             return
         from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process
 
@@ -68,6 +68,22 @@ def web_server(args):
     from local_chat.engine.pipe import WebServer
 
     return WebServer(serve)
+
+
+def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:
+    """--api_base: the page and /v1 over the engine's model; where the engine serves several, over each of them,
+    picked by the page's picker and /v1's `model` (engine/engine_models.py)."""
+    from local_chat.engine.engine_models import EngineModels
+    from local_chat.engine.models import ModelEngine
+    from local_chat.prompting import default_template
+
+    key = api_keys(args.api_base_key)[0] if args.api_base_key else None
+    models = EngineModels(engine, key, args.concurrency, lambda model: default_template(model, args.template))
+    if len(models.ids()) < 2:
+        serve(engine, description, tabs, template, args)
+        return
+    args.served_name = engine.model
+    serve(ModelEngine(models, engine.model), description, tabs, template, args, models)
 
 
 def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: bool) -> None:
