@@ -182,12 +182,12 @@ def test_qwen3_5_refuses_compile_in_one_sentence(tmp_path):
 def test_tensor_parallel_answers_as_one_process_does(name, tmp_path):
     """--n_gpus 2 (gloo, two CPU processes) over the families whose layers are least like Llama's: experts, layers
     of two widths, linear attention."""
-    from app_server import generate
+    from app_server import generate, generate_here
 
     folder = text_families.build(name, tmp_path / "m")
     flags = ["--pretrained_path", str(folder), "--template", "chat_template", "--max_new_tokens", "8"]
     flags += ["--prompts", "Hi", "What is the capital of France?", "--temperature", "0"]
-    one = generate(tmp_path, "one", *flags)
+    one = generate_here(tmp_path, "one", *flags)  # the reference in this process: no Python to start
     assert generate(tmp_path, "two", *flags, "--n_gpus", "2", "--device", "cpu") == one and len(one.splitlines()) == 2
 
 

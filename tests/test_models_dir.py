@@ -114,16 +114,16 @@ def front_routes_by_model(engine_url: str) -> None:
     from local_chat.engine.remote import RemoteEngine
     from local_chat.prompting import default_template
 
-    first = RemoteEngine(engine_url, model="byte-llama")
+    first = RemoteEngine(engine_url, model="llama-accessory")  # loaded: the engine's last answer was its
     models = EngineModels(first, None, 4, default_template)
-    api = OpenAIAPI(ModelEngine(models, "byte-llama"), "chat_template", None, 10, name="byte-llama", models=models)
+    api = OpenAIAPI(ModelEngine(models, first.model), "chat_template", None, 10, name=first.model, models=models)
     front = TestClient(Starlette(routes=api.routes()))
     states = {card["id"]: card["state"] for card in front.get("/v1/models").json()["data"]}
-    assert states["byte-llama"] == "loaded" and states["qwen3-tiny"] == "available"
+    assert states["llama-accessory"] == "loaded" and states["qwen3-tiny"] == "available"
     asked = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     for model in ("someone-else", "qwen3-tiny"):
         reply = front.post("/v1/chat/completions", json={**asked, "model": model}).json()
-        assert reply["model"] == ("qwen3-tiny" if model == "qwen3-tiny" else "byte-llama"), reply
+        assert reply["model"] == ("qwen3-tiny" if model == "qwen3-tiny" else "llama-accessory"), reply
     states = {card["id"]: card["state"] for card in front.get("/v1/models").json()["data"]}
     assert states["qwen3-tiny"] == "loaded"  # the engine loaded it for the front's request
 
