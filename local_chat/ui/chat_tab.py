@@ -27,7 +27,16 @@ from .chat import Cancels, answer_updates
 from .conversations import SavedConversations
 from .gradio_api import page_sampling
 from .history import SavedChats, new_conversation_id
-from .layout import EXAMPLES, IMAGE_EXAMPLES, busy_box, idle_box, prompt_panel, sampling_controls, shown_prompt
+from .layout import (
+    EXAMPLES,
+    IMAGE_EXAMPLES,
+    busy_box,
+    idle_box,
+    message_box_images,
+    prompt_panel,
+    sampling_controls,
+    shown_prompt,
+)
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_kwargs, thinking_switch
 from .turns import kind_of, model_view, up_to_last_question
 from .wiring import GENERATION, UI_ONLY, with_view
@@ -312,11 +321,8 @@ class ChatTab(SavedConversations):
         )
         message = gr.MultimodalTextbox(
             show_label=False,
-            placeholder="Type a message and press Enter"
-            + (" (attach, drop or paste images)" if engine.sees_images else ""),
-            file_types=["image"] if engine.sees_images else [],
+            **message_box_images(engine.sees_images),
             file_count="multiple",
-            sources=["upload"] if engine.sees_images else [],
             max_lines=6,
             autofocus=True,
             submit_btn="Send",

@@ -86,6 +86,16 @@ def model_panel(engine: Engine) -> str:
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
 
 
+def message_box_images(sees_images: bool) -> dict:
+    """The message box's settings that depend on whether the model sees images: attachments, and the placeholder
+    that says so."""
+    return {
+        "placeholder": "Type a message and press Enter" + (" (attach, drop or paste images)" if sees_images else ""),
+        "file_types": ["image"] if sees_images else [],
+        "sources": ["upload"] if sees_images else [],
+    }
+
+
 def shown_prompt(engine: Engine, text: str, images: int) -> str:
     """The prompt as "Prompt sent to the model" shows it: where the template has no image marker, the marker the
     model's processor puts in front for each image, so that the panel shows where the images went."""

@@ -13,7 +13,7 @@ from local_chat.engine.chats import ChatEngine
 from local_chat.engine.models import ModelEngine, Models
 from local_chat.prompting import conversation_templates, default_system
 
-from .layout import model_panel
+from .layout import message_box_images, model_panel
 from .wiring import UI_ONLY
 
 LOADING_POLL_S = 0.5  # how often the line under the picker tells how long the load has taken
@@ -100,13 +100,8 @@ class ModelPicker:
 def chat_updates(engine: ChatEngine, system: str) -> list:
     """A chat tab's `model_outputs` for `engine`: the template and system prompt reset to its defaults, and the
     message box taking images or not as it sees them."""
-    sees = engine.sees_images
     return [
         gr.update(choices=conversation_templates(engine), value=engine.template),
         system,
-        gr.update(
-            file_types=["image"] if sees else [],
-            sources=["upload"] if sees else [],
-            placeholder="Type a message and press Enter" + (" (attach, drop or paste images)" if sees else ""),
-        ),
+        gr.update(**message_box_images(engine.sees_images)),
     ]
