@@ -115,7 +115,7 @@ def front_routes_by_model(engine_url: str) -> None:
     from local_chat.prompting import default_template
 
     first = RemoteEngine(engine_url, model="llama-accessory")  # loaded: the engine's last answer was its
-    models = EngineModels(first, None, 4, default_template)
+    models = EngineModels(first, 4, default_template)
     api = OpenAIAPI(ModelEngine(models, first.model), "chat_template", None, 10, name=first.model, models=models)
     front = TestClient(Starlette(routes=api.routes()))
     states = {card["id"]: card["state"] for card in front.get("/v1/models").json()["data"]}

@@ -180,7 +180,7 @@ class OpenAIAPI:
             return Served(self.engine, self.name)
         asked = asked or self.name
         if not self.listed.known(asked):
-            if getattr(self.listed, "strict", True):
+            if self.listed.strict:
                 raise APIError(404, self._unknown(asked))
             asked = self.name  # an engine's front: a name its engine does not list is the one --model named
         try:

@@ -18,13 +18,13 @@ from .remote import RemoteEngine
 
 
 class EngineModels:
-    """The models of the engine `first` talks to (`first` the one --model named), with `api_key`; `places`: each
-    model's queue's; `template_of(engine)`: the template a model's answers use."""
+    """The models of the engine `first` talks to (`first` the one --model named); `places`: each model's queue's;
+    `template_of(engine)`: the template a model's answers use."""
 
     strict = False
 
-    def __init__(self, first: RemoteEngine, api_key: str | None, places: int, template_of: Callable[[Engine], str]):
-        self.first, self.api_key, self.places, self.template_of = first, api_key, places, template_of
+    def __init__(self, first: RemoteEngine, places: int, template_of: Callable[[Engine], str]):
+        self.first, self.places, self.template_of = first, places, template_of
         self._leases = {first.model: self._lease_of(first)}
         self._lock = threading.Lock()
 
@@ -56,11 +56,7 @@ class EngineModels:
     def lease(self, model_id: str, may_load: bool = True) -> Lease:
         with self._lock:
             if model_id not in self._leases:
-                engine = RemoteEngine(
-                    self.first.api_base, self.api_key, model_id, self.first.sees_images,
-                    self.first.max_seq_len if self.first.context_known else None,
-                )  # fmt: skip
-                self._leases[model_id] = self._lease_of(engine)
+                self._leases[model_id] = self._lease_of(self.first.serving(model_id))
             return self._leases[model_id]
 
     def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:

@@ -72,6 +72,8 @@ class Models:
     """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
     whose facts hold its "template", "system" and "places": its --concurrency)."""
 
+    strict = True  # a `model` not listed is refused (engine/engine_models.py's front answers it with --model's)
+
     def __init__(
         self,
         listed: list[tuple[str, str | None]],

@@ -113,6 +113,7 @@ class RemoteEngine:
         card = self._model_card(model)
         self.model = card["id"]
         said = next((card[f] for f in CONTEXT_FIELDS if isinstance(card.get(f), int) and card[f] > 0), None)
+        self._context_given = context
         context = said or context
         self.context_known = context is not None
         self.max_seq_len = context or UNKNOWN_CONTEXT
@@ -124,6 +125,10 @@ class RemoteEngine:
         self._optional_refused = False  # the engine refused top_k / repetition_penalty / stream_options once
         self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {self._key}"})
         self.counts_with_tokenize = self._tokenize({"prompt": "Hi"}) is not None
+
+    def serving(self, model: str) -> RemoteEngine:
+        """The engine of another of this engine's models, with the same address, key and flags."""
+        return RemoteEngine(self.api_base, self._key, model, self.sees_images, self._context_given)
 
     # ----- facts -----
 

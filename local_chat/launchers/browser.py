@@ -77,8 +77,7 @@ def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, 
     from local_chat.engine.models import ModelEngine
     from local_chat.prompting import default_template
 
-    key = api_keys(args.api_base_key)[0] if args.api_base_key else None
-    models = EngineModels(engine, key, args.concurrency, lambda model: default_template(model, args.template))
+    models = EngineModels(engine, args.concurrency, lambda model: default_template(model, args.template))
     if len(models.ids()) < 2:
         serve(engine, description, tabs, template, args)
         return
