@@ -156,6 +156,25 @@ def test_a_version_2_database_is_upgraded_once_by_two_apps_starting_together(tmp
         Store(path)
 
 
+V3_SQL = Path(__file__).resolve().parent / "data" / "conversations-v3.sql"  # a database the app wrote at schema 3
+
+
+def test_a_version_3_database_is_upgraded_and_its_answers_then_name_their_models(tmp_path, monkeypatch):
+    path = tmp_path / "conversations.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(V3_SQL.read_text())
+    store, owner = Store(path), "browser:" + "c" * 32
+    found = store.get(owner, "conversation-three")
+    assert found.model is None and found.messages[1]["content"] == "The capital of France is Paris."
+    answered = [*found.messages, *HI, {"role": "assistant", "content": "Hello!", "model": "tiny-qwen"}]
+    store.save(owner, found.id, answered, read=found.revision)
+    assert store.get(owner, found.id).model == "tiny-qwen" and store.get(owner, found.id).messages == answered
+    store.close()
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 3)  # the app before this schema: it would drop the models
+    with pytest.raises(UserError, match="was written by a newer version of this app"):
+        Store(path)
+
+
 def test_a_page_that_read_an_older_revision_is_told_to_reload_and_keeps_its_turn(demo, tmp_path):
     saved = SavedChats(Store(tmp_path / "chats.db"))
     tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", saved)
@@ -241,6 +260,24 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     huge.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * int(2e6)}]}))
     with pytest.raises(UserError, match="import one under"):
         SavedChats(store, max_upload_mb=0.1).import_file(owner, str(huge))
+    store.close()
+
+
+def test_each_answers_model_is_kept_in_exports_and_imports(tmp_path):
+    store = Store(tmp_path / "chats.db")
+    saved, owner = SavedChats(store), "user:alice"
+    answered = [*HI, {"role": "assistant", "content": "Hello!", "model": "demo"}]
+    answered += [{"role": "user", "content": "Again"}, {"role": "assistant", "content": "Hi.", "model": "tiny-qwen"}]
+    conversation = store.save(owner, None, answered).id
+    exported = json.loads(open(saved.export(owner, conversation, "json")).read())
+    assert [m.get("model") for m in exported["messages"]] == [None, "demo", None, "tiny-qwen"]
+    markdown = open(saved.export(owner, conversation, "md")).read()
+    assert "## Assistant · demo\n\nHello!" in markdown and "## Assistant · tiny-qwen\n\nHi." in markdown
+    for kind, text in (("json", json.dumps(exported)), ("md", markdown)):
+        file = tmp_path / f"export.{kind}"
+        file.write_text(text)
+        imported = store.get(owner, saved.import_file(owner, str(file)))
+        assert imported.messages == answered and imported.model == "tiny-qwen", kind
     store.close()
 
 

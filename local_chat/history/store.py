@@ -5,7 +5,9 @@
 - Messages are stored as the page keeps them (ui/turns.py): {"role", "content", "metadata"?, "kind"?}, content a
   string or a list of parts, `{"type": "text", "text"}` or `{"type": "image", "sha256"}`; a reasoning model's thought
   is its own "thinking" message before its answer (schema 2; schema 1 kept it in the answer's text, and kinds in
-  titles and text). A conversation's page options (its thinking switch) are kept beside its messages.
+  titles and text). An answer carries the "model" that gave it where the page picks among models (schema 4): the
+  latest one is the conversation's model, which reopening it offers. A conversation's page options
+  (its thinking switch) are kept beside its messages.
 - Images are PNG files named by the SHA-256 of their bytes, in a folder beside the database: the same image is never
   stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
   against the conversation's owner), never through Gradio's file serving.
@@ -36,7 +38,7 @@ from typing import NamedTuple
 from local_chat.errors import UserError
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # schema 1's page conventions, which schema 2 turns into kinds
 V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
 V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -80,6 +82,9 @@ MIGRATIONS: dict[int, list] = {
     ],
     2: ["ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'", typed_v1_messages],
     3: ["ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0"],
+    # answers carry their "model" (nothing to change in the tables): an app of schema 3, which would drop it when it
+    # saves the conversation again, refuses the database instead
+    4: [],
 }
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
@@ -102,6 +107,7 @@ class SavedConversation:
     messages: list[dict]
     options: dict = field(default_factory=dict)  # the page's choices for it (its thinking switch)
     revision: int = 0  # one more at each save: a page that read an older one saves nothing (`Changed`)
+    model: str | None = None  # its latest answer's model, where the answers name theirs (a page with a picker)
 
 
 class Saved(NamedTuple):
@@ -114,6 +120,11 @@ class Changed(UserError):
 
     def __init__(self):
         super().__init__("This conversation changed in another window; reload it (your message is kept here).")
+
+
+def latest_model(messages: list[dict]) -> str | None:
+    """The model of the latest answer that names one."""
+    return next((m["model"] for m in reversed(messages) if isinstance(m.get("model"), str)), None)
 
 
 def title_of(messages: list[dict]) -> str:
@@ -253,7 +264,8 @@ class Store:
         ).fetchone()
         if row is None:
             raise UserError("There is no such conversation among yours; it may have been deleted.")
-        return SavedConversation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5])
+        messages = json.loads(row[3])
+        return SavedConversation(row[0], row[1], row[2], messages, json.loads(row[4]), row[5], latest_model(messages))
 
     def save(
         self,

@@ -35,9 +35,10 @@ from .turns import model_view, thinking, tool_call, tool_result
 IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
 EXPORT_ROLES = ("system", "user", "assistant", "tool")
-KEPT_KEYS = ("kind", "call", "tool_call_id")  # what the page's entries carry besides Gradio's keys (ui/turns.py)
+# what the page's entries carry besides Gradio's keys (ui/turns.py)
+KEPT_KEYS = ("kind", "call", "tool_call_id", "model")
 THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
-MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)\n\n", re.MULTILINE)
+MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)(?: · ([^\n]+))?\n\n", re.MULTILINE)  # an answer's model
 
 
 def file_paths(content) -> list[str]:
@@ -210,7 +211,7 @@ class SavedChats:
         """A file holding the conversation as JSON (OpenAI-style messages, images as data: URLs, a thought as its
         answer's `reasoning_content`) or Markdown (a thought folded in `<details>`)."""
         conversation = self.store.get(owner, conversation_id)
-        messages = [self._exported(m) for m in model_view(conversation.messages, keep_errors=True)]
+        messages = [self._exported(m) for m in model_view(conversation.messages, for_export=True)]
         if kind == "json":
             data = json.dumps({"title": conversation.title, "messages": messages}, ensure_ascii=False, indent=1)
         else:
@@ -275,7 +276,10 @@ class SavedChats:
             entries.append(thinking(reasoning.strip(), True))
         content = self._imported_content(message.get("content"))
         if content or not message.get("tool_calls"):
-            entries.append({"role": message["role"], "content": content})
+            model = message.get("model") if message["role"] == "assistant" else None  # the model that gave it
+            entries.append(
+                {"role": message["role"], "content": content} | ({"model": model} if isinstance(model, str) else {})
+            )
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict) and isinstance(call.get("function"), dict):
                 called[call.get("id")] = call["function"].get("name")
@@ -314,7 +318,8 @@ def markdown_turn(message: dict) -> str:
     for call in message.get("tool_calls") or []:
         function = call["function"]
         body += f"\n\n**Called `{function['name']}`** with `{function['arguments']}`"
-    return f"## {message['role'].capitalize()}\n\n{body}\n\n"
+    by = f" · {message['model']}" if message.get("model") else ""
+    return f"## {message['role'].capitalize()}{by}\n\n{body}\n\n"
 
 
 def markdown_messages(text: str) -> tuple[str | None, list[dict]]:
@@ -324,9 +329,9 @@ def markdown_messages(text: str) -> tuple[str | None, list[dict]]:
     title = first[2:].strip() if first.startswith("# ") else None
     pieces = MD_TURN.split(text)[1:]
     messages = []
-    for role, body in zip(pieces[::2], pieces[1::2]):
+    for role, model, body in zip(pieces[::3], pieces[1::3], pieces[2::3]):
         body = body.strip("\n")
-        message = {"role": role.lower(), "content": body}
+        message = {"role": role.lower(), "content": body} | ({"model": model} if model else {})
         thought = THOUGHT_MD.match(body + "\n\n") if role == "Assistant" else None
         if thought:
             message = {**message, "content": body[thought.end() :].strip("\n"), "reasoning_content": thought[1]}

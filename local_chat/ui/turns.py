@@ -29,8 +29,9 @@ def view(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k in ("role", "content", "metadata")} for e in entries]
 
 
-def answer(text: str) -> dict:
-    return {"role": "assistant", "content": text}
+def answer(text: str, model: str | None = None) -> dict:
+    """An answer; `model`: the one that gave it, where the page picks among models (saved with it)."""
+    return {"role": "assistant", "content": text} | ({"model": model} if model else {})
 
 
 def error(sentence: str) -> dict:
@@ -103,17 +104,17 @@ def with_dropped_turns(entries: list[dict], turns: int, context: int) -> None:
         entries.insert(len(entries) - 1, note)
 
 
-def model_view(entries: list[dict], keep_errors: bool = False) -> list[dict]:
+def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
     """The conversation as the model sees it (OpenAI-style messages): notes left out, errors with the questions they
-    answered (`keep_errors`: as answers, for an export), a thought as its answer's `reasoning_content`, tool calls
-    and results as `tool_calls` and `tool` messages."""
+    answered (`for_export`: as answers, and each answer with its "model" where it names one), a thought as its
+    answer's `reasoning_content`, tool calls and results as `tool_calls` and `tool` messages."""
     kept: list[dict] = []
     reasoning = None
     for entry in entries:
         kind = kind_of(entry)
         if kind in NOT_FOR_THE_MODEL:
             continue
-        if kind == "error" and not keep_errors:
+        if kind == "error" and not for_export:
             if kept and kept[-1]["role"] == "user":
                 kept.pop()
             reasoning = None
@@ -130,6 +131,8 @@ def model_view(entries: list[dict], keep_errors: bool = False) -> list[dict]:
         else:
             message = {"role": entry["role"], "content": entry["content"]}
             message |= {k: entry[k] for k in ("text", "images") if k in entry}  # a question's saved images
+            if for_export and entry.get("model"):
+                message["model"] = entry["model"]
             if kind == "answer":
                 _with_reasoning(message, reasoning)
             reasoning = None
