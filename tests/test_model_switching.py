@@ -10,7 +10,7 @@ import pytest
 
 from local_chat.engine import Delta, End, EngineSummary, Loading, Request, Sampling, collect
 from local_chat.engine.models import ModelEngine, ModelProcess, Models
-from local_chat.engine.pipe import ModelFailed, StreamAnswer, Streamed
+from local_chat.engine.pipe import LoadProgress, ModelFailed, StreamAnswer, Streamed
 from local_chat.errors import UserError
 
 FACTS = {
@@ -18,15 +18,17 @@ FACTS = {
     "chat_renderer": None,
     "summary": EngineSummary("fake", 64, False),
     "generation_defaults": Sampling(),
-    "template": "plain",
+    "template": "default",
     "places": 1,
 }
 
 
 def fake_model(connection, reply, load_seconds: float) -> None:
-    """A model's process: after `load_seconds`, `reply` (its facts, or a failure; "die": it exits with code 3),
-    then each answer is "hi"."""
-    time.sleep(load_seconds)
+    """A model's process: after `load_seconds` (halfway, it says it has loaded half its weights), `reply` (its facts,
+    or a failure; "die": it exits with code 3), then each answer is "hi"."""
+    time.sleep(load_seconds / 2)
+    connection.send(LoadProgress("weights", 0.5))
+    time.sleep(load_seconds / 2)
     if reply == "die":
         raise SystemExit(3)
     connection.send(reply)
@@ -141,11 +143,45 @@ def test_an_answer_to_a_model_being_loaded_says_so_then_streams():
     models = house(FakeModels(load_seconds={"a": 0.8}))
     try:
         events = list(ModelEngine(models, "a").stream(Request(prompt="Hello")))
-        assert isinstance(events[0], Loading) and events[0].sentence.startswith("loading a, ")
+        assert isinstance(events[0], Loading) and events[0].sentence.startswith("loading a")
         assert [e.text for e in events if isinstance(e, Delta)] == ["hi"] and isinstance(events[-1], End)
         assert collect(models.stream("nope", Request(prompt="Hello"))).end.error.startswith("There is no model 'nope'")
     finally:
         models.close()
+
+
+def test_a_load_says_how_far_it_has_come_as_its_process_tells():
+    models = house(FakeModels(load_seconds={"a": 2.0}))
+    try:
+        loading = threading.Thread(target=used, args=(models, "a"))
+        loading.start()
+        deadline = time.monotonic() + 10
+        while models.load_progress("a") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert models.load_progress("a") == LoadProgress("weights", 0.5)
+        assert models.waiting_sentence("a").startswith("loading a: weights 50%, ")
+        loading.join(10)
+        assert models.load_progress("a") is None and dict(models.states())["a"] == "loaded"
+    finally:
+        models.close()
+
+
+def test_a_model_process_tells_how_far_transformers_has_loaded_the_weights(tmp_path):
+    from tiny_models import random_llama, save_hf, train_byte_level_tokenizer
+
+    from local_chat.launchers.model_processes import _progress_told
+    from local_chat.model.meta import MetaModel
+
+    tokenizer = train_byte_level_tokenizer()
+    folder = save_hf(random_llama(len(tokenizer)), tmp_path / "tiny", hf_tokenizer=tokenizer)
+    mine, there = multiprocessing.get_context("fork").Pipe()
+    with _progress_told(there, every=0.25):
+        MetaModel.from_pretrained(str(folder), device="cpu")
+    told = []
+    while mine.poll(0):
+        told.append(mine.recv())
+    assert told[-1] == LoadProgress("weights", 1.0) and 2 <= len(told) <= 5, told
+    assert all(0 < a.done < b.done for a, b in zip(told, told[1:]))
 
 
 def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_loaded_ones():
@@ -182,11 +218,16 @@ def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_load
         async def chosen_by(user: str) -> list:
             return [out async for out in picker.choose("b", "a", SimpleNamespace(username=user))]
 
-        *_, (current, shown, _, status) = asyncio.run(chosen_by("bob"))
+        *_, (current, shown, _, status, _) = asyncio.run(chosen_by("bob"))
         assert (current, shown) != ("b", "b") and "b is not loaded; an admin loads it on the page." in status
         assert dict(models.states())["b"] == "available"
-        *_, (current, _, _, status) = asyncio.run(chosen_by("alice"))
+        *_, (current, _, _, status, _) = asyncio.run(chosen_by("alice"))
         assert current == "b" and status == "Now answering: **b**." and dict(models.states())["b"] == "loaded"
+        used(models, "a"), used(models, "c")  # b is the least recently used: unloaded to make room for c
+        assert dict(models.states())["b"] == "available"
+        with pytest.raises(NotLoaded, match=r"^b is not loaded any more; an admin loads it on the page"):
+            picker.engine_of("b", SimpleNamespace(username="bob"))  # bob's page still on b: his answers refused
+        assert dict(models.states())["b"] == "available"
     finally:
         models.close()
 

@@ -179,7 +179,8 @@ def test_the_flags_of_models_on_demand_go_with_models_dir(capsys):
 
 def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tmp_path, models):  # noqa: F811
     """The picker lists the models; a switch makes the next answer come from the new model (its template in
-    "Prompt sent to the model"), the images left out with a notice, and each answer says which model gave it."""
+    "Prompt sent to the model"), the images left out with a notice, the thinking switch and the answer settings
+    following the model, and each answer says which model gave it; reopening the conversation offers its model."""
     folder = tmp_path / "two"
     folder.mkdir()
     (folder / "demo").symlink_to(DEMO_MODEL, target_is_directory=True)
@@ -211,7 +212,18 @@ def test_the_page_picks_a_model_and_the_conversation_goes_on_with_it(browser, tm
         sent = page.locator(".prompt-view").first.inner_text()
         assert "<|im_start|>system\nYou are a terse assistant." in sent  # --models_config's system prompt
         assert "<|im_start|>user" in sent  # in Qwen3's own template
+        thinking = page.locator(".thinking")  # Qwen3's template reads enable_thinking; the demo's reads none
+        assert thinking.is_visible() and thinking.get_by_label("think", exact=True).is_checked()
+        page.locator(".label-wrap", has_text="Settings").first.click()
+        temperature = page.get_by_label("number input for Temperature (0 = greedy)").first
+        assert temperature.input_value() == "0"  # its --models_config's
         page.screenshot(path=str(ARTIFACTS / "model-switched.png"), full_page=True)
+        page.reload()  # a new session, on --model's demo, reopens the conversation: it offers qwen3-tiny
+        page.get_by_text("This conversation's latest answer came from qwen3-tiny").wait_for(timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "model-offered.png"), full_page=True)
+        page.get_by_role("button", name="Go on with qwen3-tiny").click()
+        page.get_by_text("Now answering: qwen3-tiny").wait_for(timeout=60_000)
+        assert page.locator(".model-picker input").first.input_value() == "qwen3-tiny"
     finally:
         app.terminate()
         app.communicate(timeout=30)

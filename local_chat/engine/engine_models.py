@@ -9,15 +9,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
-from local_chat.errors import UserError
-
 from .in_order import InArrivalOrder
 from .interface import End, Engine, Event, Request
-from .models import Lease
+from .models import Lease, ModelChoices
 from .remote import RemoteEngine
 
 
-class EngineModels:
+class EngineModels(ModelChoices):
     """The models of the engine `first` talks to (`first` the one --model named); `places`: each model's queue's;
     `template_of(engine)`: the template a model's answers use."""
 
@@ -58,12 +56,6 @@ class EngineModels:
             if model_id not in self._leases:
                 self._leases[model_id] = self._lease_of(self.first.serving(model_id))
             return self._leases[model_id]
-
-    def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
-        try:
-            return self.lease(model_id, may_load)
-        except UserError as error:
-            return str(error)
 
     def loaded(self, model_id: str) -> InArrivalOrder | None:
         lease = self._leases.get(model_id)

@@ -6,6 +6,7 @@ queue of its own, engine/in_order.py), so that a load never holds up another mod
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 from local_chat.errors import UserError
 
 from .in_order import InArrivalOrder
-from .interface import Answer, End, Event, Loading, Request, collect
-from .pipe import ModelFailed, PipeEngine
+from .interface import CHAT_SAMPLING, Answer, End, Event, Loading, Request, Sampling, collect
+from .pipe import LoadProgress, ModelFailed, PipeEngine
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
 LOAD_POLL_S = 0.25  # how often a load looks at its process, and a waiting request tells how long it has waited
@@ -43,10 +44,12 @@ class _Model:
     engine: InArrivalOrder | None = None
     template: str = ""  # its answers' default template, as its process chose it
     system: str | None = None  # its default system prompt, where its settings give one
+    chat_sampling: Sampling = CHAT_SAMPLING  # the page's answer settings for it, as its settings change them
     running: ModelProcess | None = None
     users: int = 0  # answers running or waiting on it (leases held)
     last_used: float = 0.0
     loading_since: float = 0.0
+    progress: LoadProgress | None = None  # how far its load has come, as its process says
     load_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -60,6 +63,7 @@ class Lease:
     system: str | None
     _release: Callable[[], None]
     _released: bool = False
+    chat_sampling: Sampling = CHAT_SAMPLING  # the page's answer settings for it (--models_config's sampling keys)
 
     def release(self) -> None:
         """Once the answer is over (again: nothing)."""
@@ -68,11 +72,30 @@ class Lease:
             self._release()
 
 
-class Models:
-    """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
-    whose facts hold its "template", "system" and "places": its --concurrency)."""
+class ModelChoices:
+    """What the doors (the page's picker, /v1) ask of the models they pick among: `Models` here, and an engine's
+    (engine/engine_models.py)."""
 
-    strict = True  # a `model` not listed is refused (engine/engine_models.py's front answers it with --model's)
+    strict = True  # a `model` not listed is refused (an engine's front answers it with --model's)
+
+    def lease(self, model_id: str, may_load: bool = True) -> Lease:
+        raise NotImplementedError
+
+    def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
+        """`lease(model_id, may_load)`, or the sentence saying why it cannot be had."""
+        try:
+            return self.lease(model_id, may_load)
+        except UserError as error:
+            return str(error)
+
+    def load_progress(self, model_id: str) -> LoadProgress | None:
+        """How far `model_id`'s load has come, while it loads (where its loader tells)."""
+        return None
+
+
+class Models(ModelChoices):
+    """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
+    whose facts hold its "template", "system", "chat_sampling" and "places": its --concurrency)."""
 
     def __init__(
         self,
@@ -116,9 +139,15 @@ class Models:
         with self._changed:
             model = self._models[model_id]
             if model.state == "loading":
-                return f"loading {model_id}, {time.monotonic() - model.loading_since:.0f} s"
+                told = f": {model.progress}" if model.progress is not None else ""
+                return f"loading {model_id}{told}, {time.monotonic() - model.loading_since:.0f} s"
             busy = [m.id for m in self._listed() if m.state in ("loaded", "unloading") and m.id != model_id]
             return f"waiting for {', '.join(busy)} to finish its answers before loading {model_id}"
+
+    def load_progress(self, model_id: str) -> LoadProgress | None:
+        with self._changed:
+            model = self._models.get(model_id)
+            return model.progress if model is not None and model.state == "loading" else None
 
     def loaded(self, model_id: str) -> InArrivalOrder | None:
         """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
@@ -142,7 +171,8 @@ class Models:
         except BaseException:
             self._leave(model)
             raise
-        return Lease(model_id, model.engine, model.template, model.system, lambda: self._leave(model))
+        release = functools.partial(self._leave, model)
+        return Lease(model_id, model.engine, model.template, model.system, release, chat_sampling=model.chat_sampling)
 
     def stream(self, model_id: str, request: Request) -> Iterator[Event]:
         """`request` answered by `model_id`, loaded first where it is not (`Loading` events meanwhile)."""
@@ -178,13 +208,6 @@ class Models:
     def _listed(self) -> list[_Model]:
         return [model for model in self._models.values() if model.problem is None]
 
-    def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
-        """`lease(model_id, may_load)`, or the sentence saying why it cannot be had."""
-        try:
-            return self.lease(model_id, may_load)
-        except UserError as error:
-            return str(error)
-
     def _leave(self, model: _Model) -> None:
         with self._changed:
             model.users -= 1
@@ -207,6 +230,7 @@ class Models:
                 running = self._start(model.id)
                 facts = self._facts(model, running)
                 template, system, places = facts.pop("template"), facts.pop("system", None), facts.pop("places")
+                chat_sampling = facts.pop("chat_sampling", CHAT_SAMPLING)
                 engine = InArrivalOrder(PipeEngine(running.connection, facts, end_process=False), places or 1)
             except BaseException as error:
                 with self._changed:
@@ -217,6 +241,7 @@ class Models:
                 raise
             with self._changed:
                 model.engine, model.template, model.system = engine, template, system
+                model.chat_sampling = chat_sampling
                 model.running, model.state = running, "loaded"
                 self._changed.notify_all()
 
@@ -227,7 +252,7 @@ class Models:
             with self._changed:
                 held = [m for m in self._listed() if m.state != "available" and m is not model]
                 if len(held) < self.max_loaded:
-                    model.state, model.loading_since = "loading", time.monotonic()
+                    model.state, model.loading_since, model.progress = "loading", time.monotonic(), None
                     return
                 idle = [m for m in held if m.state == "loaded" and m.users == 0]
                 if not idle:
@@ -238,12 +263,17 @@ class Models:
             self._unload(victim)
 
     def _facts(self, model: _Model, running: ModelProcess) -> dict:
-        """The loaded model's facts, from its process; its failure (or its end) as one sentence."""
+        """The loaded model's facts, from its process (after its `LoadProgress`); its failure (or its end) as one
+        sentence."""
         reply = None
         while reply is None:
             try:
                 if running.connection.poll(LOAD_POLL_S):
                     reply = running.connection.recv()
+                    if isinstance(reply, LoadProgress):
+                        with self._changed:
+                            model.progress, reply = reply, None
+                        continue
                     break
             except (EOFError, OSError):  # it ended without a word
                 running.process.join(STOP_WAIT_S)

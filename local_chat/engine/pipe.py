@@ -88,6 +88,18 @@ class ModelFailed:
     sentence: str
 
 
+@dataclass(frozen=True)
+class LoadProgress:
+    """How far a model's process has come in loading (--models_dir): its `stage` ("weights", "compiling") and, where
+    known, the part of it `done` (0 to 1)."""
+
+    stage: str
+    done: float | None = None
+
+    def __str__(self) -> str:
+        return self.stage + (f" {self.done:.0%}" if self.done is not None else "")
+
+
 def locked_sender(connection) -> Callable:
     """A send over `connection` that threads may share; a peer gone is no error (its reader ends on its own)."""
     lock = threading.Lock()

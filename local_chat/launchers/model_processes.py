@@ -4,6 +4,7 @@ which answers its requests as the launcher's process does for one model (engine/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import traceback
@@ -40,7 +41,8 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unloaded: an exit that ends its workers too
     print(f"Loading {model_id}...", file=sys.stderr, flush=True)
     try:
-        engine = _loaded(args, with_visual)
+        with _progress_told(connection):
+            engine = _loaded(args, with_visual, connection)
         facts = _facts(engine, args, model_id)
     except UserError as error:
         connection.send(ModelFailed(str(error)))
@@ -61,22 +63,56 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
         engine.stop_batching()
 
 
-def _loaded(args: argparse.Namespace, with_visual: bool):
+def _loaded(args: argparse.Namespace, with_visual: bool, connection):
+    from local_chat.engine.pipe import LoadProgress
     from local_chat.engine.process import leave_a_core_to_the_server
 
     from .loading import compile_before_answering, load_engine, start_batching
 
     engine = load_engine(args, with_visual)
     leave_a_core_to_the_server(engine)
+    if engine.compiled is not None:
+        connection.send(LoadProgress("compiling"))
     compile_before_answering(engine)
     start_batching(engine, args)
     return engine
 
 
+@contextlib.contextmanager
+def _progress_told(connection, every: float = 0.05):
+    """While loading: transformers' "Loading weights" bar told to the launcher as `LoadProgress("weights", done)`, at
+    each `every` of it (a hook on transformers' progress bars; the bar itself still shows in the terminal)."""
+    from transformers.utils import logging as hf_logging
+
+    from local_chat.engine.pipe import LoadProgress
+
+    def told(bar, total: int):
+        said = -1.0
+        for done, item in enumerate(bar, 1):
+            if done == total or done / total - said >= every:
+                said = done / total
+                connection.send(LoadProgress("weights", said))
+            yield item
+
+    def hook(factory, args, kwargs):
+        bar = factory(*args, **kwargs)
+        total = len(args[0]) if args and hasattr(args[0], "__len__") else kwargs.get("total")
+        return told(bar, total) if kwargs.get("desc") == "Loading weights" and total else bar
+
+    set_hook = getattr(hf_logging, "set_tqdm_hook", None)  # transformers 5.x; without it, the seconds alone are told
+    previous = set_hook(hook) if set_hook is not None else None
+    try:
+        yield
+    finally:
+        if set_hook is not None:
+            set_hook(previous)
+
+
 def _facts(engine, args: argparse.Namespace, model_id: str) -> dict:
     """What the web server gets to know of the loaded model: `model_facts`, with its template (--template or its
-    entry's, else its own), its answers' defaults and system prompt as its --models_config entry sets them, and its
-    --concurrency as its batching settled it."""
+    entry's, else its own), its answers' defaults (the API's, and the page's) and system prompt as its
+    --models_config entry sets them, and its --concurrency as its batching settled it."""
+    from local_chat.engine.interface import CHAT_SAMPLING
     from local_chat.engine.process import model_facts
     from local_chat.prompting import default_template
 
@@ -86,4 +122,4 @@ def _facts(engine, args: argparse.Namespace, model_id: str) -> dict:
     entry = args.model_entry
     facts["generation_defaults"] = sampling_of(facts["generation_defaults"], entry, model_id)
     return {**facts, "template": default_template(engine, args.template), "system": entry.get("system"),
-            "places": args.concurrency}  # fmt: skip
+            "chat_sampling": sampling_of(CHAT_SAMPLING, entry, model_id), "places": args.concurrency}  # fmt: skip

@@ -67,10 +67,11 @@ def build_app(
         with gr.Tabs():
             for tab in tabs:
                 with gr.Tab(labels[tab], id=tab):
+                    session_model = picker.current if picker is not None else None
                     if tab == "single":
-                        SingleTurnTab(engine, cancels).build()
+                        SingleTurnTab(engine, cancels, picker).build(session_model)
                     else:
-                        chat_tabs[tab].build(browser_id, picker.current if picker is not None else None)
+                        chat_tabs[tab].build(browser_id, session_model)
         if saving is not None:
             saving.wire_sidebar(browser_id, app)
         if picker is not None:

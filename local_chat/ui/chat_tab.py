@@ -37,7 +37,7 @@ from .layout import (
     sampling_controls,
     shown_prompt,
 )
-from .thinking import EFFORTS, ENGINE_THINKING, thinking_kwargs, thinking_switch
+from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
 from .turns import kind_of, model_view, up_to_last_question
 from .wiring import GENERATION, UI_ONLY, with_view
 
@@ -110,9 +110,10 @@ class ChatTab(SavedConversations):
     def _owner(self, browser_id, request) -> str | None:
         return self.saved.owner(browser_id, request) if self.saving else None
 
-    def engine_of(self, model: str | None) -> ChatEngine:
-        """The engine of this session's model (with a picker), else the page's."""
-        return self.engine if self.picker is None else self.picker.engine_of(model)
+    def engine_of(self, model: str | None, request: gr.Request | None = None) -> ChatEngine:
+        """The engine of this session's model (with a picker; `request`: refused where its login may not load it
+        and it is not loaded), else the page's."""
+        return self.engine if self.picker is None else self.picker.engine_of(model, request)
 
     # ----- the handlers -----
 
@@ -125,7 +126,7 @@ class ChatTab(SavedConversations):
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
         listed = gr.skip()
         try:
-            engine = self.engine_of(settings.model)
+            engine = self.engine_of(settings.model, request)
             owner = self._owner(browser_id, request)
             conversation_id, listed = self._commit(request, owner, conversation_id, history)  # the question is kept
             sampling = settings.sampling
@@ -159,7 +160,8 @@ class ChatTab(SavedConversations):
         history.append(turns.answer(""))
         yield history, gr.skip(), conversation_id, listed
         prompt, line, failed = gr.skip(), "", False
-        by = f" · {settings.model}" if self.picker is not None else ""  # which model gave the answer
+        model = settings.model if self.picker is not None else None  # which model gave the answer, saved with it
+        by = f" · {model}" if model else ""
         async for update in answer_updates(engine, answer):
             if update.rendered is not None:
                 prompt = shown_prompt(engine, update.rendered.text, update.rendered.images)
@@ -169,7 +171,7 @@ class ChatTab(SavedConversations):
             thought = update.reasoning and turns.thinking(
                 update.reasoning, update.thinking_done, update.thought_seconds
             )
-            shown = turns.error(update.error) if failed else turns.answer(update.text.strip())
+            shown = turns.error(update.error) if failed else turns.answer(update.text.strip(), model)
             history[asked:] = [entry for entry in (thought, shown) if entry and entry["content"]]
             if not history[asked:]:
                 history.append(turns.answer(""))
@@ -201,16 +203,20 @@ class ChatTab(SavedConversations):
     def switch(self) -> tuple[str | None, object]:
         return thinking_switch(self.engine) if not self.single_turn else (None, None)
 
-    def thinking_of(self, conversation_id, browser_id, request: gr.Request):
-        """The thinking switch as the open conversation left it (else as the template starts it)."""
+    def thinking_of(self, conversation_id, browser_id, model, request: gr.Request):
+        """The thinking switch as the open conversation left it (else as the template starts it); with a picker,
+        as the session's model's template allows."""
         variable, first = self.switch
-        if variable is None:
+        if self.single_turn or (variable is None and self.picker is None):
             return gr.skip()
         try:
             owner = self._owner(browser_id, request)
             kept = self.saved.store.get(owner, conversation_id).options.get("thinking") if conversation_id else None
         except UserError:
             kept = None
+        if self.picker is not None:
+            _, choices, first = thinking_choices(self.engine_of(model))
+            return kept if kept in choices else first
         fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
         return kept if fits else first
 
@@ -301,8 +307,9 @@ class ChatTab(SavedConversations):
     # ----- the model, where the page has a picker -----
 
     def model_outputs(self) -> list:
-        """What follows the model chosen on the page (ui/model_picker.py's `chat_updates`)."""
-        return [self.template_box, self.system_box, self.message]
+        """What follows the model chosen on the page (ui/model_picker.py's `chat_updates`): the template, system
+        prompt, message box, thinking switch and sampling."""
+        return [self.template_box, self.system_box, self.message, self.thinking, *self.sampling]
 
     # ----- the layout -----
 
@@ -329,14 +336,7 @@ class ChatTab(SavedConversations):
             stop_btn=False,
             elem_classes="message",
         )
-        variable, first = self.switch
-        thinking = gr.State(None)
-        if first in ENGINE_THINKING:
-            thinking = gr.Radio(list(ENGINE_THINKING), value=first, label="Thinking", elem_classes="thinking")
-        elif variable == "enable_thinking":
-            thinking = gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
-        elif variable == "reasoning_effort":
-            thinking = gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
+        thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
         names = conversation_templates(engine)
         with gr.Accordion("Template and system prompt", open=False):
@@ -349,7 +349,7 @@ class ChatTab(SavedConversations):
                 transform = gr.Radio(
                     IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
                 )
-        sampling = sampling_controls()
+        sampling = sampling_controls(self.picker.sampling_of(None) if self.picker is not None else None)
         prompt_view = prompt_panel()
 
         entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
@@ -393,5 +393,5 @@ class ChatTab(SavedConversations):
             lambda name, chosen: default_system(self.engine_of(chosen), name), [template, model], system, **quiet
         )
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
-        self.template_box, self.system_box, self.message = template, system, message
-        self.thinking = thinking
+        self.template_box, self.system_box, self.message, self.sampling = template, system, message, sampling
+        self.thinking, self.model_state = thinking, model

@@ -1,6 +1,7 @@
 """The chat tab's saved conversations (ui/history.py, history/store.py): the sidebar (New chat, this owner's
 conversations newest first, rename, delete, export, import), its handlers and their wiring. `ChatTab` (ui/chat_tab.py)
-is built on it: these methods use its `saved`, `_owner`, `stop`, `thinking_of` and the components its `build` made."""
+is built on it: these methods use its `saved`, `_owner`, `stop`, `thinking_of`, `picker` and the components its `build`
+made."""
 
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ class SavedConversations:
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), str(error)
         return self.saved.shown(owner, found.id, found.messages), found.id, found.title, ""
+
+    def offer_of(self, conversation_id, browser_id, current, request: gr.Request):
+        """With a model picker: the open conversation's model offered, where it is another than the session's."""
+        model = None
+        if conversation_id:
+            try:
+                model = self.saved.store.get(self._owner(browser_id, request), conversation_id).model
+            except UserError:  # deleted meanwhile: nothing to offer
+                pass
+        return self.picker.offer_model(model, current)
 
     @staticmethod
     def new_chat():
@@ -124,7 +135,9 @@ class SavedConversations:
         chat = [chatbot, entries]
         was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
         asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
-        restore = dict(fn=self.thinking_of, inputs=[conversation_id, browser_id], outputs=self.thinking, **quiet)
+        restore = dict(
+            fn=self.thinking_of, inputs=[conversation_id, browser_id, self.model_state], outputs=self.thinking, **quiet
+        )
         app.load(
             with_view(self.first_load, at=2),
             [browser_id, was_open],
@@ -135,6 +148,9 @@ class SavedConversations:
         conversation_id.change(
             self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
         )
+        if self.picker is not None:  # reopening a conversation offers the model of its latest answer
+            offer = [self.picker.status, self.picker.offer, self.picker.offered]
+            conversation_id.change(self.offer_of, [conversation_id, browser_id, self.model_state], offer, **quiet)
         stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
         # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
         for trigger in (self.new_button.click, chatbot.clear):

@@ -8,7 +8,7 @@ from html import escape
 import gradio as gr
 
 from local_chat.engine import Engine, checkpoint_name
-from local_chat.engine.interface import CHAT_SAMPLING
+from local_chat.engine.interface import CHAT_SAMPLING, Sampling
 
 EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
 IMAGE_EXAMPLES = [
@@ -108,8 +108,9 @@ def shown_prompt(engine: Engine, text: str, images: int) -> str:
     return text
 
 
-def sampling_controls() -> list[gr.components.Component]:
-    defaults = CHAT_SAMPLING
+def sampling_controls(defaults: Sampling | None = None) -> list[gr.components.Component]:
+    """The answers' settings, starting at `defaults` (the page's own, CHAT_SAMPLING, where None)."""
+    defaults = defaults or CHAT_SAMPLING
     with gr.Accordion("Settings", open=False):
         max_gen_len = gr.Slider(1, 2048, value=defaults.max_new_tokens, step=1, label="Max answer length (tokens)")
         temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
@@ -120,6 +121,11 @@ def sampling_controls() -> list[gr.components.Component]:
                 1.0, 2.0, value=defaults.repetition_penalty, step=0.05, label="Repetition penalty"
             )
     return [max_gen_len, temperature, top_p, top_k, repetition_penalty]
+
+
+def sampling_values(sampling: Sampling) -> list:
+    """`sampling_controls`' values for `sampling`, in their order."""
+    return [sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k, sampling.repetition_penalty]
 
 
 def prompt_panel() -> gr.Code:

@@ -1,5 +1,5 @@
 """The Single-turn tab: one instruction in one of Accessory's single-turn templates (alpaca, shortqa, ...), sent to
-the engine as a raw prompt, its answer streamed with Stop."""
+the engine as a raw prompt (with a model picker, to the session's model), its answer streamed with Stop."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from .wiring import GENERATION, UI_ONLY
 
 
 class SingleTurnTab:
-    def __init__(self, engine: Engine, cancels: Cancels):
-        self.engine, self.cancels = engine, cancels
+    def __init__(self, engine: Engine, cancels: Cancels, picker=None):
+        self.engine, self.cancels, self.picker = engine, cancels, picker  # picker: ui/model_picker.py's, or None
 
     async def run(
         self,
@@ -32,22 +32,25 @@ class SingleTurnTab:
         top_p,
         top_k,
         repetition_penalty,
+        model,
         request: gr.Request,
     ):
         cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
         try:
             settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
             prompt = single_turn_prompt(instruction, input_text, template)
+            engine = self.engine if self.picker is None else self.picker.engine_of(model, request)
         except UserError as error:
             yield ERROR_MARK + str(error), "", ""
             return
-        async for update in answer_updates(self.engine, Request(prompt, settings, cancel=cancel)):
+        async for update in answer_updates(engine, Request(prompt, settings, cancel=cancel)):
             yield (ERROR_MARK + update.error) if update.error else update.text.strip(), update.line, prompt
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, "single"))
 
-    def build(self) -> None:
+    def build(self, model=None) -> None:
+        """The tab; `model`: the picker's state (this session's model), where there is one."""
         instruction = gr.Textbox(
             label="Instruction", lines=3, placeholder="What is the capital of France?", elem_classes="message"
         )
@@ -61,7 +64,7 @@ class SingleTurnTab:
         gr.Examples([e["text"] for e in EXAMPLES], inputs=instruction, label="Examples")
         sampling = sampling_controls()
         prompt_view = prompt_panel()
-        inputs = [instruction, input_text, template, *sampling]
+        inputs = [instruction, input_text, template, *sampling, model if model is not None else gr.State(None)]
         common = dict(**GENERATION, api_visibility=UI_ONLY)
         toggle = dict(queue=False, show_progress="hidden", api_visibility=UI_ONLY)
         running = [gr.update(visible=False), gr.update(visible=True)]  # (Generate, Stop)

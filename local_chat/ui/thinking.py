@@ -1,7 +1,9 @@
 """The page's thinking switch: which template variable it sets for the model's chat template ("enable_thinking",
-"reasoning_effort"), what it starts as, and the variables each of its values sets."""
+"reasoning_effort"), what it starts as, the control that shows it, and the variables each of its values sets."""
 
 from __future__ import annotations
+
+import gradio as gr
 
 from local_chat.engine import Engine
 from local_chat.prompting.messages import template_reads
@@ -44,3 +46,39 @@ def thinking_kwargs(thinking) -> dict:
     if thinking in EFFORTS:
         return {"reasoning_effort": thinking}
     return {}
+
+
+def thinking_control(engine: Engine, follows_a_picker: bool):
+    """The page's thinking switch for `engine`'s template: a checkbox (enable_thinking), or a radio (an effort; an
+    engine's choice), nothing (a `gr.State`) where the template reads neither. On a page with a model picker, a radio
+    whose choices follow the model (`thinking_update`), hidden while the model's template reads neither."""
+    if follows_a_picker:
+        label, choices, value = thinking_choices(engine)
+        return gr.Radio(choices, value=value, label=label, visible=bool(choices), elem_classes="thinking")
+    variable, first = thinking_switch(engine)
+    if first in ENGINE_THINKING:
+        return gr.Radio(list(ENGINE_THINKING), value=first, label="Thinking", elem_classes="thinking")
+    if variable == "enable_thinking":
+        return gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
+    if variable == "reasoning_effort":
+        return gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
+    return gr.State(None)
+
+
+def thinking_choices(engine: Engine) -> tuple[str, list, object]:
+    """(label, choices, first value) of a picker page's thinking radio for `engine`: no choices where its template
+    reads no thinking variable."""
+    variable, first = thinking_switch(engine)
+    if first in ENGINE_THINKING:
+        return "Thinking", list(ENGINE_THINKING), first
+    if variable == "enable_thinking":
+        return "Thinking", list(ENGINE_THINKING[1:]), ENGINE_THINKING[1] if first else ENGINE_THINKING[2]
+    if variable == "reasoning_effort":
+        return "Reasoning effort", list(EFFORTS), first
+    return "Thinking", [], None
+
+
+def thinking_update(engine: Engine):
+    """A picker page's thinking radio for the model chosen: its choices, reset to what its template starts as."""
+    label, choices, value = thinking_choices(engine)
+    return gr.update(choices=choices, value=value, label=label, visible=bool(choices))
