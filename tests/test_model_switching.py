@@ -193,7 +193,9 @@ def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_load
 
     from local_chat.api import OpenAIAPI
     from local_chat.engine.models import NotLoaded
+    from local_chat.ui.chat import Cancels
     from local_chat.ui.model_picker import ModelPicker
+    from local_chat.ui.single_turn import SingleTurnTab
 
     models = house(FakeModels(), max_loaded=2)
     try:
@@ -228,6 +230,15 @@ def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_load
         with pytest.raises(NotLoaded, match=r"^b is not loaded any more; an admin loads it on the page"):
             picker.engine_of("b", SimpleNamespace(username="bob"))  # bob's page still on b: his answers refused
         assert dict(models.states())["b"] == "available"
+
+        single = SingleTurnTab(ModelEngine(models, "a"), Cancels(), picker)  # the Single-turn tab: the session's model
+
+        async def single_turn(user: str) -> list:
+            asker = SimpleNamespace(username=user, session_hash=user)
+            return [out async for out in single.run("Hi", "", "alpaca", 8, 0.0, 1.0, 0, 1.0, "b", asker)]
+
+        assert asyncio.run(single_turn("bob"))[-1][0].startswith("⚠️ b is not loaded any more")
+        assert asyncio.run(single_turn("alice"))[-1][0] == "hi" and dict(models.states())["b"] == "loaded"
     finally:
         models.close()
 
