@@ -15,8 +15,9 @@ weight-only int4 and int8 on the same weights where torchao is installed: decode
 (skip with --no_quant). Then 8 greedy answers at once with continuous batching, each on a thread of its own as the
 app's clients are served: total tokens/s over one answer alone, over transformers' own continuous batching
 (`generate_batch`), and how many of the 8 answers have the tokens each has alone (bf16 batched kernels may differ).
-Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only demo|decode|quant|batching|
-probe` runs some parts and merges them into gpu_results.json, which records when, where and with which versions each
+`models` runs bench/switching.py on the GPU: --models_dir's switch, and the GPU memory an unloaded model gives back.
+Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only demo|models|decode|
+quant|batching|probe` runs some parts and merges them into gpu_results.json, which records when, where and with which versions each
 part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to prove the script works.
 bench/gpu_check.sh is the one prepared run of a lent GPU machine.
 """
@@ -384,7 +385,7 @@ def batching_figures(model: MetaModel, prompt: str, new_tokens: int, clients: in
     }
 
 
-PARTS = ("demo", "decode", "quant", "batching", "probe")
+PARTS = ("demo", "models", "decode", "quant", "batching", "probe")
 
 
 def first_answer_seconds(llma, tokenizer, max_seq_len: int, prompt: str, new_tokens: int) -> float:
@@ -448,7 +449,8 @@ def main(argv=None) -> None:
         choices=PARTS,
         default=None,
         help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8; "
-        "batching: 8 answers at once with continuous batching; probe: where the CUDA graphs' step loses time) "
+        "batching: 8 answers at once with continuous batching; probe: where the CUDA graphs' step loses time; "
+        "models: --models_dir's switch and the GPU memory an unloaded model gives back) "
         "and merge them into gpu_results.json",
     )
     p.add_argument("--no_quant", action="store_true", help="skip the --quant 4 / --quant 8 figures")
@@ -485,6 +487,13 @@ def main(argv=None) -> None:
     if "demo" in parts:  # first: no other model has run in this process yet
         results.update(demo_model_rates(device, dtype))
         results["measured"]["demo"] = f"{today}, {versions}"
+        save(results, out)
+    if "models" in parts and not args.smoke:  # before this process holds a model (on the CPU: bench/run.py's)
+        from bench import switching
+        from bench.run import Settings
+
+        results.update(switching.run_on_gpu(Settings()))
+        results["measured"]["models"] = f"{today}, {versions}; the demo model and a 0.5b random Llama, bf16"
         save(results, out)
     if {"decode", "quant", "batching", "probe"} & set(parts):
         max_seq_len = prompt_tokens + new_tokens + 16

@@ -7,6 +7,9 @@ by the launcher's `start_model`, a `ModelEngine` per model as the page and /v1 h
   from one right after an answer from the other, minus the same answer right after one from the same model.
 - `models_memory_after_unload_ratio`: the memory (RSS) of this process and its children once the models are
   unloaded, over before any loaded.
+
+On a GPU (bench/gpu.py's part "models", `run_on_gpu`): the same in bf16 on CUDA with a 0.5B random Llama as the
+other model, and the GPU's memory in use (all processes) in place of RSS: `gpu_models_*`.
 """
 
 from __future__ import annotations
@@ -44,8 +47,16 @@ def memory() -> int:
     return sum(p.memory_info().rss for p in [me, *me.children(recursive=True)] if p.is_running())
 
 
-def house(folders: dict[str, Path]) -> Models:
-    args = parser("bench").parse_args(["--device", "cpu"])
+def gpu_memory() -> int:
+    """Bytes in use on the GPU, by every process (this one's CUDA context included)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def house(folders: dict[str, Path], flags=("--device", "cpu")) -> Models:
+    args = parser("bench").parse_args(list(flags))
     return Models(
         [(model_id, None) for model_id in folders],
         start=lambda model_id: start_model(args, str(folders[model_id]), model_id),
@@ -53,14 +64,16 @@ def house(folders: dict[str, Path]) -> Models:
     )
 
 
-def run(settings) -> dict[str, float]:
+def run(settings, flags=("--device", "cpu"), other="tiny", in_use=memory, prefix="models") -> dict[str, float]:
+    """The figures, with the models loaded by `flags`, the other model of shape `other`, the memory in use measured
+    by `in_use`, and the names starting with `prefix`."""
     from bench.models import SHAPES, save_random_llama
 
     tokens = settings.models_tokens
     with tempfile.TemporaryDirectory() as work:
-        folders = {"demo": DEMO_MODEL, "other": save_random_llama(SHAPES["tiny"], Path(work) / "other")}
-        before = memory()
-        models = house(folders)
+        folders = {"demo": DEMO_MODEL, "other": save_random_llama(SHAPES[other], Path(work) / "other")}
+        before = in_use()
+        models = house(folders, flags)
         engines = {model_id: ModelEngine(models, model_id) for model_id in folders}
         try:
             first_text_s(engines["other"], tokens)  # loaded, answering
@@ -77,12 +90,22 @@ def run(settings) -> dict[str, float]:
                 return first_text_s(engines["demo"], tokens)
 
             times = interleaved_values({"switched": switched, "same": same}, settings.models_repeats, settings.warmups)
+            loaded = in_use()
         finally:
             models.close()  # every model unloaded
-        after = memory()
-    return {
-        "models_switch_cold_s": cold,
-        "models_ttft_after_switch_ms_more": 1000
+        after = in_use()
+    figures = {
+        f"{prefix}_switch_cold_s": cold,
+        f"{prefix}_ttft_after_switch_ms_more": 1000
         * (statistics.median(times["switched"]) - statistics.median(times["same"])),
-        "models_memory_after_unload_ratio": after / before,
+        f"{prefix}_memory_after_unload_ratio": after / before,
     }
+    if prefix != "models":
+        figures[f"{prefix}_memory_loaded_gb"] = (loaded - before) / 2**30
+    return figures
+
+
+def run_on_gpu(settings) -> dict[str, float]:
+    """`run` on CUDA in bf16, the other model a 0.5B random Llama, the GPU's memory in use measured."""
+    gpu_memory()  # this process's CUDA context first: in the figures before and after alike
+    return run(settings, ("--device", "cuda", "--dtype", "bf16"), "0.5b", gpu_memory, "gpu_models")
