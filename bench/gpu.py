@@ -490,9 +490,9 @@ def main(argv=None) -> None:
         save(results, out)
     if "models" in parts and not args.smoke:  # before this process holds a model (on the CPU: bench/run.py's)
         from bench import switching
-        from bench.run import Settings
+        from bench.run import QUICK
 
-        results.update(switching.run_on_gpu(Settings()))
+        results.update(switching.run_on_gpu(QUICK))
         results["measured"]["models"] = f"{today}, {versions}; the demo model and a 0.5b random Llama, bf16"
         save(results, out)
     if {"decode", "quant", "batching", "probe"} & set(parts):
