@@ -90,8 +90,8 @@ class ModelFailed:
 
 @dataclass(frozen=True)
 class LoadProgress:
-    """How far a model's process has come in loading (--models_dir): its `stage` ("weights", "compiling") and, where
-    known, the part of it `done` (0 to 1)."""
+    """How far a model's process has come in loading (--models_dir): its `stage` ("weights", "compiling",
+    "preparing to answer") and, where known, the part of it `done` (0 to 1)."""
 
     stage: str
     done: float | None = None

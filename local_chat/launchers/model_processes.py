@@ -74,6 +74,7 @@ def _loaded(args: argparse.Namespace, with_visual: bool, connection):
     if engine.compiled is not None:
         connection.send(LoadProgress("compiling"))
     compile_before_answering(engine)
+    connection.send(LoadProgress("preparing to answer"))  # the batch's paged cache: seconds for a large one
     start_batching(engine, args)
     return engine
 
