@@ -32,8 +32,8 @@ class SingleTurnTab:
         top_p,
         top_k,
         repetition_penalty,
-        model,
-        request: gr.Request,
+        model: str | None = None,  # the session's, with a model picker
+        request: gr.Request = None,
     ):
         cancel = self.cancels.fresh(session_key(request.session_hash, "single"))
         try:
