@@ -119,7 +119,7 @@ def test_a_saved_conversation_keeps_the_thought_and_the_switch_and_exports_and_i
     entries, _, _, conversation, _ = ask(tab, "Hello there!", thinking=False, browser_id=me)
     shown, reopened, _, _ = tab.open(conversation, me, request)
     assert reopened == conversation and [kind_of(e) for e in shown] == ["question", "thinking", "answer", "stats"]
-    assert tab.thinking_of(conversation, me, request) is False  # the switch as this conversation left it
+    assert tab.thinking_of(conversation, me, None, request) is False  # the switch as this conversation left it
     store.close()  # the app restarts on the same database: the thought is there again
     store = Store(tmp_path / "c.db")
     tab = chat_tab(model, store)
