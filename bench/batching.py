@@ -46,7 +46,9 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def measure_shape(shape: str, tokens: int, repeats: int, clients: int, suffix: str) -> dict[str, float]:
+def measure_shape(settings, shape: str, suffix: str) -> dict[str, float]:
+    tokens, repeats, clients = settings.api_answer_tokens, settings.batching_repeats, settings.load_clients
+    cb_blocks = ["--cb-num-blocks", str(settings.serve_cb_blocks)] if settings.serve_cb_blocks else []
     with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp:
         folder = str(save_chat_llama(shape, Path(tmp) / "model"))
         ports = {name: free_port() for name in ("ours", "alone_path", "theirs")}
@@ -56,14 +58,14 @@ def measure_shape(shape: str, tokens: int, repeats: int, clients: int, suffix: s
             "ours": ([*app, str(ports["ours"])], ports["ours"]),
             "alone_path": ([*app, str(ports["alone_path"]), "--concurrency", "1"], ports["alone_path"]),
             "theirs": (
-                [*serve, "--port", str(ports["theirs"]), "--device", "cpu", "--continuous-batching"],
+                [*serve, "--port", str(ports["theirs"]), "--device", "cpu", "--continuous-batching", *cb_blocks],
                 ports["theirs"],
             ),
         }
         names = {"ours": "x", "alone_path": "x", "theirs": folder}
         seen = {name: {"alone": [], "first": [], "crowd": [], "firsts": []} for name in servers}
         with openai_servers(servers) as connected:  # started together
-            for name, client in connected.items():  # warm up (the transformers server sets up its batching)
+            for name, client in connected.items() if settings.warmups else ():  # the transformers server's batching
                 crowd(client, names[name], 2, 8)
             order = list(servers)
             for round_ in range(repeats):
@@ -97,7 +99,5 @@ def run(settings) -> dict[str, float]:
     from .run import SECOND_SHAPE
 
     for shape, suffix in zip(settings.batching_shapes, ("", SECOND_SHAPE)):
-        results.update(
-            measure_shape(shape, settings.api_answer_tokens, settings.batching_repeats, settings.load_clients, suffix)
-        )
+        results.update(measure_shape(settings, shape, suffix))
     return results
