@@ -44,12 +44,11 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
         with _progress_told(connection):
             engine = _loaded(args, with_visual, connection)
         facts = _facts(engine, args, model_id)
-    except UserError as error:
-        connection.send(ModelFailed(str(error)))
-        return
     except Exception as error:  # a checkpoint that passed the listing's checks and still fails: one sentence
-        traceback.print_exception(error)
-        connection.send(ModelFailed(described(error)))
+        if not isinstance(error, UserError):
+            traceback.print_exception(error)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ended while it exits: quietly, no SystemExit in its atexit
+        connection.send(ModelFailed(str(error) if isinstance(error, UserError) else described(error)))
         return
     from local_chat.engine.process import serve_model
 
