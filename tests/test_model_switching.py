@@ -184,6 +184,40 @@ def test_a_model_process_tells_how_far_transformers_has_loaded_the_weights(tmp_p
     assert all(0 < a.done < b.done for a, b in zip(told, told[1:]))
 
 
+def test_a_streamed_v1_answer_says_what_it_waits_for_while_its_model_loads():
+    import json
+
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from local_chat.api import OpenAIAPI
+
+    models = house(FakeModels(replies={"c": ModelFailed("its weights are torn.")}, load_seconds={"b": 2.5}))
+    try:
+        used(models, "a")
+        api = OpenAIAPI(ModelEngine(models, "a"), "default", None, 10, name="a", models=models)
+        client = TestClient(Starlette(routes=api.routes()))
+
+        def streamed(model: str) -> list[str]:
+            asked = {"model": model, "prompt": "Hi", "max_tokens": 2, "stream": True}
+            with client.stream("POST", "/v1/completions", json=asked) as response:
+                assert response.status_code == 200
+                return [line for line in response.iter_lines() if line]
+
+        lines = streamed("b")  # not loaded: comments while it loads, then the answer
+        comments = [line for line in lines if line.startswith(":")]
+        assert lines[0] == comments[0] and any(c.startswith(": loading b: weights 50%, ") for c in comments), lines
+        texts = [json.loads(line[6:])["choices"][0]["text"] for line in lines if line.startswith("data: {")]
+        assert "".join(texts) == "hi" and lines[-1] == "data: [DONE]" and dict(models.states())["b"] == "loaded"
+        assert not any(line.startswith(":") for line in streamed("b"))  # loaded: no wait, no comment
+        failed = streamed("c")
+        assert json.loads(failed[-2][6:])["error"]["message"] == "c could not load: its weights are torn."
+        refused = client.post("/v1/completions", json={"model": "nope", "prompt": "Hi", "stream": True})
+        assert refused.status_code == 404  # what is known at once is still a status
+    finally:
+        models.close()
+
+
 def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_loaded_ones():
     import asyncio
     from types import SimpleNamespace

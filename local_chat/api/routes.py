@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from .requests import APIError, Call, bad, chat_messages, chat_options, completi
 
 V1_CACHE_POOL = SessionKey("", "v1", pool=True)  # conversations matched by their longest cached token prefix
 DISCONNECT_POLL_S = 0.02
+LOAD_COMMENT_S = 1.0  # how often a streamed answer waiting for its model's load says what it waits for
 ANSWER_TOKENS_BUDGET = 256  # room kept for the answer when a conversation must be shortened and max_tokens is unset
 
 
@@ -195,6 +197,12 @@ class OpenAIAPI:
         try:
             self._authorize(http)
             body = parse_json(await self._body(http))
+            if self._loads_first(body):
+                return StreamingResponse(
+                    self._after_the_load(http, body, chat),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache"},
+                )
             served = await run_in_threadpool(self._served, body.get("model"))
         except APIError as error:
             return error_response(error)
@@ -206,6 +214,48 @@ class OpenAIAPI:
         finally:
             if not handed_over:
                 served.release()
+
+    def _loads_first(self, body: dict) -> bool:
+        """Whether the request is a streamed answer of a --models_dir model that must load first (one this door may
+        load): its stream then begins at once, saying what it waits for."""
+        asked = body.get("model") or self.name
+        return (
+            isinstance(self.listed, Models)
+            and self.loads
+            and body.get("stream") is True
+            and isinstance(asked, str)
+            and self.listed.known(asked)
+            and self.listed.loaded(asked) is None
+        )
+
+    async def _after_the_load(self, http: HTTPRequest, body: dict, chat: bool) -> AsyncIterator[str]:
+        """A streamed answer after its model's load: meanwhile an SSE comment each LOAD_COMMENT_S (": loading
+        MODEL: weights 40%, 12 s"), which clients skip and which keeps them and proxies from timing out; a load
+        that fails is an error event, as a failure mid-answer is."""
+        asked = body.get("model") or self.name
+        loading = asyncio.get_running_loop().run_in_executor(None, self._served, asked)
+        try:
+            while not loading.done():
+                yield f": {self.listed.waiting_sentence(asked)}\n\n"
+                await asyncio.wait([loading], timeout=LOAD_COMMENT_S)
+        except BaseException:  # the client left during the load: the model, once had, is given back
+            loading.add_done_callback(_release_once_served)
+            raise
+        try:
+            served = loading.result()
+        except APIError as error:
+            yield sse(error.body()) + "data: [DONE]\n\n"
+            return
+        response = await self._answer_with(served, http, body, chat)
+        if not isinstance(response, StreamingResponse):  # refused once the model was known (its context, say)
+            served.release()
+            yield sse(json.loads(response.body)) + "data: [DONE]\n\n"
+            return
+        try:
+            async for piece in response.body_iterator:  # releases the model as it ends
+                yield piece
+        finally:
+            await response.body_iterator.aclose()
 
     async def _answer_with(self, served: Served, http: HTTPRequest, body: dict, chat: bool) -> Response:
         engine = served.engine
@@ -318,6 +368,11 @@ async def cancel_when_gone(http: HTTPRequest, cancel: threading.Event) -> None:
             cancel.set()
             return
         await asyncio.sleep(DISCONNECT_POLL_S)
+
+
+def _release_once_served(loading: asyncio.Future) -> None:
+    if not loading.cancelled() and loading.exception() is None:
+        loading.result().release()
 
 
 def resumed(first, events):

@@ -141,7 +141,10 @@ class Models(ModelChoices):
             if model.state == "loading":
                 told = f": {model.progress}" if model.progress is not None else ""
                 return f"loading {model_id}{told}, {time.monotonic() - model.loading_since:.0f} s"
-            busy = [m.id for m in self._listed() if m.state in ("loaded", "unloading") and m.id != model_id]
+            leaving = [m.id for m in self._listed() if m.state == "unloading" and m.id != model_id]
+            if leaving:
+                return f"unloading {', '.join(leaving)} to make room for {model_id}"
+            busy = [m.id for m in self._listed() if m.state == "loaded" and m.id != model_id]
             return f"waiting for {', '.join(busy)} to finish its answers before loading {model_id}"
 
     def load_progress(self, model_id: str) -> LoadProgress | None:
