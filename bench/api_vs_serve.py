@@ -178,15 +178,8 @@ def run(settings) -> dict[str, float]:
         model = MetaModel.from_pretrained(str(folder))
         threads = torch.get_num_threads()
         ours_port, theirs_port = free_port(), free_port()
-        servers = {"ours": ([sys.executable, "app.py", "--pretrained_path", str(folder), "--port", str(ours_port)],
-                            ours_port)}  # fmt: skip
-        if has_serving():  # started together with ours: it waits, idle, until the side-by-side
-            serve = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve"]
-            servers["theirs"] = ([*serve, str(folder), "--port", str(theirs_port), "--device", "cpu"], theirs_port)
-        else:
-            print("bench api: transformers[serving] is not installed; skipping the side-by-side", file=sys.stderr)
-        with openai_servers(servers) as clients:
-            app = clients["ours"]
+        ours = [sys.executable, "app.py", "--pretrained_path", str(folder), "--port", str(ours_port)]
+        with openai_server(ours, ours_port) as app:
             leave_a_core_to_the_server(model.engine)  # timed with the threads the app's model runs with
             try:
                 client_stream(app, "x", tokens), engine_stream(model, tokens)  # warm up
@@ -201,10 +194,13 @@ def run(settings) -> dict[str, float]:
             del model
             results["api_ttft_overhead_ms"] = 1000 * statistics.median(extra)
             results["api_token_rate_ratio"] = statistics.median(ratio)
-            if "theirs" in clients:
-                results.update(
-                    side_by_side(app, clients["theirs"], str(folder), tokens, repeats, settings.load_clients)
-                )
+            if not has_serving():
+                print("bench api: transformers[serving] is not installed; skipping the side-by-side", file=sys.stderr)
+                return results
+            serve = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve"]
+            theirs = [*serve, str(folder), "--port", str(theirs_port), "--device", "cpu"]
+            with openai_server(theirs, theirs_port) as peer:
+                results.update(side_by_side(app, peer, str(folder), tokens, repeats, settings.load_clients))
     return results
 
 

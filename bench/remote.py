@@ -16,7 +16,7 @@ from pathlib import Path
 
 from local_chat.launchers.loading import free_port
 
-from .api_vs_serve import client_stream, has_serving, openai_servers, save_chat_llama
+from .api_vs_serve import client_stream, has_serving, openai_server, openai_servers, save_chat_llama
 
 
 def run(settings) -> dict[str, float]:
@@ -35,33 +35,30 @@ def run(settings) -> dict[str, float]:
             name: ([*command, "--port", str(ports[name])], ports[name]) for name, (command, _) in engines.items()
         }
         with openai_servers(commands) as clients:
-            fronts = {name: front_command(ports[name], model) for name, (_, model) in engines.items()}
-            with openai_servers(fronts) as front_clients:  # the fronts started together, once the engines answer
-                for name, (_, model) in engines.items():
-                    suffix = "" if name == "local-chat" else "_serve"
-                    costs = front_costs(clients[name], front_clients[name], model, tokens, repeats)
-                    results |= {k + suffix: v for k, v in costs.items()}
+            for name, (_, model) in engines.items():
+                suffix = "" if name == "local-chat" else "_serve"
+                results |= {
+                    k + suffix: v for k, v in front_costs(clients[name], ports[name], model, tokens, repeats).items()
+                }
     return results
 
 
-def front_command(engine_port: int, model: str) -> tuple[list[str], int]:
-    """(command, port) of the app in front of the engine at `engine_port`, asking it for `model`."""
-    port = free_port()
-    command = [sys.executable, "app.py", "--api_base", f"http://127.0.0.1:{engine_port}/v1", "--port", str(port)]
-    return ([*command, "--model", model] if model != "x" else command), port
-
-
-def front_costs(engine, front, model: str, tokens: int, repeats: int) -> dict[str, float]:
+def front_costs(engine, engine_port: int, model: str, tokens: int, repeats: int) -> dict[str, float]:
     """The front's extra time to first text (ms) and its token rate over the engine's, read in turns."""
-    client_stream(engine, model, tokens), client_stream(front, "x", tokens)  # warm up
-    extra, ratio = [], []
-    for round_ in range(repeats):
-        seen = {}
-        for name in ("engine", "front") if round_ % 2 == 0 else ("front", "engine"):
-            client, asked = (engine, model) if name == "engine" else (front, "x")
-            seen[name] = client_stream(client, asked, tokens)
-        extra.append(seen["front"][0] - seen["engine"][0])
-        ratio.append(seen["front"][1] / seen["engine"][1])
+    port = free_port()
+    front_command = [sys.executable, "app.py", "--api_base", f"http://127.0.0.1:{engine_port}/v1", "--port", str(port)]
+    if model != "x":
+        front_command += ["--model", model]
+    with openai_server(front_command, port) as front:
+        client_stream(engine, model, tokens), client_stream(front, "x", tokens)  # warm up
+        extra, ratio = [], []
+        for round_ in range(repeats):
+            seen = {}
+            for name in ("engine", "front") if round_ % 2 == 0 else ("front", "engine"):
+                client, asked = (engine, model) if name == "engine" else (front, "x")
+                seen[name] = client_stream(client, asked, tokens)
+            extra.append(seen["front"][0] - seen["engine"][0])
+            ratio.append(seen["front"][1] / seen["engine"][1])
     return {
         "remote_ttft_overhead_ms": 1000 * statistics.median(extra),
         "remote_token_rate_ratio": statistics.median(ratio),
