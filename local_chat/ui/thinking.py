@@ -52,17 +52,14 @@ def thinking_control(engine: Engine, follows_a_picker: bool):
     """The page's thinking switch for `engine`'s template: a checkbox (enable_thinking), or a radio (an effort; an
     engine's choice), nothing (a `gr.State`) where the template reads neither. On a page with a model picker, a radio
     whose choices follow the model (`thinking_update`), hidden while the model's template reads neither."""
-    if follows_a_picker:
-        label, choices, value = thinking_choices(engine)
-        return gr.Radio(choices, value=value, label=label, visible=bool(choices), elem_classes="thinking")
-    variable, first = thinking_switch(engine)
-    if first in ENGINE_THINKING:
-        return gr.Radio(list(ENGINE_THINKING), value=first, label="Thinking", elem_classes="thinking")
-    if variable == "enable_thinking":
-        return gr.Checkbox(first, label="Think before answering", container=False, elem_classes="thinking")
-    if variable == "reasoning_effort":
-        return gr.Radio(list(EFFORTS), value=first, label="Reasoning effort", elem_classes="thinking")
-    return gr.State(None)
+    label, choices, value = thinking_choices(engine)
+    if not follows_a_picker and not choices:
+        return gr.State(None)
+    if not follows_a_picker and choices == list(ENGINE_THINKING[1:]):  # enable_thinking
+        return gr.Checkbox(
+            value == ENGINE_THINKING[1], label="Think before answering", container=False, elem_classes="thinking"
+        )
+    return gr.Radio(choices, value=value, label=label, visible=bool(choices), elem_classes="thinking")
 
 
 def thinking_choices(engine: Engine) -> tuple[str, list, object]:
