@@ -64,9 +64,11 @@ def house(folders: dict[str, Path], flags=("--device", "cpu")) -> Models:
     )
 
 
-def run(settings, flags=("--device", "cpu"), other="tiny", in_use=memory, prefix="models") -> dict[str, float]:
+def run(
+    settings, flags=("--device", "cpu"), other="tiny", in_use=memory, prefix="models", loaded_figure=False
+) -> dict[str, float]:
     """The figures, with the models loaded by `flags`, the other model of shape `other`, the memory in use measured
-    by `in_use`, and the names starting with `prefix`."""
+    by `in_use`, and the names starting with `prefix` (`loaded_figure`: also the memory both models held)."""
     from bench.models import SHAPES, save_random_llama
 
     tokens = settings.models_tokens
@@ -100,7 +102,7 @@ def run(settings, flags=("--device", "cpu"), other="tiny", in_use=memory, prefix
         * (statistics.median(times["switched"]) - statistics.median(times["same"])),
         f"{prefix}_memory_after_unload_ratio": after / before,
     }
-    if prefix != "models":
+    if loaded_figure:
         figures[f"{prefix}_memory_loaded_gb"] = (loaded - before) / 2**30
     return figures
 
@@ -108,4 +110,4 @@ def run(settings, flags=("--device", "cpu"), other="tiny", in_use=memory, prefix
 def run_on_gpu(settings) -> dict[str, float]:
     """`run` on CUDA in bf16, the other model a 0.5B random Llama, the GPU's memory in use measured."""
     gpu_memory()  # this process's CUDA context first: in the figures before and after alike
-    return run(settings, ("--device", "cuda", "--dtype", "bf16"), "0.5b", gpu_memory, "gpu_models")
+    return run(settings, ("--device", "cuda", "--dtype", "bf16"), "0.5b", gpu_memory, "gpu_models", loaded_figure=True)
