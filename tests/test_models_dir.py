@@ -5,6 +5,8 @@ snapshot, and folders that cannot load."""
 
 import re
 import shutil
+import threading
+import time
 
 import psutil
 import pytest
@@ -258,3 +260,58 @@ def test_models_config_sets_each_models_flags_and_refuses_what_it_cannot_use(mod
     assert "give it in --models_config" in lacking.problem and "(llama_type)" in lacking.problem
     given = {"llama-accessory": {"llama_type": "llama"}}
     assert {m.id: m for m in find_models([str(models[0])], 4, None, None, given)}["llama-accessory"].problem is None
+
+
+def slowest_answer_during(url: str, busy) -> float:
+    """The longest `GET url` took (seconds; a probe cut at 5 s counts as 5) while `busy()` is true, for 2 minutes at
+    most, probed every 0.2 s: the server's loop is free when every probe answers at once."""
+    import httpx
+
+    slowest, deadline = 0.0, time.monotonic() + 120
+    with httpx.Client(timeout=5.0) as http:
+        while busy() and time.monotonic() < deadline:
+            started = time.monotonic()
+            try:
+                http.get(url).raise_for_status()
+                took = time.monotonic() - started
+            except httpx.TimeoutException:
+                took = 5.0
+            slowest = max(slowest, took)
+            time.sleep(0.2)
+    return slowest
+
+
+def test_a_message_sent_while_another_model_loads_never_holds_up_the_server(browser, tmp_path, models):  # noqa: F811
+    """--max_loaded_models 1: the page picks another model and, while it loads, sends a message (to the session's
+    model, which made room for the load); /v1 asks too. Both wait for the models off the server's loop, saying so:
+    `GET /` answers within a second throughout, and both answers come."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "byte-llama").symlink_to(models[0] / "byte-llama", target_is_directory=True)
+    (folder / "qwen3-tiny").symlink_to(models[0] / "qwen3-tiny", target_is_directory=True)
+    app, client = launched("--models_dir", str(folder), "--model", "byte-llama")
+    try:
+        page = open_page(browser, client.src)
+        page.locator(".model-picker input").first.click()
+        page.get_by_role("option", name="qwen3-tiny").click()
+        page.get_by_text("Waiting for the model: loading qwen3-tiny").wait_for(timeout=30_000)
+        send(page, "Hi")
+        api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
+        v1_answers: list = []
+        asking = threading.Thread(
+            target=lambda: v1_answers.append(
+                api.chat.completions.create(
+                    model="byte-llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+                )
+            )
+        )
+        asking.start()
+        answered = page.locator("text=/tokens · first token/")
+        slowest = slowest_answer_during(client.src, lambda: answered.count() == 0 or asking.is_alive())
+        page.screenshot(path=str(ARTIFACTS / "loading-does-not-hang.png"), full_page=True)
+        assert slowest < 1.0, f"GET / took {slowest:.1f} s while a model loaded"
+        assert v1_answers and v1_answers[0].model == "byte-llama"
+        assert answered.first.inner_text().endswith("· byte-llama")  # the session's model until the switch ends
+    finally:
+        app.terminate()
+        app.communicate(timeout=30)

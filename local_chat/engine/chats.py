@@ -65,12 +65,19 @@ class ChatEngine:
         """`engine` as a `ChatEngine` (itself where it is one already)."""
         return engine if isinstance(engine, ChatEngine) else ChatEngine(engine, template, max_upload_mb)
 
+    def over_engine(self, engine: Engine) -> ChatEngine:
+        """This chat engine's template and upload limit over another engine."""
+        return ChatEngine(engine, self.template, self.max_upload_mb)
+
     def __getattr__(self, name):  # every other part of the interface is the engine's
         return getattr(self.engine, name)
 
     def stream(self, request: Request) -> Iterator[Event]:
         if request.messages is None:
             yield from self.engine.stream(request)
+            return
+        if getattr(self.engine, "takes_chats", False):  # a model had first (engine/models.py), then rendered there
+            yield from self.engine.stream(request, lambda had: self.over_engine(had).stream(request))
             return
         try:
             rendered, sent, parser = self.prepared(request)

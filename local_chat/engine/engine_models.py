@@ -61,12 +61,15 @@ class EngineModels(ModelChoices):
         lease = self._leases.get(model_id)
         return lease.engine if lease is not None else None
 
-    def stream(self, model_id: str, request: Request) -> Iterator[Event]:
+    def facts_of(self, model_id: str) -> InArrivalOrder:
+        return self.lease(model_id).engine  # the engine's own: nothing loads here
+
+    def stream(self, model_id: str, request: Request, answer: Callable[[Lease], Iterator[Event]] | None = None):
         lease = self.lease_or_failure(model_id)
         if isinstance(lease, str):
             yield End.failed(lease)
             return
-        yield from lease.engine.stream(request)
+        yield from (answer or (lambda had: had.engine.stream(request)))(lease)
 
     def close(self) -> None:
         """Nothing runs here: the engine keeps its models."""

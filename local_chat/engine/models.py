@@ -7,7 +7,6 @@ queue of its own, engine/in_order.py), so that a load never holds up another mod
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,8 +15,8 @@ from dataclasses import dataclass, field
 from local_chat.errors import UserError
 
 from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, Answer, End, Event, Loading, Request, Sampling, collect
-from .pipe import LoadProgress, ModelFailed, PipeEngine
+from .interface import CHAT_SAMPLING, Answer, End, Engine, Event, Loading, Request, Sampling, collect
+from .pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
 LOAD_POLL_S = 0.25  # how often a load looks at its process, and a waiting request tells how long it has waited
@@ -50,6 +49,7 @@ class _Model:
     last_used: float = 0.0
     loading_since: float = 0.0
     progress: LoadProgress | None = None  # how far its load has come, as its process says
+    facts: ModelFacts | None = None  # as its process told them when it last loaded: kept once it is unloaded
     load_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -91,6 +91,15 @@ class ModelChoices:
     def load_progress(self, model_id: str) -> LoadProgress | None:
         """How far `model_id`'s load has come, while it loads (where its loader tells)."""
         return None
+
+    def facts_of(self, model_id: str):
+        """What a door reads of `model_id` without asking it anything (its tokenizer, context, whether it sees
+        images, its summary...), where they are known; None for a model never loaded. Never loads it."""
+        raise NotImplementedError
+
+    def loaded(self, model_id: str):
+        """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
+        raise NotImplementedError
 
 
 class Models(ModelChoices):
@@ -152,8 +161,11 @@ class Models(ModelChoices):
             model = self._models.get(model_id)
             return model.progress if model is not None and model.state == "loading" else None
 
+    def facts_of(self, model_id: str) -> ModelFacts | None:
+        model = self._models.get(model_id)
+        return model.facts if model is not None else None
+
     def loaded(self, model_id: str) -> InArrivalOrder | None:
-        """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
         with self._changed:
             model = self._models.get(model_id)
             return model.engine if model is not None and model.state == "loaded" else None
@@ -177,8 +189,9 @@ class Models(ModelChoices):
         release = functools.partial(self._leave, model)
         return Lease(model_id, model.engine, model.template, model.system, release, chat_sampling=model.chat_sampling)
 
-    def stream(self, model_id: str, request: Request) -> Iterator[Event]:
-        """`request` answered by `model_id`, loaded first where it is not (`Loading` events meanwhile)."""
+    def stream(self, model_id: str, request: Request, answer: Callable[[Lease], Iterator[Event]] | None = None):
+        """`request` answered by `model_id` (`answer(lease)`: its events, by default the leased engine's stream),
+        loaded first where it is not (`Loading` events meanwhile)."""
         leased: list[Lease] = []
         loader = threading.Thread(target=lambda: leased.append(self.lease_or_failure(model_id)), daemon=True)
         loader.start()
@@ -195,7 +208,7 @@ class Models(ModelChoices):
             yield End.failed(lease)
             return
         try:
-            yield from lease.engine.stream(request)
+            yield from (answer or (lambda had: had.engine.stream(request)))(lease)
         finally:
             lease.release()
 
@@ -244,6 +257,7 @@ class Models(ModelChoices):
                 raise
             with self._changed:
                 model.engine, model.template, model.system = engine, template, system
+                model.facts = ModelFacts(facts)
                 model.chat_sampling = chat_sampling
                 model.running, model.state = running, "loaded"
                 self._changed.notify_all()
@@ -332,33 +346,84 @@ def _release_when_had(loader: threading.Thread, leased: list) -> None:
 
 
 class ModelEngine:
-    """The engine (engine/interface.py) of one listed model, for a door that holds one: its answers load it where it
-    is not loaded; its facts are the loaded model's (loading it to know them)."""
+    """The engine (engine/interface.py) of one listed model, for a door that holds one (the page's chat). Its facts
+    are the model's as it told them when it last loaded (`ModelChoices.facts_of`): reading one never loads a model.
+    An answer leases the model, loading it where it is not loaded (`Loading` events meanwhile), and a chat's messages
+    are rendered once it is had (a prompt's length asks the model's process), so a load never holds up a reader of
+    the page's facts, nor the web server's loop."""
 
-    def __init__(self, models: Models, model_id: str):
+    def __init__(self, models: ModelChoices, model_id: str):
         self.models, self.model_id = models, model_id
 
-    def stream(self, request: Request) -> Iterator[Event]:
-        return self.models.stream(self.model_id, request)
+    @property
+    def facts(self):
+        """The model's facts (tokenizer, chat_renderer, max_seq_len, sees_images, summary(), ...); a model never
+        loaded has none yet: the picker loads it (off the server's loop) before its page reads them."""
+        facts = self.models.facts_of(self.model_id)
+        if facts is None:
+            raise UserError(f"{self.model_id} has not loaded yet; choose it in the picker to load it.")
+        return facts
 
-    def complete(self, requests: list[Request]) -> list[Answer]:
-        return [collect(self.stream(request)) for request in requests]
+    @property
+    def tokenizer(self):
+        return self.facts.tokenizer
+
+    @property
+    def chat_renderer(self):
+        return self.facts.chat_renderer
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.facts.max_seq_len
+
+    @property
+    def sees_images(self) -> bool:
+        return self.facts.sees_images
+
+    @property
+    def renders_messages(self) -> bool:
+        return getattr(self.facts, "renders_messages", False)
+
+    takes_chats = True  # engine/chats.py hands it chat messages: it renders them once the model is had
+
+    def summary(self):
+        return self.facts.summary()
+
+    def generation_defaults(self) -> Sampling:
+        return self.facts.generation_defaults()
 
     @property
     def failure(self) -> str | None:
         return None  # a model whose process stopped is loaded again by its next answer
 
+    def stream(self, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None) -> Iterator[Event]:
+        """`request` answered by the model, loaded first where it is not: `answer(engine)` over the loaded model's
+        engine (engine/chats.py renders a chat there), by default its own stream (chat messages rendered in the
+        model's default template)."""
+        if answer is not None:
+            return self.models.stream(self.model_id, request, lambda lease: answer(lease.engine))
+        if request.messages is None:
+            return self.models.stream(self.model_id, request)
+        from .chats import ChatEngine  # the same layer
+
+        return self.models.stream(
+            self.model_id, request, lambda lease: ChatEngine(lease.engine, lease.template).stream(request)
+        )
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        return [collect(self.stream(request)) for request in requests]
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
+        """The model's count of `prompt`: it is loaded for it (a blocking call: never on the server's loop)."""
+        return self._held(lambda engine: engine.prompt_length(prompt, images, image_transform))
+
+    def messages_length(self, messages: list[dict], tools=None) -> int:
+        return self._held(lambda engine: engine.messages_length(messages, tools))
+
     def drop_sessions(self, browser_session: str) -> None:
         """A closed page's KV caches, where the model is loaded (an unloaded one kept none)."""
         if (engine := self.models.loaded(self.model_id)) is not None:
             engine.drop_sessions(browser_session)
-
-    def __getattr__(self, name):
-        """The loaded model's fact, or its method, which holds the model loaded while it runs."""
-        value = self._held(lambda engine: getattr(engine, name))
-        if not inspect.ismethod(value):
-            return value
-        return lambda *args, **kwargs: self._held(lambda engine: getattr(engine, name)(*args, **kwargs))
 
     def _held(self, use: Callable):
         lease = self.models.lease(self.model_id)

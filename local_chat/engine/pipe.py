@@ -179,16 +179,32 @@ def server_main(connection, run_server: Callable) -> None:
         raise SystemExit(1)
 
 
-class PipeEngine:
-    """The engine (engine/interface.py) of the model in another process, over a pipe."""
+class ModelFacts:
+    """What the model's process tells of its model once it has loaded (`facts`: its "tokenizer", "chat_renderer",
+    "summary" and "generation_defaults"): all a door reads of a model without asking it anything."""
 
-    def __init__(self, connection, facts: dict, end_process: bool = True):
+    renders_messages = False  # the chat is rendered here, with the model's template
+
+    def __init__(self, facts: dict):
         self.tokenizer = facts["tokenizer"]
         self.chat_renderer = facts["chat_renderer"]
         self._summary = facts["summary"]
         self._generation_defaults = facts["generation_defaults"]
         self.max_seq_len = self._summary.context
         self.sees_images = self._summary.sees_images
+
+    def summary(self) -> EngineSummary:
+        return self._summary
+
+    def generation_defaults(self) -> Sampling:
+        return self._generation_defaults
+
+
+class PipeEngine(ModelFacts):
+    """The engine (engine/interface.py) of the model in another process, over a pipe."""
+
+    def __init__(self, connection, facts: dict, end_process: bool = True):
+        super().__init__(facts)
         self._connection = connection
         self._send = locked_sender(connection)
         self._numbers = itertools.count()
@@ -196,12 +212,6 @@ class PipeEngine:
         self._failure: str | None = None
         self._end_process = end_process  # when the model's process ends (tests keep theirs)
         threading.Thread(target=self._receive, name="model-replies", daemon=True).start()
-
-    def summary(self) -> EngineSummary:
-        return self._summary
-
-    def generation_defaults(self) -> Sampling:
-        return self._generation_defaults
 
     @property
     def failure(self) -> str | None:

@@ -12,7 +12,7 @@ import gradio as gr
 
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import Sampling
-from local_chat.engine.models import ModelEngine, Models, NotLoaded
+from local_chat.engine.models import Lease, ModelEngine, Models, NotLoaded
 from local_chat.prompting import conversation_templates, default_system
 
 from .layout import message_box_images, model_panel, sampling_values
@@ -34,20 +34,27 @@ class ModelPicker:
         self._samplings: dict[str, Sampling] = {}  # each model's answer settings on the page
 
     def engine_of(self, model_id: str | None, request: gr.Request | None = None) -> ChatEngine:
-        """The chat engine of `model_id` (loading it, where it is not loaded, to learn its default template). For an
-        answer to `request`'s login that may not load models (--admins), `NotLoaded` where it is not loaded now (the
-        least recently used was unloaded to make room, or it was quiet too long)."""
+        """The chat engine of `model_id`. For an answer to `request`'s login that may not load models (--admins),
+        `NotLoaded` where it is not loaded now (the least recently used was unloaded to make room, or it was quiet
+        too long). A model the picker never had is loaded to learn its facts (a blocking call, which `choose` makes
+        off the server's loop; the page's handlers only ask for models it had)."""
         model_id = model_id or self.first
         if request is not None and not self.may_load(request) and self.models.loaded(model_id) is None:
             raise NotLoaded(
                 f"{model_id} is not loaded any more; an admin loads it on the page, or choose a loaded one."
             )
         if model_id not in self._engines:
-            lease = self.models.lease(model_id)
-            lease.release()
-            self._systems[model_id], self._samplings[model_id] = lease.system, lease.chat_sampling
-            self._engines[model_id] = ChatEngine(ModelEngine(self.models, model_id), lease.template, self.max_upload_mb)
+            self._had(self.models.lease(model_id))
         return self._engines[model_id]
+
+    def _had(self, lease: Lease) -> None:
+        """Keep what the page reads of a leased model (its engine's facts, system prompt and settings), then give
+        the lease back."""
+        model_id = lease.model_id
+        self._systems[model_id], self._samplings[model_id] = lease.system, lease.chat_sampling
+        if model_id not in self._engines:
+            self._engines[model_id] = ChatEngine(ModelEngine(self.models, model_id), lease.template, self.max_upload_mb)
+        lease.release()
 
     def system_of(self, model_id: str | None) -> str:
         """`model_id`'s default system prompt: its --models_config's, else its template's."""
@@ -108,7 +115,7 @@ class ModelPicker:
         if isinstance(lease, str):
             yield gr.skip(), current, gr.skip(), f"⚠️ {lease} This chat keeps {current}.", gr.skip(), *others
             return
-        lease.release()
+        self._had(lease)
         engine = self.engine_of(chosen)
         system, sampling = self.system_of(chosen), self.sampling_of(chosen)
         updates = [update for tab in self._tabs for update in chat_updates(tab, engine, system, sampling)]
