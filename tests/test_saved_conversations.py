@@ -327,6 +327,45 @@ def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, t
     store.close()
 
 
+def roles(messages: list[dict]) -> list[str]:
+    """The saved conversation's turns: "user" and "assistant" of its questions and answers (notes left out)."""
+    return [m["role"] for m in messages if m.get("kind") not in ("stats", "stopped", "notice")]
+
+
+def test_an_edit_cut_before_its_answer_keeps_the_conversation_and_a_cut_answer_is_kept(demo, tmp_path):
+    """An edit (or a regeneration) is saved only with its answer: cut before one comes (a closed tab), the
+    conversation keeps its earlier turns; cut in its middle, it is saved as far as it went, marked stopped."""
+    import asyncio
+    from dataclasses import astuple
+
+    from local_chat.ui.chat_tab import ChatSettings
+
+    store = Store(tmp_path / "chats.db")
+    saved = SavedChats(store)
+    tab = ChatTab(demo.engine, Cancels(), "default", "auto", saved)
+    browser_id = saved.browser_id(None)
+    history, _, _, conversation, _ = chat_turn(tab, "What is the capital of Japan?", [], None, browser_id)
+    owner = only_owner(store)
+    before = store.get(owner, conversation).messages
+    settings = ChatSettings(conversation, browser_id, "default", None, "auto", 64, 0.0, 1.0, 0, 1.0)
+    edit = SimpleNamespace(index=0, value="What is the capital of Spain?")
+    request = SimpleNamespace(session_hash="s", username=None)
+
+    async def cut_after(pieces: int) -> None:
+        updates = tab.edit(request, edit, history, *astuple(settings))
+        for _ in range(pieces):
+            await anext(updates)
+        await updates.aclose()  # the tab closed: Gradio closes the handler
+
+    asyncio.run(cut_after(1))  # before any of its answer
+    assert store.get(owner, conversation).messages == before
+    asyncio.run(cut_after(3))  # in the middle of it
+    messages = store.get(owner, conversation).messages
+    assert messages[0]["content"] == "What is the capital of Spain?" and roles(messages) == ["user", "assistant"]
+    assert messages[-1]["kind"] == "stopped"
+    store.close()
+
+
 def reopened(db) -> Store:
     """The store of a killed app, once its last process has ended (and so released the database)."""
     deadline = time.time() + 30
@@ -487,6 +526,49 @@ def test_drop_an_image_send_becomes_stop_escape_stops_and_a_phone_screen(browser
     store.close()
 
 
+def test_a_tab_closed_mid_answer_keeps_the_answer_marked_stopped(browser, demo, tmp_path):  # noqa: F811
+    """Closing the tab in the middle of an answer saves it as far as it went, marked stopped as Stop does; reopened,
+    the conversation goes on with the next question as its own turn."""
+    store = Store(tmp_path / "chats.db")
+    with serve(demo, delay=0.1, store=store) as (url, _):
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})  # one browser: its saved chats
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("textarea")
+        send(page, "Who are you?")
+        shown = wait_for_answer(page, lambda t: len(t) > 20)
+        page.close()
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("textarea")
+        page.locator(".chat-list label").first.click()
+        page.get_by_text("The answer was stopped here.").wait_for(timeout=15_000)
+        kept = page.locator('[data-testid="bot"]').first.inner_text()
+        assert kept.startswith(shown[:20]) and not kept.endswith("/path/to/checkpoint.")
+        page.screenshot(path=str(ARTIFACTS / "closed-tab-kept.png"), full_page=True)
+        send(page, "What is 2 plus 2?")
+        assert wait_for_answer(page, lambda t: t.endswith("4.")).startswith("2 plus 2")
+        time.sleep(0.5)
+        [(_, conversation)] = store.titles(only_owner(store))
+        messages = store.get(only_owner(store), conversation).messages
+        assert roles(messages) == ["user", "assistant", "user", "assistant"], messages
+        assert [m["kind"] for m in messages if m.get("kind") == "stopped"] == ["stopped"]
+        context.close()
+    store.close()
+
+
+def saved_mid_answer(db: Path) -> None:
+    """Wait (for a minute at most) until the conversation of `db` holds a second answer saved as far as it went."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with sqlite3.connect(db) as read:
+            rows = read.execute("SELECT messages FROM conversations").fetchall()
+        if rows and json.loads(rows[0][0])[-1].get("kind") == "stopped":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the answer was not saved while it streamed")
+
+
 def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_path):  # noqa: F811
     db = tmp_path / "chats.db"
     flags = ("--pretrained_path", str(byte_llama_dir), "--history_db", str(db))
@@ -501,7 +583,7 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
             box.fill(value)
             box.press("Enter")
         send(page, "Tell me more")
-        page.wait_for_function(f"(() => {{ const a = {ANSWERS}; return a.length >= 2 && a[1].innerText; }})()")
+        saved_mid_answer(db)  # a streaming answer is saved as it begins (marked stopped), then now and then
         os.killpg(app.pid, signal.SIGKILL)  # mid-answer: its first pieces are on the page
         app.wait()
     finally:
@@ -513,7 +595,8 @@ def test_kill_9_mid_answer_keeps_the_earlier_turns(browser, byte_llama_dir, tmp_
     questions = [m["content"] for m in messages if m["role"] == "user"]
     assert title == "Hello" and questions == ["Hello", "Tell me more"]  # the question asked before the kill too
     assert messages[1]["role"] == "assistant" and messages[1]["content"]  # the first answer, whole
-    assert messages[-1]["content"] == "Tell me more", messages[-1]  # only the answer being written was lost
+    assert roles(messages) == ["user", "assistant", "user", "assistant"]  # the answer being written, as it was
+    assert messages[-2]["content"] and messages[-1]["kind"] == "stopped"  # as far as it was saved: marked stopped
     store.close()
 
 

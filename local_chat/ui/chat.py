@@ -28,6 +28,7 @@ class AnswerUpdate:
     reasoning: str = ""
     thought_seconds: float | None = None  # how long it thought (so far, while it still does)
     ended: bool = False
+    stopped: bool = False  # it ended cancelled (Stop, a new message, a closed tab)
 
     @property
     def thinking_done(self) -> bool:
@@ -47,7 +48,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
             if thought_since is not None and not update.thinking_done:
                 update.thought_seconds = time.perf_counter() - thought_since
             if isinstance(event, End):
-                update.ended = True
+                update.ended, update.stopped = True, event.finish_reason == "cancelled"
             if isinstance(event, Delta):
                 update.text += event.text
             elif isinstance(event, Rendered):
@@ -65,9 +66,8 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
 
 def stats_line(end: End) -> str:
     first_text = f" · first token {end.time_to_first_token:.2f} s" if end.completion_tokens else ""
-    stopped = " · stopped" if end.finish_reason == "cancelled" else ""
     cut = " · cut at the length limit" if end.finish_reason == "length" else ""
-    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{stopped}{cut}"
+    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{cut}"
 
 
 def queue_line(queued: Queued) -> str:

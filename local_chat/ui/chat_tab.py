@@ -11,6 +11,8 @@ takes the `gr.Request` (and an edit its `gr.EditData`) first, where Gradio puts 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from dataclasses import dataclass
 
 import gradio as gr
@@ -40,6 +42,9 @@ from .layout import (
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
 from .turns import kind_of, model_view, up_to_last_question
 from .wiring import GENERATION, UI_ONLY, with_view
+
+log = logging.getLogger(__name__)
+SAVE_WHILE_STREAMING_S = 2.0  # how often a streaming answer is saved as far as it went (marked stopped)
 
 
 @dataclass
@@ -117,10 +122,14 @@ class ChatTab(SavedConversations):
 
     # ----- the handlers -----
 
-    async def respond(self, history, settings: ChatSettings, request: gr.Request):
+    async def respond(self, history, settings: ChatSettings, request: gr.Request, question_first: bool = True):
         """Answer the last question of `history` (the typed list, ui/turns.py); yields (history, prompt,
         conversation, its list's update), the conversation saved when the answer ends. A reasoning model's thought
-        streams into a Thinking entry above the answer, folded once the answer begins."""
+        streams into a Thinking entry above the answer, folded once the answer begins. `question_first`: the
+        question is saved before it is answered (a new message); an edit or a regeneration is saved only with its
+        answer, so the conversation keeps its earlier turns until one comes. An answer cut by Stop, a new message,
+        a closed or reloaded tab or a lost connection is saved as far as it went, marked stopped; while it streams
+        it is saved so as it begins and every few seconds, so that even a crash of the server keeps it."""
         history = [dict(m) for m in history or []]
         conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
@@ -128,7 +137,10 @@ class ChatTab(SavedConversations):
         try:
             engine = self.engine_of(settings.model, request)
             owner = self._owner(browser_id, request)
-            conversation_id, listed = self._commit(request, owner, conversation_id, history)  # the question is kept
+            if question_first:  # the question is kept
+                conversation_id, listed = self._commit(request, owner, conversation_id, history)
+            elif owner is not None and conversation_id is None:
+                conversation_id = new_conversation_id()
             sampling = settings.sampling
             messages = self.saved.for_the_model(model_view(history))
             if self.single_turn:  # each question alone
@@ -158,13 +170,25 @@ class ChatTab(SavedConversations):
         )
         asked = len(history)  # where the answer's entries begin
         history.append(turns.answer(""))
-        yield history, gr.skip(), conversation_id, listed
-        prompt, line, failed = gr.skip(), "", False
+        cut = _CutAnswer(self, request, owner, conversation_id, question_first)
+        try:
+            yield history, gr.skip(), conversation_id, listed
+            async for shown in self._answer(engine, answer, history, asked, settings, cut):
+                yield shown
+        finally:
+            cut.save(history)  # where the answer did not end: as far as it went, marked stopped
+        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking)
+        yield shown, cut.prompt, *saved
+
+    async def _answer(self, engine, answer: Request, history: list, asked: int, settings: ChatSettings, cut):
+        """`answer`'s updates streamed into `history` from entry `asked` on (a thought, the answer, or its error),
+        then its figures; yields (the chat as shown, prompt, conversation, list update) as it grows."""
+        line, failed = "", False
         model = settings.model if self.picker is not None else None  # which model gave the answer, saved with it
         by = f" · {model}" if model else ""
         async for update in answer_updates(engine, answer):
             if update.rendered is not None:
-                prompt = shown_prompt(engine, update.rendered.text, update.rendered.images)
+                cut.prompt = shown_prompt(engine, update.rendered.text, update.rendered.images)
                 turns.with_dropped_turns(history, update.rendered.dropped_turns, engine.max_seq_len)
                 asked = len(history) - 1
             line, failed = update.line + (by if update.ended else ""), update.error is not None
@@ -175,12 +199,19 @@ class ChatTab(SavedConversations):
             history[asked:] = [entry for entry in (thought, shown) if entry and entry["content"]]
             if not history[asked:]:
                 history.append(turns.answer(""))
+            if update.stopped:  # the one mark of a stopped answer, as Stop's own (`mark_stopped`)
+                history[:] = turns.marked_stopped(history) or history
             # the figures (or the place in the queue) under the answer
-            yield history + ([turns.stats(line)] if line and not failed else []), prompt, conversation_id, gr.skip()
+            yield (
+                history + ([turns.stats(line)] if line and not failed else []),
+                cut.prompt,
+                cut.conversation_id,
+                gr.skip(),
+            )
+            cut.now_and_then(history)
         if line and not failed:
             history.append(turns.stats(line))
-        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking)
-        yield shown, prompt, *saved
+        cut.ended = True
 
     def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
@@ -275,14 +306,14 @@ class ChatTab(SavedConversations):
         if not history:
             yield history, "", settings.conversation_id, gr.skip()
             return
-        async for update in self.respond(history, settings, request):
+        async for update in self.respond(history, settings, request, question_first=False):
             yield update
 
     async def edit(self, request: gr.Request, edited: gr.EditData, history, *settings):
         """A past user message was edited: drop what followed it and answer it again (its images stay)."""
         history = list(history or [])[: edited.index + 1]
         history[-1] = edited_question(history[-1], message_text(edited.value))
-        async for update in self.respond(history, ChatSettings(*settings), request):
+        async for update in self.respond(history, ChatSettings(*settings), request, question_first=False):
             yield update
 
     def stop(self, request: gr.Request):
@@ -395,3 +426,37 @@ class ChatTab(SavedConversations):
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
         self.template_box, self.system_box, self.message, self.sampling = template, system, message, sampling
         self.thinking, self.model_state = thinking, model
+
+
+class _CutAnswer:
+    """Where an answer that does not end (Stop, a new message, a closed tab, a crash) is kept: the conversation
+    saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save does."""
+
+    def __init__(self, tab: ChatTab, request: gr.Request, owner, conversation_id, question_saved: bool):
+        self.tab, self.request, self.owner, self.conversation_id = tab, request, owner, conversation_id
+        self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
+        self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
+
+    def now_and_then(self, history: list[dict]) -> None:
+        """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the
+        server keeps it."""
+        begun = self.begun or any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking"))
+        if (begun and not self.begun) or (begun and time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S):
+            self.begun = True
+            self._save(history)
+
+    def save(self, history: list[dict]) -> None:
+        """Once the answer is over: where it did not end, save it as far as it went."""
+        if not self.ended:
+            self._save(history)
+
+    def _save(self, history: list[dict]) -> None:
+        self.saved_at = time.monotonic()
+        marked = turns.marked_stopped(history) or history
+        answered = any(e["content"] for e in marked if kind_of(e) in ("answer", "thinking", "error"))
+        if self.owner is None or not (answered or self.question_saved):
+            return
+        try:
+            self.tab._commit(self.request, self.owner, self.conversation_id, marked)
+        except UserError as error:  # changed in another window meanwhile: that one's stays
+            log.warning("The cut answer was not saved: %s", error)

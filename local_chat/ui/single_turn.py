@@ -44,7 +44,8 @@ class SingleTurnTab:
             yield ERROR_MARK + str(error), "", ""
             return
         async for update in answer_updates(engine, Request(prompt, settings, cancel=cancel)):
-            yield (ERROR_MARK + update.error) if update.error else update.text.strip(), update.line, prompt
+            line = update.line + (" · stopped" if update.stopped else "")
+            yield (ERROR_MARK + update.error) if update.error else update.text.strip(), line, prompt
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, "single"))
