@@ -256,6 +256,13 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     strip = lambda ms: [m for m in ms if not m.get("metadata")]  # noqa: E731 (figures are not exported)
     assert strip(after.messages) == strip(before.messages) and after.title == before.title  # the same image digest
     assert len(list(store.images.iterdir())) == 1
+    file = tmp_path / "export.md"
+    file.write_text(markdown)
+    from_markdown = store.get(owner, saved.import_file(owner, str(file)))  # its image an image again, not text
+    assert strip(from_markdown.messages) == strip(before.messages) and from_markdown.title == before.title
+    again, *_ = chat_turn(tab, f"What color is the {kind}?", saved.shown(owner, from_markdown.id, from_markdown.messages),
+                          from_markdown.id, me)  # fmt: skip
+    assert answer_of(again) == f"The {kind} is {colour}."  # the model sees the image, not its base64
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * int(2e6)}]}))
     with pytest.raises(UserError, match="import one under"):

@@ -38,6 +38,7 @@ EXPORT_ROLES = ("system", "user", "assistant", "tool")
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
 KEPT_KEYS = ("kind", "call", "tool_call_id", "model")
 THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
+MD_IMAGE = re.compile(r"^!\[image\]\((data:image/[^)\s]+)\)$", re.MULTILINE)  # an image, as markdown_turn writes it
 MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)(?: · ([^\n]+))?\n\n", re.MULTILINE)  # an answer's model
 
 
@@ -323,20 +324,36 @@ def markdown_turn(message: dict) -> str:
 
 
 def markdown_messages(text: str) -> tuple[str | None, list[dict]]:
-    """(title, messages) of a Markdown export: its `# title`, then a message per `## Role` section, a folded
-    Thinking before an answer as its `reasoning_content` (images and calls stay text)."""
+    """(title, messages) of a Markdown export: its `# title`, then a message per `## Role` section, its images as
+    image parts, a folded Thinking before an answer as its `reasoning_content` (calls stay text)."""
     first = text.split("\n", 1)[0]
     title = first[2:].strip() if first.startswith("# ") else None
     pieces = MD_TURN.split(text)[1:]
     messages = []
     for role, model, body in zip(pieces[::3], pieces[1::3], pieces[2::3]):
         body = body.strip("\n")
-        message = {"role": role.lower(), "content": body} | ({"model": model} if model else {})
+        message = {"role": role.lower(), "content": markdown_content(body)} | ({"model": model} if model else {})
         thought = THOUGHT_MD.match(body + "\n\n") if role == "Assistant" else None
         if thought:
-            message = {**message, "content": body[thought.end() :].strip("\n"), "reasoning_content": thought[1]}
+            answer = markdown_content(body[thought.end() :].strip("\n"))
+            message = {**message, "content": answer, "reasoning_content": thought[1]}
         messages.append(message)
     return title, messages
+
+
+def markdown_content(body: str) -> str | list[dict]:
+    """A Markdown export's message body as its content: the text, or where it holds images (`markdown_turn`'s
+    `![image](data:...)` lines), image and text parts in their order."""
+    pieces = MD_IMAGE.split(body)
+    if len(pieces) == 1:
+        return body
+    parts = []
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            parts.append({"type": "image_url", "image_url": {"url": piece}})
+        elif piece.strip("\n"):
+            parts.append({"type": "text", "text": piece.strip("\n")})
+    return parts
 
 
 def safe_name(title: str) -> str:
