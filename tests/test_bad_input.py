@@ -141,6 +141,19 @@ def _gpus() -> int:
     return torch.cuda.device_count()
 
 
+def test_the_command_line_checks_sampling_as_v1_does_before_the_model_loads(byte_llama_dir, capsys):
+    from local_chat.launchers.generate import main
+
+    for flags, sentence in [
+        (["--temperature", "7"], "`temperature` is 7; give from 0 to 2."),
+        (["--top_p", "1.5"], "`top_p` is 1.5; give from 0 to 1."),
+        (["--top_k", "-3"], "`top_k` is -3; give a whole number from 0 to 1000000."),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["--pretrained_path", str(byte_llama_dir / "nope"), "--prompt", "Hi", *flags])
+        assert sentence in capsys.readouterr().err, flags  # told before the (missing) checkpoint is looked at
+
+
 def test_quant_where_bitsandbytes_cannot_run(start_output, no_bitsandbytes, checkpoints):
     line = start_output(["--pretrained_path", str(checkpoints["hf"]), "--quant", "4"])
     assert "--quant needs bitsandbytes, which cannot run here" in line
@@ -270,11 +283,12 @@ def test_a_1x1_image_is_answered(client, uploads):
 @pytest.mark.parametrize(
     "setting, sentence",
     [
-        (dict(temperature=-1.0), "The temperature is -1.0; set it to 0 (greedy) or more."),
-        (dict(top_p=0.0), "The top_p is 0.0; set it above 0 and at most 1."),
-        (dict(max_gen_len=0), "The answer length is 0 tokens; ask for at least 1."),
-        (dict(top_k=-1), "The top_k is -1; set it to 0 (off) or more."),
-        (dict(repetition_penalty=0.0), "The repetition_penalty is 0.0; set it above 0 (1 is off)."),
+        (dict(temperature=-1.0), "`temperature` is -1; give from 0 to 2."),
+        (dict(temperature=9.0), "`temperature` is 9; give from 0 to 2."),  # as /v1 says it
+        (dict(top_p=0.0), "`top_p` is 0; give a value above 0 and at most 1."),
+        (dict(max_gen_len=0), "`max_new_tokens` is 0; give a whole number from 1 to 1000000000."),
+        (dict(top_k=-1), "`top_k` is -1; give a whole number from 0 to 1000000."),
+        (dict(repetition_penalty=0.0), "`repetition_penalty` is 0; give from 0.01 to 10."),
     ],
 )
 def test_bad_settings(client, setting, sentence):
@@ -353,7 +367,12 @@ def test_errors_show_in_the_chat_and_the_message_stays(demo, uploads):
     shows_error_and_keeps_message(
         submit(chat, "What is the capital of Peru?", repetition_penalty=0.0),
         "What is the capital of Peru?",
-        "The repetition_penalty is 0.0",
+        "`repetition_penalty` is 0; give from 0.01 to 10.",
+    )
+    shows_error_and_keeps_message(  # the page's settings: /v1's limits and sentences
+        submit(chat, "What is the capital of Peru?", temperature=9.0),
+        "What is the capital of Peru?",
+        "`temperature` is 9; give from 0 to 2.",
     )
     # The failed turns never reach the model: the next answer is the one-turn answer.
     history = submit(chat, "What is the capital of Peru?", history=submit(chat, long_message)[0])[0]

@@ -249,7 +249,7 @@ def test_models_config_sets_each_models_flags_and_refuses_what_it_cannot_use(mod
         ("qwen3-tiny:\n  colour: red\n", "qwen3-tiny: 'colour' is not a per-model setting; use template,"),
         ("qwen3-tiny:\n  dtype: float99\n", "qwen3-tiny: argument --dtype: invalid choice: 'float99'"),
         ("qwen3-tiny:\n  temperature: hot\n", "qwen3-tiny: temperature is 'hot'; give a number."),
-        ("qwen3-tiny:\n  top_p: 7\n", "qwen3-tiny: The top_p is 7.0; set it above 0 and at most 1."),
+        ("qwen3-tiny:\n  top_p: 7\n", "qwen3-tiny: `top_p` is 7; give from 0 to 1."),
         ("qwen3-tiny: [1, 2]\n", "give model ids as top-level keys"),
         ("qwen3-tiny:\n  dtype: [\n", "is not valid YAML"),
     ]:

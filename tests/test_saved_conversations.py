@@ -260,8 +260,8 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     file.write_text(markdown)
     from_markdown = store.get(owner, saved.import_file(owner, str(file)))  # its image an image again, not text
     assert strip(from_markdown.messages) == strip(before.messages) and from_markdown.title == before.title
-    again, *_ = chat_turn(tab, f"What color is the {kind}?", saved.shown(owner, from_markdown.id, from_markdown.messages),
-                          from_markdown.id, me)  # fmt: skip
+    reopened_md = saved.shown(owner, from_markdown.id, from_markdown.messages)
+    again, *_ = chat_turn(tab, f"What color is the {kind}?", reopened_md, from_markdown.id, me)
     assert answer_of(again) == f"The {kind} is {colour}."  # the model sees the image, not its base64
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * int(2e6)}]}))

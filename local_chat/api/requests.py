@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from local_chat.engine import AnswerFormat, ChatOptions, Sampling
+from local_chat.engine.interface import SAMPLING_LIMITS, out_of_range
 from local_chat.errors import UserError
 
 MAX_TOP_LOGPROBS = 20
@@ -65,8 +66,7 @@ def _number(body: dict, name: str, low: float, high: float, whole: bool = False)
         return None
     kinds = (int,) if whole else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
-        shown = "a whole number " if whole else ""
-        raise bad(f"`{name}` is {json.dumps(value)}; give {shown}from {low:g} to {high:g}.", name)
+        raise bad(out_of_range(name, value, low, high, whole), name)
     return value
 
 
@@ -96,13 +96,11 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
     if n not in (1, None):
         raise bad(f"`n` is {json.dumps(n)}; this server makes one choice per request: send n=1 (or leave it out).", "n")
     max_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _number(body, max_name, 1, 10**9, whole=True)
-    temperature = _number(body, "temperature", 0, 2)
-    top_p = _number(body, "top_p", 0, 1)
-    if top_p == 0:
-        raise bad("`top_p` is 0; give a value above 0 and at most 1.", "top_p")
-    top_k = _number(body, "top_k", -1, 10**6, whole=True)  # vLLM's extension; -1 and 0 are off
-    repetition_penalty = _number(body, "repetition_penalty", 0.01, 10)
+    max_tokens = _number(body, max_name, *SAMPLING_LIMITS["max_new_tokens"], whole=True)
+    temperature = _number(body, "temperature", *SAMPLING_LIMITS["temperature"])
+    top_p = _number(body, "top_p", *SAMPLING_LIMITS["top_p"])
+    top_k = _number(body, "top_k", -1, SAMPLING_LIMITS["top_k"][1], whole=True)  # vLLM's extension; -1 and 0: off
+    repetition_penalty = _number(body, "repetition_penalty", *SAMPLING_LIMITS["repetition_penalty"])
     seed = _number(body, "seed", -(2**63), 2**63 - 1, whole=True)
     stream = _flag(body, "stream")
     options = body.get("stream_options") or {}
@@ -117,10 +115,10 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
         "repetition_penalty": repetition_penalty,
         "seed": None if seed is None else seed % 2**63,
     }
-    try:
+    try:  # the ranges of every door (engine/interface.py), top_p 0 among them
         sampling = defaults.but(**{k: v for k, v in chosen.items() if v is not None})
     except UserError as error:
-        raise bad(str(error))
+        raise bad(str(error), next((name for name in chosen if f"`{name}`" in str(error)), None))
     return Call(
         sampling,
         _stops(body),

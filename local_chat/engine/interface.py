@@ -27,6 +27,27 @@ from typing import Protocol, runtime_checkable
 
 from local_chat.errors import UserError
 
+# the sampling settings' ranges, checked wherever they come from (OpenAI's for temperature and top_p)
+SAMPLING_LIMITS = {
+    "max_new_tokens": (1, 10**9),
+    "temperature": (0, 2),
+    "top_p": (0, 1),  # and above 0
+    "top_k": (0, 10**6),
+    "repetition_penalty": (0.01, 10),
+}
+WHOLE_SETTINGS = ("max_new_tokens", "top_k")
+
+
+def out_of_range(name: str, value, low: float, high: float, whole: bool = False) -> str:
+    """The sentence for a setting outside its range, the same at every door: "`temperature` is 9; give from 0 to
+    2."."""
+
+    def shown(number) -> str:
+        return str(int(number)) if isinstance(number, (int, float)) and float(number).is_integer() else f"{number:g}"
+
+    told = shown(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else json.dumps(value)
+    return f"`{name}` is {told}; give {'a whole number ' if whole else ''}from {shown(low)} to {shown(high)}."
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -43,20 +64,14 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self):
-        """Settings no sampler can use are one sentence, whichever door they came through."""
-        problems = [
-            (not self.max_new_tokens >= 1, f"answer length is {self.max_new_tokens} tokens; ask for at least 1"),
-            (not self.temperature >= 0, f"temperature is {self.temperature}; set it to 0 (greedy) or more"),
-            (not 0 < self.top_p <= 1, f"top_p is {self.top_p}; set it above 0 and at most 1"),
-            (not self.top_k >= 0, f"top_k is {self.top_k}; set it to 0 (off) or more"),
-            (
-                not self.repetition_penalty > 0,
-                f"repetition_penalty is {self.repetition_penalty}; set it above 0 (1 is off)",
-            ),
-        ]
-        for bad, sentence in problems:
-            if bad:
-                raise UserError(f"The {sentence}.")
+        """Settings outside `SAMPLING_LIMITS` are one sentence (/v1's), whichever door they came through: /v1, the
+        Gradio API, the page's sliders, the command line, --models_config."""
+        for name, (low, high) in SAMPLING_LIMITS.items():
+            value = getattr(self, name)
+            if name == "top_p" and value == 0:
+                raise UserError("`top_p` is 0; give a value above 0 and at most 1.")
+            if not low <= value <= high:
+                raise UserError(out_of_range(name, value, low, high, name in WHOLE_SETTINGS))
 
     @property
     def greedy(self) -> bool:

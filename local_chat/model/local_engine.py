@@ -136,8 +136,13 @@ class LocalEngine:
         generation_config.json sets (those its authors chose for it)."""
         config = getattr(self.llma, "generation_config", None)
         chosen = config.to_diff_dict() if config is not None else {}
-        fields = ("temperature", "top_p", "top_k", "repetition_penalty")
-        return Sampling().but(**{name: chosen[name] for name in fields if chosen.get(name) is not None})
+        sampling = Sampling()
+        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            try:  # a value outside every door's limits (engine/interface.py) keeps the chat's
+                sampling = sampling.but(**{name: chosen[name]}) if chosen.get(name) is not None else sampling
+            except UserError:
+                pass
+        return sampling
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
         """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are
