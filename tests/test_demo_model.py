@@ -182,3 +182,27 @@ def test_deep_conversation_and_follow_up(demo):
             follow, ask(demo, "conversation", [[first.question, first.answer], [follow.question, None]])
         )
     assert right >= 16, f"{right} of 20 right"  # the bars: 80%
+
+
+@pytest.mark.parametrize("template", ["chat_template", "default"])
+def test_a_second_image_in_a_later_turn_is_the_one_answered(demo, template, tmp_path):
+    """Two images in two turns of the page's chat: the demo model's templates have no place for an image in its
+    turn (the image goes in front of the prompt, as the model learned it), so the later question gets its own
+    image alone, and is answered about it."""
+    from app_server import answer_of, submit
+
+    from local_chat.ui.chat import Cancels
+    from local_chat.ui.chat_tab import ChatTab
+    from local_chat.ui.history import SavedChats
+
+    tab = ChatTab(demo.engine, Cancels(), template, "padded_resize", SavedChats(None))
+    paths = []
+    for seed in (4, 6):  # a purple circle, then a blue one
+        image, [(colour, kind)] = data.shapes_image(random.Random(seed), 1)
+        paths.append(tmp_path / f"{seed}.png")
+        image.save(paths[-1])
+    first = submit(tab, "What color is the circle?", image=str(paths[0]), template=template)[0]
+    assert answer_of(first) == "The circle is purple."
+    second, _, prompt, *_ = submit(tab, "What color is the circle?", first, image=str(paths[1]), template=template)
+    assert answer_of(second) == "The circle is blue."
+    assert prompt.startswith("<image>\n") and prompt.count("<image>") == 1  # the prompt panel: the later image alone

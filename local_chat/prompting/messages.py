@@ -46,8 +46,10 @@ def messages_prompt(
     `shorten=False` keeps every turn, whatever its length (to count it)."""
     messages = answerable(messages)
     if template != CHAT_TEMPLATE:
-        return _turns_prompt(engine, template, messages, options, max_mb, shorten)
+        return _turns_prompt(engine, template, latest_images_only(messages), options, max_mb, shorten)
     conv = conversation(engine, CHAT_TEMPLATE)
+    if not conv.typed_parts:
+        messages = latest_images_only(messages)
     kwargs = template_variables(engine, options)
 
     @functools.cache
@@ -63,6 +65,17 @@ def messages_prompt(
     dropped, tokens = fitted(engine, messages, options.answer_tokens, length) if shorten else (0, length(0))
     text, images = render(dropped)
     return ChatPrompt(text, list(conv.stop_symbols), dropped, list(images), tokens)
+
+
+def latest_images_only(messages: list[dict]) -> list[dict]:
+    """The messages for a template with no place for images in their turns (an Accessory template, a chat template
+    that reads text only): the images go in front of the whole prompt (model/vision_inputs.py), as these models
+    learned them, so only those of the latest message that has any are kept, and the answer is about them; an
+    earlier message's images are left out (its text stays)."""
+    holding = [i for i, m in enumerate(messages) if image_parts(m)]
+    if len(holding) < 2:
+        return messages
+    return [{**m, "content": message_text(m["content"])} if i in holding[:-1] else m for i, m in enumerate(messages)]
 
 
 def answerable(messages: list[dict]) -> list[dict]:
