@@ -154,6 +154,22 @@ def test_the_command_line_checks_sampling_as_v1_does_before_the_model_loads(byte
         assert sentence in capsys.readouterr().err, flags  # told before the (missing) checkpoint is looked at
 
 
+@pytest.mark.parametrize(
+    "flags, sentence",
+    [
+        (["--template", "nonsense"], "Unknown --template 'nonsense'; choose one of: default, simple"),
+        (["--port", "70000"], "--port 70000 is not a port number; pick one from 1 to 65535."),
+    ],
+)
+def test_a_bad_template_or_port_is_told_before_anything_starts(flags, sentence, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(browser, "web_server", lambda args: started.append("web server"))
+    monkeypatch.setattr(browser, "load_engine", lambda *a, **k: started.append("model"))
+    with pytest.raises(SystemExit):
+        browser.app(flags)
+    assert sentence in capsys.readouterr().err and started == []  # neither the web server nor the model
+
+
 def test_quant_where_bitsandbytes_cannot_run(start_output, no_bitsandbytes, checkpoints):
     line = start_output(["--pretrained_path", str(checkpoints["hf"]), "--quant", "4"])
     assert "--quant needs bitsandbytes, which cannot run here" in line

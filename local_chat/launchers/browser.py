@@ -15,6 +15,7 @@ from .flags import api_keys, api_off_reason, exposure_warnings, fail, logins, pa
 from .loading import (
     BATCH_PLACES,
     ENGINE_PLACES,
+    check_before_the_server,
     check_serving_flags,
     compile_before_answering,
     load_engine,
@@ -28,6 +29,10 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     args = parser(description).parse_args(argv)  # before torch and transformers load: --help answers at once
     from local_chat.prompting import default_template
 
+    try:
+        check_before_the_server(args)  # a wrong port or template is told at once
+    except UserError as error:
+        fail(error)
     server = web_server(args)  # first: its start overlaps all the rest
     try:
         check_serving_flags(args)
