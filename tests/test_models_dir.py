@@ -138,6 +138,8 @@ def test_v1_picks_the_model_by_id_and_loads_it_in_its_own_process_unloading_the_
         api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
         cards = {card.id: card.model_extra["state"] for card in api.models.list().data}
         assert cards["qwen3-tiny"] == "loaded" and cards["byte-llama"] == "available" and "broken" not in cards
+        contexts = {card.id: card.model_extra.get("context_length") for card in api.models.list().data}
+        assert all(isinstance(context, int) and context > 0 for context in contexts.values()), contexts
         assert not any("/tmp" in name for name in cards)  # ids, never paths
         [first] = model_processes(app)
         question = [{"role": "user", "content": "Hi"}]

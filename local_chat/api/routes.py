@@ -164,7 +164,8 @@ class OpenAIAPI:
         """A model's card: with --models_dir, its state; else the one model's, with its context."""
         card = {"id": model_id or self.name, "object": "model", "created": self.created, "owned_by": "local-chat"}
         if state is not None:
-            return {**card, "state": state}
+            context = self.listed.context_of(card["id"])
+            return {**card, "state": state} | ({"max_model_len": context, "context_length": context} if context else {})
         context = self.engine.max_seq_len
         return {**card, "max_model_len": context, "context_length": context}
 

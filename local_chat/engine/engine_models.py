@@ -61,6 +61,9 @@ class EngineModels(ModelChoices):
         lease = self._leases.get(model_id)
         return lease.engine if lease is not None else None
 
+    def context_of(self, model_id: str) -> int | None:
+        return None  # the engine's own /v1/models says it
+
     def facts_of(self, model_id: str) -> InArrivalOrder:
         return self.lease(model_id).engine  # the engine's own: nothing loads here
 

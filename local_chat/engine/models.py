@@ -92,6 +92,11 @@ class ModelChoices:
         """How far `model_id`'s load has come, while it loads (where its loader tells)."""
         return None
 
+    def context_of(self, model_id: str) -> int | None:
+        """`model_id`'s context in tokens, where it is known without loading it (/v1/models' `context_length`)."""
+        facts = self.facts_of(model_id)
+        return facts.max_seq_len if facts is not None else None
+
     def facts_of(self, model_id: str):
         """What a door reads of `model_id` without asking it anything (its tokenizer, context, whether it sees
         images, its summary...), where they are known; None for a model never loaded. Never loads it."""
@@ -104,7 +109,8 @@ class ModelChoices:
 
 class Models(ModelChoices):
     """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
-    whose facts hold its "template", "system", "chat_sampling" and "places": its --concurrency)."""
+    whose facts hold its "template", "system", "chat_sampling" and "places": its --concurrency); `contexts`: each
+    one's context as its listing foresees it, until it has loaded."""
 
     def __init__(
         self,
@@ -112,10 +118,12 @@ class Models(ModelChoices):
         start: Callable[[str], ModelProcess],
         max_loaded: int = 1,
         idle_unload_s: float | None = None,
+        contexts: dict[str, int] | None = None,
     ):
         if max_loaded < 1:
             raise UserError(f"--max_loaded_models {max_loaded}: give 1 or more.")
         self._models = {model_id: _Model(model_id, problem) for model_id, problem in listed}
+        self._contexts = contexts or {}  # each model's context as its listing foresees it (launchers/catalog.py)
         self._start = start
         self.max_loaded, self.idle_unload_s = max_loaded, idle_unload_s
         self._changed = threading.Condition()
@@ -164,6 +172,9 @@ class Models(ModelChoices):
     def facts_of(self, model_id: str) -> ModelFacts | None:
         model = self._models.get(model_id)
         return model.facts if model is not None else None
+
+    def context_of(self, model_id: str) -> int | None:
+        return super().context_of(model_id) or self._contexts.get(model_id)
 
     def loaded(self, model_id: str) -> InArrivalOrder | None:
         with self._changed:

@@ -99,7 +99,7 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
 
     from local_chat.engine.models import ModelEngine, Models
 
-    from .model_processes import start_model
+    from .model_processes import model_max_seq_len, start_model
 
     paths = {model.id: str(model.path) for model in args.listed}
     models = Models(
@@ -107,6 +107,7 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
         start=lambda model_id: start_model(args, paths[model_id], model_id, with_visual),
         max_loaded=args.max_loaded_models,
         idle_unload_s=None if args.idle_unload is None else args.idle_unload * 60,
+        contexts={model.id: model.context(model_max_seq_len(args, model.id)) for model in args.listed},
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # ended: its models' processes end too (below)
     try:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError
 from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
 
@@ -26,6 +27,12 @@ class ListedModel:
     sees_images: bool = False
     fits: bool | None = None  # in the free memory, as it would load; None: not known
     problem: str | None = None  # why it cannot load, one sentence
+    positions: int | None = None  # its config's max_position_embeddings: its context is at most that
+
+    def context(self, max_seq_len: int | None) -> int:
+        """Its context as it would load with `max_seq_len` (--max_seq_len, default DEFAULT_CONTEXT)."""
+        asked = max_seq_len or DEFAULT_CONTEXT
+        return min(asked, self.positions) if self.positions else asked
 
     def line(self) -> str:
         """How the terminal lists it."""
@@ -119,7 +126,11 @@ def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int |
             model_id, path, family, size, problem=f"its model type {family!r} is not one this transformers knows."
         )
     stored = BYTES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32"), 4)
-    return ListedModel(model_id, path, family, size, "vision_config" in config, _fits(size, stored, load, free))
+    positions = (config.get("text_config") or {}).get("max_position_embeddings") or config.get(
+        "max_position_embeddings"
+    )
+    fits = _fits(size, stored, load, free)
+    return ListedModel(model_id, path, family, size, "vision_config" in config, fits, positions=positions)
 
 
 def _consolidated(

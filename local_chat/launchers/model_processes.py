@@ -12,6 +12,19 @@ import traceback
 from local_chat.errors import UserError, described
 
 
+def model_entry_and_flags(args: argparse.Namespace, model_id: str) -> tuple[dict, argparse.Namespace]:
+    """A listed model's --models_config entry, and its flags: the entry's settings over the command line's."""
+    from .models_config import model_flags
+
+    entry = (getattr(args, "model_settings", None) or {}).get(model_id, {})
+    return entry, model_flags(args, entry, model_id)
+
+
+def model_max_seq_len(args: argparse.Namespace, model_id: str) -> int | None:
+    """The --max_seq_len a listed model loads with (its --models_config's, else the command line's)."""
+    return model_entry_and_flags(args, model_id)[1].max_seq_len
+
+
 def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False):
     """The `ModelProcess` (engine/models.py) that loads the checkpoint at `path` with the flags `args` (`with_visual`:
     refuse a model that sees no images, for the image demos)."""
@@ -19,10 +32,7 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
 
     from local_chat.engine.models import ModelProcess
 
-    from .models_config import model_flags
-
-    entry = (getattr(args, "model_settings", None) or {}).get(model_id, {})
-    flags = model_flags(args, entry, model_id)  # --models_config's settings over the command line's
+    entry, flags = model_entry_and_flags(args, model_id)
     flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None
     flags.model_entry = entry
     context = multiprocessing.get_context("spawn")
