@@ -5,6 +5,7 @@ import json
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -215,6 +216,7 @@ def test_keys(demo, tmp_path):
             assert reply.status_code == 401 and "API key" in reply.json()["error"]["message"]
         with pytest.raises(AuthenticationError):
             OpenAI(base_url=url + "/v1", api_key="wrong-key", max_retries=0).models.list()
+        assert readme_says(reply.json()["error"]["message"])  # the README quotes what the server answers
         right = OpenAI(base_url=url + "/v1", api_key="second-key", max_retries=0)
         assert ask(right, user(FRANCE)).choices[0].message.content == "The capital of France is Paris."
 
@@ -243,6 +245,17 @@ def test_eight_clients_at_once_get_the_answers_each_gets_alone(server):
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(conversation, clients, plans))
     assert together == [alone[i % len(CONVERSATIONS)] for i in range(8)]
+
+
+def readme_says(sentence: str) -> bool:
+    """Whether the README quotes `sentence` (its lines joined as Markdown shows them)."""
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    return sentence in readme
+
+
+def test_an_unknown_path_is_a_404_as_the_readme_quotes_it(server):
+    reply = httpx.get(server[0] + "/v1/files", timeout=60)
+    assert reply.status_code == 404 and readme_says(reply.json()["error"]["message"]), reply.json()
 
 
 def test_an_error_body_is_openai_shaped_even_for_broken_json(server):

@@ -156,7 +156,7 @@ class OpenAIAPI:
             APIError(
                 404,
                 f"There is no {http.method} {http.url.path} here; the API has POST /v1/chat/completions, "
-                "POST /v1/completions and GET /v1/models.",
+                "POST /v1/completions, GET /v1/models, GET /v1/models/ID and POST /tokenize.",
             )
         )
 
