@@ -334,6 +334,22 @@ def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, t
     store.close()
 
 
+def test_a_refused_message_is_not_the_conversations_title(demo, tmp_path):
+    store = Store(tmp_path / "chats.db")
+    saved = SavedChats(store)
+    tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", saved)
+    me = saved.browser_id(None)
+    history, _, _, conversation, _ = chat_turn(tab, "word " * 20_000, [], None, me)  # too long for the model
+    assert "but the model's context holds 2048" in history[-1]["content"]
+    assert store.titles("browser:" + me) == [("New chat", conversation)]
+    chat_turn(tab, "What is the capital of Peru?", history, conversation, me)
+    assert store.titles("browser:" + me) == [("What is the capital of Peru?", conversation)]
+    store.rename("browser:" + me, conversation, "Capitals")
+    chat_turn(tab, "What is the capital of Japan?", history, conversation, me)
+    assert store.titles("browser:" + me) == [("Capitals", conversation)]  # a title the user gave stays
+    store.close()
+
+
 def roles(messages: list[dict]) -> list[str]:
     """The saved conversation's turns: "user" and "assistant" of its questions and answers (notes left out)."""
     return [m["role"] for m in messages if m.get("kind") not in ("stats", "stopped", "notice")]

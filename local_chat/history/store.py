@@ -128,9 +128,11 @@ def latest_model(messages: list[dict]) -> str | None:
 
 
 def title_of(messages: list[dict]) -> str:
-    """A conversation's default title: the start of its first user message's text."""
-    for message in messages:
-        if message.get("role") == "user":
+    """A conversation's default title: the start of its first user message's text, but for a message refused with
+    an error (a message too long for the model, say)."""
+    for index, message in enumerate(messages):
+        after = next((m for m in messages[index + 1 :] if m.get("kind") not in ("notice", "stats")), {})
+        if message.get("role") == "user" and after.get("kind") != "error":
             text = " ".join(text_of(message["content"]).split())
             if text:
                 return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
@@ -285,17 +287,26 @@ class Store:
         with self._transaction():
             if conversation_id is not None:
                 row = self._db.execute(
-                    "SELECT owner, revision FROM conversations WHERE id = ?", (conversation_id,)
+                    "SELECT owner, revision, title, messages FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
                 if row is not None and row[0] != owner:
                     raise UserError("There is no such conversation among yours; it may have been deleted.")
                 if row is not None:
                     if read is not None and row[1] != read:
                         raise Changed()
+                    # a title the user never changed follows the messages (a refused first message gives none)
+                    kept_title = row[2] if title is None and row[2] != title_of(json.loads(row[3])) else None
                     self._db.execute(
-                        "UPDATE conversations SET messages = ?, updated = ?, revision = revision + 1, "
+                        "UPDATE conversations SET messages = ?, updated = ?, revision = revision + 1, title = ?, "
                         "options = CASE WHEN ? THEN ? ELSE options END WHERE id = ?",
-                        (data, now, options is not None, kept, conversation_id),
+                        (
+                            data,
+                            now,
+                            title or kept_title or title_of(messages),
+                            options is not None,
+                            kept,
+                            conversation_id,
+                        ),
                     )
                     return Saved(conversation_id, row[1] + 1)
             conversation_id = conversation_id or secrets.token_urlsafe(16)
