@@ -139,3 +139,30 @@ def test_template_mistakes_are_user_errors_that_accessory_callers_catch_as_value
     assert issubclass(UserError, ValueError)
     with pytest.raises(UserError, match="Unknown conversation template 'chatml'"):
         get_conversation("chatml")
+
+
+@pytest.mark.parametrize(
+    "name, written",
+    [
+        ("qwen2_vl", "You are a helpful assistant."),
+        ("ministral3", "# HOW YOU SHOULD THINK AND ANSWER"),
+        ("smollm3", ""),  # it reads flags in a system prompt: its own, sent as one, would change the prompt
+        ("llama3_1", ""),  # its system block holds dates only
+        ("qwen3", ""),  # no system block without a system prompt
+    ],
+)
+def test_the_system_prompt_a_chat_template_writes_itself_is_the_pages_default(name, written):
+    """The page's system prompt box shows what the template sends where the conversation has none; sent as the
+    conversation's own system prompt, it gives the same prompt."""
+    from pathlib import Path
+
+    import tiny_models
+
+    tokenizer = tiny_models.train_byte_level_tokenizer()
+    tokenizer.chat_template = (Path(__file__).parent / "chat_templates" / f"{name}.jinja").read_text()
+    shown = ChatTemplateConversation(tokenizer).template_system()
+    assert shown.startswith(written) and (shown == "") == (written == "")
+    question = [{"role": "user", "content": "Hi"}]
+    assert ChatTemplateConversation(tokenizer, shown).render_messages(question) == ChatTemplateConversation(
+        tokenizer
+    ).render_messages(question)

@@ -56,7 +56,12 @@ def default_template(engine: Engine, asked: str | None = None) -> str:
 
 
 def default_system(engine: Engine, template: str) -> str:
-    return "" if renders_itself(engine, template) else conversation(engine, template).system
+    """The system prompt `template` sends when none is given (the page's box shows it): an Accessory template's, or
+    the one a chat template writes itself."""
+    if renders_itself(engine, template):
+        return ""
+    conv = conversation(engine, template)
+    return conv.template_system() if template == CHAT_TEMPLATE else conv.system
 
 
 def renders_itself(engine: Engine, template: str) -> bool:

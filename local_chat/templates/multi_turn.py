@@ -238,6 +238,27 @@ class ChatTemplateConversation(_Messages):
             chat = [{**chat[1], "content": merged}, *chat[2:]]
             return render(chat, tools=tools) if tools else render(chat)
 
+    def template_system(self) -> str:
+        """The system prompt a conversation sends: its own, else the one the template writes where a conversation
+        has none (the demo's "A chat between...", Qwen2.5's "You are Qwen..."), else ""."""
+        if self.system:
+            return self.system
+        question = {"role": "user", "content": self._content(self._NEXT, self.typed_parts)}
+        probe = {"role": "system", "content": self._content(self._ANSWER, self.typed_parts)}
+        try:
+            bare = self._applied([question], add_generation_prompt=True)
+            probed = self._applied([probe, question], add_generation_prompt=True)
+        except Exception:  # a template that renders no lone question says no more
+            return ""
+        before, _, after = probed.partition(self._ANSWER)
+        if not (after and bare.startswith(before) and bare.endswith(after)):
+            return ""  # no system prompt of its own (or one it writes elsewhere)
+        written = bare[len(before) : len(bare) - len(after)]
+        sent = {"role": "system", "content": self._content(written, self.typed_parts)}
+        if not written.strip() or self._applied([sent, question], add_generation_prompt=True) != bare:
+            return ""  # a template that reads its system prompt (SmolLM3's /think) would send another prompt
+        return written
+
     def _derive_stop_symbols(self) -> list[str]:
         """What the template writes right after an answer and before the next question: its end-of-turn marker
         (what follows an answer both at the end of a conversation and between two turns: some templates append an
