@@ -426,6 +426,8 @@ def test_reload_restart_two_browsers_and_delete(browser, demo, tmp_path):  # noq
         alice.wait_for_selector("textarea")
         alice.get_by_text("What is the capital of France?").first.wait_for()
         assert chat_list(alice) == ["What is the capital of France?"]
+        alice.locator("button", has_text="Prompt sent to the model").first.click()  # as it was before the reload
+        alice.locator(".prompt-view").first.get_by_text("Human: What is the capital of France?").wait_for()
         other = browser.new_context().new_page()  # another browser: its own, empty list
         other.goto(url)
         other.wait_for_selector("textarea")

@@ -177,7 +177,7 @@ class ChatTab(SavedConversations):
                 yield shown
         finally:
             cut.save(history)  # where the answer did not end: as far as it went, marked stopped
-        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking)
+        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking, cut.prompt)
         yield shown, cut.prompt, *saved
 
     async def _answer(self, engine, answer: Request, history: list, asked: int, settings: ChatSettings, cut):
@@ -213,20 +213,22 @@ class ChatTab(SavedConversations):
             history.append(turns.stats(line))
         cut.ended = True
 
-    def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
+    def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None) -> tuple:
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
-        the page has one); `UserError` where it cannot be (changed in another window since this page read it)."""
+        the page has one, and the prompt its last answer was sent, which the prompt panel shows again once it is
+        reopened); `UserError` where it cannot be (changed in another window since this page read it)."""
         if owner is None:
             return conversation_id, gr.skip()
-        options = {"thinking": thinking} if thinking is not None else None
+        given = {"thinking": thinking, "prompt": prompt if isinstance(prompt, str) else None}
+        options = {key: value for key, value in given.items() if value is not None} or None
         conversation_id = self.saved.save(request.session_hash, owner, conversation_id, history, options)
         return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
 
-    def _commit_shown(self, request: gr.Request, owner, conversation_id, history, thinking=None) -> tuple:
+    def _commit_shown(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None) -> tuple:
         """(the chat as shown, conversation id, the list's update) once `history` is saved; where it cannot be
         (changed in another window since this page read it), the chat with the sentence under it, nothing saved."""
         try:
-            return history, *self._commit(request, owner, conversation_id, history, thinking)
+            return history, *self._commit(request, owner, conversation_id, history, thinking, prompt)
         except UserError as error:
             return history + [turns.error(str(error))], gr.skip(), gr.skip()
 
@@ -425,7 +427,7 @@ class ChatTab(SavedConversations):
         )
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
         self.template_box, self.system_box, self.message, self.sampling = template, system, message, sampling
-        self.thinking, self.model_state = thinking, model
+        self.thinking, self.model_state, self.prompt_view = thinking, model, prompt_view
 
 
 class _CutAnswer:

@@ -15,30 +15,32 @@ from .wiring import UI_ONLY, with_view
 class SavedConversations:
     def first_load(self, browser_id, was_open, request: gr.Request):
         """The page's first load: the browser's id (made now if it has none), its conversations, and the one that
-        was open on its page before (a reload), reopened: (id, list, chat, conversation, title)."""
+        was open on its page before (a reload), reopened: (id, list, chat, conversation, title, its last prompt)."""
         browser_id = self.saved.browser_id(browser_id)
         owner = self._owner(browser_id, request)
-        shown, conversation_id, title = [], None, ""
+        shown, conversation_id, title, prompt = [], None, "", ""
         was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
         if isinstance(was_open, str):
             try:
                 found = self.saved.opened(request.session_hash, owner, was_open)
                 shown, conversation_id, title = self.saved.shown(owner, found.id, found.messages), found.id, found.title
+                prompt = found.options.get("prompt", "")
             except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
                 pass
         listed = gr.update(choices=self.saved.choices(owner), value=conversation_id)
-        return browser_id, listed, shown, conversation_id, title
+        return browser_id, listed, shown, conversation_id, title, prompt
 
     def open(self, chosen, browser_id, request: gr.Request):
-        """Reopen one of this owner's conversations: (chat, conversation, title, note)."""
+        """Reopen one of this owner's conversations: (chat, conversation, title, note, its last prompt)."""
         if not chosen:
-            return gr.skip(), gr.skip(), gr.skip(), ""
+            return gr.skip(), gr.skip(), gr.skip(), "", gr.skip()
         try:
             owner = self._owner(browser_id, request)
             found = self.saved.opened(request.session_hash, owner, chosen)
         except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), str(error)
-        return self.saved.shown(owner, found.id, found.messages), found.id, found.title, ""
+            return gr.skip(), gr.skip(), gr.skip(), str(error), gr.skip()
+        prompt = found.options.get("prompt", "")
+        return self.saved.shown(owner, found.id, found.messages), found.id, found.title, "", prompt
 
     def offer_of(self, conversation_id, browser_id, current, request: gr.Request):
         """With a model picker: the open conversation's model offered, where it is another than the session's."""
@@ -52,7 +54,7 @@ class SavedConversations:
 
     @staticmethod
     def new_chat():
-        return [], None, gr.update(value=None), "", "", None
+        return [], None, gr.update(value=None), "", "", None, ""
 
     @staticmethod
     def conversation_actions(conversation_id):
@@ -141,7 +143,7 @@ class SavedConversations:
         app.load(
             with_view(self.first_load, at=2),
             [browser_id, was_open],
-            [browser_id, chats, *chat, conversation_id, self.title],
+            [browser_id, chats, *chat, conversation_id, self.title, self.prompt_view],
             **quiet,
         ).then(**restore)
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
@@ -155,11 +157,15 @@ class SavedConversations:
         # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
         for trigger in (self.new_button.click, chatbot.clear):
             trigger(**stop).then(
-                with_view(self.new_chat), None, [*chat, conversation_id, chats, self.title, self.note, self.download],
+                with_view(self.new_chat), None,
+                [*chat, conversation_id, chats, self.title, self.note, self.download, self.prompt_view],
                 **quiet,
             ).then(**restore)  # fmt: skip
         chats.input(**stop).then(
-            with_view(self.open), [chats, browser_id], [*chat, conversation_id, self.title, self.note], **quiet
+            with_view(self.open),
+            [chats, browser_id],
+            [*chat, conversation_id, self.title, self.note, self.prompt_view],
+            **quiet,
         ).then(**restore)
         self.rename_button.click(self.rename, [conversation_id, self.title, browser_id], [chats, self.note], **quiet)
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
