@@ -419,3 +419,13 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
     assert "<|im_start|>user\nHello there!<|im_end|>\n<|im_start|>assistant" in prompt
     assert stopped_at - at_stop <= 2, f"{stopped_at - at_stop} forward passes after Stop"
     assert "Thinking" in kept["text"]
+
+
+def test_an_example_click_sends_it(browser, demo):
+    with serve(demo) as (url, _):
+        page = open_page(browser, url)
+        page.get_by_text("Examples (a click sends one)").first.wait_for()
+        page.get_by_role("button", name="What is the capital of Japan?").first.click()
+        assert wait_for_answer(page, lambda t: "Tokyo" in t) == "The capital of Japan is Tokyo."
+        assert page.locator('[data-testid="user"]').all_inner_texts() == ["What is the capital of Japan?"]
+        assert page.locator("textarea").first.input_value() == ""  # sent: the box is empty again

@@ -370,7 +370,9 @@ class ChatTab(SavedConversations):
             elem_classes="message",
         )
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
-        gr.Examples(IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples")
+        examples = gr.Examples(  # a click sends the example, as Enter does
+            IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples (a click sends one)"
+        )
         names = conversation_templates(engine)
         with gr.Accordion("Template and system prompt", open=False):
             template = gr.Dropdown(names, value=self.template, label="Template")
@@ -393,20 +395,27 @@ class ChatTab(SavedConversations):
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
         quiet = dict(api_visibility=UI_ONLY)
         toggle = dict(queue=False, show_progress="hidden", **quiet)
-        runs = [
-            # A message sent while an answer streams is not dropped: it first stops that answer, then is answered.
-            message.submit(self.stop, None, None, trigger_mode="multiple", **toggle).then(
+
+        def sent_after(event):
+            """The message box sent after `event` (Enter, an example's click). A message sent while an answer
+            streams is not dropped: it first stops that answer, then is answered."""
+            return event(self.stop, None, None, trigger_mode="multiple", **toggle).then(
                 with_view(self.submit),
                 [message, entries, *settings],
                 [chatbot, entries, message, prompt_view, conversation_id, chats],
                 trigger_mode="multiple",
                 **common,
-            ),
+            )
+
+        example_clicked = examples.load_input_event.then  # once the example is in the message box
+        runs = [
+            sent_after(message.submit),
+            sent_after(example_clicked),
             chatbot.retry(with_view(self.regenerate), [entries, *settings], outputs, **common),
             chatbot.edit(with_view(self.edit), [entries, *settings], outputs, **common),
         ]
         # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
-        for trigger in (message.submit, chatbot.retry, chatbot.edit):
+        for trigger in (message.submit, example_clicked, chatbot.retry, chatbot.edit):
             trigger(busy_box, None, message, **toggle)
         for run in runs:
             run.then(idle_box, None, message, **toggle)

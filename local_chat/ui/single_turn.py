@@ -62,7 +62,7 @@ class SingleTurnTab:
             stop = gr.Button("Stop", variant="stop", visible=False)  # only while an answer streams
         answer = gr.Textbox(label="Answer", lines=6, interactive=False, buttons=["copy"])
         stats = gr.Markdown(elem_classes="stats")
-        gr.Examples([e["text"] for e in EXAMPLES], inputs=instruction, label="Examples")
+        gr.Examples([e["text"] for e in EXAMPLES], inputs=instruction, label="Examples (a click fills the instruction)")
         sampling = sampling_controls()
         prompt_view = prompt_panel()
         inputs = [instruction, input_text, template, *sampling, model if model is not None else gr.State(None)]
