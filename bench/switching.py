@@ -24,7 +24,8 @@ import psutil
 from bench.timing import interleaved_values
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, Request, Sampling
-from local_chat.engine.models import ModelEngine, Models
+from local_chat.engine.model_engine import ModelEngine
+from local_chat.engine.models import Models
 from local_chat.launchers.flags import parser
 from local_chat.launchers.model_processes import start_model
 

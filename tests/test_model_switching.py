@@ -9,7 +9,8 @@ import time
 import pytest
 
 from local_chat.engine import Delta, End, EngineSummary, Loading, Request, Sampling, collect
-from local_chat.engine.models import ModelEngine, ModelProcess, Models
+from local_chat.engine.model_engine import ModelEngine
+from local_chat.engine.models import ModelProcess, Models
 from local_chat.engine.pipe import LoadProgress, ModelFailed, StreamAnswer, Streamed
 from local_chat.errors import UserError
 

@@ -79,7 +79,7 @@ def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, 
     """--api_base: the page and /v1 over the engine's model; where the engine serves several, over each of them,
     picked by the page's picker and /v1's `model` (engine/engine_models.py)."""
     from local_chat.engine.engine_models import EngineModels
-    from local_chat.engine.models import ModelEngine
+    from local_chat.engine.model_engine import ModelEngine
     from local_chat.prompting import default_template
 
     models = EngineModels(engine, args.concurrency, lambda model: default_template(model, args.template))
@@ -97,7 +97,8 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
     import signal
     import threading
 
-    from local_chat.engine.models import ModelEngine, Models
+    from local_chat.engine.model_engine import ModelEngine
+    from local_chat.engine.models import Models
 
     from .model_processes import model_max_seq_len, start_model
 

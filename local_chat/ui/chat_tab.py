@@ -11,14 +11,11 @@ takes the `gr.Request` (and an edit its `gr.EditData`) first, where Gradio puts 
 from __future__ import annotations
 
 import functools
-import logging
-import time
-from dataclasses import dataclass
 
 import gradio as gr
 
 from local_chat.defaults import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
-from local_chat.engine import ChatOptions, Engine, Request, Sampling
+from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import session_key
 from local_chat.errors import UserError
@@ -26,8 +23,9 @@ from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_
 
 from . import turns
 from .chat import Cancels, answer_updates
+from .chat_settings import ChatSettings, edited_question, message_parts
 from .conversations import SavedConversations
-from .gradio_api import page_sampling
+from .cut_answers import CutAnswer
 from .history import SavedChats, new_conversation_id
 from .layout import (
     EXAMPLES,
@@ -42,51 +40,6 @@ from .layout import (
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
 from .turns import kind_of, model_view, up_to_last_question
 from .wiring import GENERATION, UI_ONLY, with_view
-
-log = logging.getLogger(__name__)
-SAVE_WHILE_STREAMING_S = 2.0  # how often a streaming answer is saved as far as it went (marked stopped)
-
-
-@dataclass
-class ChatSettings:
-    """The chat's inputs beside its messages, in the order the page sends them (`ChatTab.build`'s `settings`)."""
-
-    conversation_id: str | None
-    browser_id: str | None
-    template: str
-    system: str | None
-    transform: str
-    max_gen_len: int
-    temperature: float
-    top_p: float
-    top_k: int
-    repetition_penalty: float
-    thinking: object = None  # the thinking switch's value (ui/thinking.py), where the page has one
-    model: str | None = None  # this session's model, where the page has a picker (ui/model_picker.py)
-
-    @property
-    def sampling(self) -> Sampling:
-        return page_sampling(self.max_gen_len, self.temperature, self.top_p, self.top_k, self.repetition_penalty)
-
-
-def edited_question(question: dict, edited_text: str) -> dict:
-    """A user message whose text was edited: its images (saved ones, or upload files) stay, the text is the new one
-    (without the images' addresses, where the edit box showed them)."""
-    content = question["content"]
-    if question.get("images"):
-        addresses = content[: len(content) - len(question["text"])]
-        text = edited_text.removeprefix(addresses)
-        return {**question, "content": addresses + text, "text": text}
-    files = [p for p in content if isinstance(p, dict) and p.get("type") == "file"] if isinstance(content, list) else []
-    return {"role": "user", "content": [*files, edited_text] if files else edited_text}
-
-
-def message_parts(message) -> tuple[str, list[str]]:
-    """(text, attached files) of the message box's value ({"text", "files"}), or of a plain string."""
-    if isinstance(message, dict):
-        files = [f if isinstance(f, str) else f.get("path") for f in message.get("files") or []]
-        return message.get("text") or "", [f for f in files if f]
-    return message or "", []
 
 
 class ChatTab(SavedConversations):
@@ -170,7 +123,7 @@ class ChatTab(SavedConversations):
         )
         asked = len(history)  # where the answer's entries begin
         history.append(turns.answer(""))
-        cut = _CutAnswer(self, request, owner, conversation_id, question_first)
+        cut = CutAnswer(self, request, owner, conversation_id, question_first)
         try:
             yield history, gr.skip(), conversation_id, listed
             async for shown in self._answer(engine, answer, history, asked, settings, cut):
@@ -437,37 +390,3 @@ class ChatTab(SavedConversations):
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
         self.template_box, self.system_box, self.message, self.sampling = template, system, message, sampling
         self.thinking, self.model_state, self.prompt_view = thinking, model, prompt_view
-
-
-class _CutAnswer:
-    """Where an answer that does not end (Stop, a new message, a closed tab, a crash) is kept: the conversation
-    saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save does."""
-
-    def __init__(self, tab: ChatTab, request: gr.Request, owner, conversation_id, question_saved: bool):
-        self.tab, self.request, self.owner, self.conversation_id = tab, request, owner, conversation_id
-        self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
-        self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
-
-    def now_and_then(self, history: list[dict]) -> None:
-        """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the
-        server keeps it."""
-        begun = self.begun or any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking"))
-        if (begun and not self.begun) or (begun and time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S):
-            self.begun = True
-            self._save(history)
-
-    def save(self, history: list[dict]) -> None:
-        """Once the answer is over: where it did not end, save it as far as it went."""
-        if not self.ended:
-            self._save(history)
-
-    def _save(self, history: list[dict]) -> None:
-        self.saved_at = time.monotonic()
-        marked = turns.marked_stopped(history) or history
-        answered = any(e["content"] for e in marked if kind_of(e) in ("answer", "thinking", "error"))
-        if self.owner is None or not (answered or self.question_saved):
-            return
-        try:
-            self.tab._commit(self.request, self.owner, self.conversation_id, marked)
-        except UserError as error:  # changed in another window meanwhile: that one's stays
-            log.warning("The cut answer was not saved: %s", error)

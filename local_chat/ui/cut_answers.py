@@ -1,0 +1,53 @@
+"""An answer that does not end (Stop, a new message, a closed or reloaded tab, a lost connection, a crash of the
+server) kept as far as it went: the chat tab's `respond` (ui/chat_tab.py) saves it as it begins, every
+`SAVE_WHILE_STREAMING_S` while it streams, and when Gradio closes the handler, marked stopped as Stop's own save
+marks it (ui/turns.py `marked_stopped`); the answer's end saves it whole."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gradio as gr
+
+from local_chat.errors import UserError
+
+from . import turns
+from .turns import kind_of
+
+log = logging.getLogger(__name__)
+SAVE_WHILE_STREAMING_S = 2.0  # how often a streaming answer is saved as far as it went (marked stopped)
+
+
+class CutAnswer:
+    """Where an answer that does not end (Stop, a new message, a closed tab, a crash) is kept: the conversation
+    saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save does."""
+
+    def __init__(self, tab, request: gr.Request, owner, conversation_id, question_saved: bool):
+        self.tab, self.request, self.owner, self.conversation_id = tab, request, owner, conversation_id
+        self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
+        self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
+
+    def now_and_then(self, history: list[dict]) -> None:
+        """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the
+        server keeps it."""
+        begun = self.begun or any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking"))
+        if (begun and not self.begun) or (begun and time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S):
+            self.begun = True
+            self._save(history)
+
+    def save(self, history: list[dict]) -> None:
+        """Once the answer is over: where it did not end, save it as far as it went."""
+        if not self.ended:
+            self._save(history)
+
+    def _save(self, history: list[dict]) -> None:
+        self.saved_at = time.monotonic()
+        marked = turns.marked_stopped(history) or history
+        answered = any(e["content"] for e in marked if kind_of(e) in ("answer", "thinking", "error"))
+        if self.owner is None or not (answered or self.question_saved):
+            return
+        try:
+            self.tab._commit(self.request, self.owner, self.conversation_id, marked)
+        except UserError as error:  # changed in another window meanwhile: that one's stays
+            log.warning("The cut answer was not saved: %s", error)
