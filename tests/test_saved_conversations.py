@@ -292,7 +292,7 @@ def test_a_request_naming_another_owners_conversation_is_refused(demo, tmp_path)
     store = Store(tmp_path / "chats.db")
     tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(store))
     history, _, _, alices, _ = chat_turn(tab, "What is the capital of Peru?", [], None, None, username="alice")
-    shown, conversation, title, note = tab.open(alices, None, SimpleNamespace(session_hash="b", username="bob"))
+    shown, conversation, title, note, _ = tab.open(alices, None, SimpleNamespace(session_hash="b", username="bob"))
     assert "no such conversation among yours" in note and conversation is not None  # nothing opened (a skip)
     history, *_ = chat_turn(tab, "Mine now?", history, alices, None, session="b", username="bob")
     assert "no such conversation among yours" in history[-1]["content"]
@@ -322,7 +322,10 @@ def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, t
     tab = ChatTab(engine, Cancels(), "default", "padded_resize", SavedChats(store))
     me = SavedChats.browser_id(None)
     _, _, _, conversation, _ = chat_turn(tab, "What is the capital of Peru?", [], None, me, session="one")
-    reopened, conversation, _, _ = tab.open(conversation, me, SimpleNamespace(session_hash="two", username=None))
+    reopened, conversation, _, _, prompt = tab.open(
+        conversation, me, SimpleNamespace(session_hash="two", username=None)
+    )
+    assert prompt.endswith("### Human: What is the capital of Peru?\n### Assistant:")  # its last, for the panel
     assert "Lima" in str(reopened)
     engine.ends.clear()
     for question in ("What is the capital of Spain?", "What is the capital of Kenya?"):

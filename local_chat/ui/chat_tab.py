@@ -152,8 +152,9 @@ class ChatTab(SavedConversations):
             history[asked:] = [entry for entry in (thought, shown) if entry and entry["content"]]
             if not history[asked:]:
                 history.append(turns.answer(""))
-            if update.stopped:  # the one mark of a stopped answer, as Stop's own (`mark_stopped`)
-                history[:] = turns.marked_stopped(history) or history
+            if update.stopped and (marked := turns.marked_stopped(history)):
+                history[:] = marked[:-1]  # its thought marked stopped; the mark goes last, as Stop's (`mark_stopped`)
+                cut.stopped = True
             # the figures (or the place in the queue) under the answer
             yield (
                 history + ([turns.stats(line)] if line and not failed else []),
@@ -164,6 +165,8 @@ class ChatTab(SavedConversations):
             cut.now_and_then(history)
         if line and not failed:
             history.append(turns.stats(line))
+        if cut.stopped:
+            history.append(turns.stopped())
         cut.ended = True
 
     def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None) -> tuple:
