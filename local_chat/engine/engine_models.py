@@ -67,12 +67,12 @@ class EngineModels(ModelChoices):
     def facts_of(self, model_id: str) -> InArrivalOrder:
         return self.lease(model_id).engine  # the engine's own: nothing loads here
 
-    def stream(self, model_id: str, request: Request, answer: Callable[[Lease], Iterator[Event]] | None = None):
+    def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
         lease = self.lease_or_failure(model_id)
         if isinstance(lease, str):
             yield End.failed(lease)
             return
-        yield from (answer or (lambda had: had.engine.stream(request)))(lease)
+        yield from answer(lease.engine) if answer is not None else lease.engine.stream(request)
 
     def close(self) -> None:
         """Nothing runs here: the engine keeps its models."""

@@ -64,17 +64,8 @@ class ModelEngine:
 
     def stream(self, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None) -> Iterator[Event]:
         """`request` answered by the model, loaded first where it is not: `answer(engine)` over the loaded model's
-        engine (engine/chats.py renders a chat there), by default its own stream (chat messages rendered in the
-        model's default template)."""
-        if answer is not None:
-            return self.models.stream(self.model_id, request, lambda lease: answer(lease.engine))
-        if request.messages is None:
-            return self.models.stream(self.model_id, request)
-        from .chats import ChatEngine  # the same layer
-
-        return self.models.stream(
-            self.model_id, request, lambda lease: ChatEngine(lease.engine, lease.template).stream(request)
-        )
+        engine (engine/chats.py renders a chat there), by default that engine's stream."""
+        return self.models.stream(self.model_id, request, answer)
 
     def complete(self, requests: list[Request]) -> list[Answer]:
         return [collect(self.stream(request)) for request in requests]

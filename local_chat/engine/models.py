@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from local_chat.errors import UserError
 
 from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, End, Event, Loading, Request, Sampling
+from .interface import CHAT_SAMPLING, End, Engine, Event, Loading, Request, Sampling
 from .pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
@@ -200,9 +200,9 @@ class Models(ModelChoices):
         release = functools.partial(self._leave, model)
         return Lease(model_id, model.engine, model.template, model.system, release, chat_sampling=model.chat_sampling)
 
-    def stream(self, model_id: str, request: Request, answer: Callable[[Lease], Iterator[Event]] | None = None):
-        """`request` answered by `model_id` (`answer(lease)`: its events, by default the leased engine's stream),
-        loaded first where it is not (`Loading` events meanwhile)."""
+    def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
+        """`request` answered by `model_id` (`answer(engine)`: its events over the loaded model's engine; by default
+        that engine's stream), loaded first where it is not (`Loading` events meanwhile)."""
         leased: list[Lease] = []
         loader = threading.Thread(target=lambda: leased.append(self.lease_or_failure(model_id)), daemon=True)
         loader.start()
@@ -219,7 +219,7 @@ class Models(ModelChoices):
             yield End.failed(lease)
             return
         try:
-            yield from (answer or (lambda had: had.engine.stream(request)))(lease)
+            yield from answer(lease.engine) if answer is not None else lease.engine.stream(request)
         finally:
             lease.release()
 

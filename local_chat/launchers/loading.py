@@ -49,30 +49,25 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         logins(args.auth)
     if getattr(args, "api_key", None) is not None:
         api_keys(args.api_key)
-    check_port(args)
     if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
 
 
-def check_port(args: argparse.Namespace) -> None:
-    """--port free and a port number; where none is given, the first free one from the default."""
-    if getattr(args, "port", None) is not None:
-        check_port_free(args.host, args.port)
-    elif hasattr(args, "port"):
-        args.port = first_free_port(args.host)
-
-
 def check_before_the_server(args: argparse.Namespace) -> None:
     """A browser launcher's flags told at once, before the web server's process starts (and long before the model
-    loads): the port, and a --template that no model has (a model's own chat template is checked once it loads)."""
-    from local_chat.templates.multi_turn import CHAT_TEMPLATE, conv_templates
+    loads): --port (free and a port number; where none is given, the first free one from the default), and a
+    --template that no model has (a model's own chat template is checked once it loads)."""
+    from local_chat.prompting import checked_template
+    from local_chat.templates.multi_turn import CHAT_TEMPLATE, template_names
 
-    check_port(args)
-    names = [*conv_templates, CHAT_TEMPLATE]
-    if getattr(args, "template", None) is not None and args.template not in names:
-        raise UserError(f"Unknown --template {args.template!r}; choose one of: {', '.join(names)}.")
+    if args.port is not None:
+        check_port_free(args.host, args.port)
+    else:
+        args.port = first_free_port(args.host)
+    if args.template is not None:
+        checked_template(args.template, [*template_names(), CHAT_TEMPLATE])
 
 
 def choose_listed_model(args: argparse.Namespace) -> None:

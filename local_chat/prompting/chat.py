@@ -46,13 +46,18 @@ def default_template(engine: Engine, asked: str | None = None) -> str:
     """--template if given (checked), else the model's own chat template, else Accessory's 'default'."""
     names = conversation_templates(engine)
     if asked is not None:
-        if asked not in names:
-            raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
-        return asked
+        return checked_template(asked, names)
     chosen = CHAT_TEMPLATE if CHAT_TEMPLATE in names else "default"
     if not renders_itself(engine, chosen):
         conversation(engine, chosen)  # a template that fails says so now, not at the first message
     return chosen
+
+
+def checked_template(asked: str, names: list[str]) -> str:
+    """--template `asked`, where it is one of `names`; else one sentence naming them."""
+    if asked not in names:
+        raise UserError(f"Unknown --template {asked!r}; choose one of: {', '.join(names)}.")
+    return asked
 
 
 def default_system(engine: Engine, template: str) -> str:

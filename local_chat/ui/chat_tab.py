@@ -123,7 +123,7 @@ class ChatTab(SavedConversations):
         )
         asked = len(history)  # where the answer's entries begin
         history.append(turns.answer(""))
-        cut = CutAnswer(self, request, owner, conversation_id, question_first)
+        cut = CutAnswer(self.saved, request, owner, conversation_id, question_first)
         try:
             yield history, gr.skip(), conversation_id, listed
             async for shown in self._answer(engine, answer, history, asked, settings, cut):

@@ -13,6 +13,7 @@ import gradio as gr
 from local_chat.errors import UserError
 
 from . import turns
+from .history import SavedChats
 from .turns import kind_of
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,8 @@ class CutAnswer:
     """Where an answer that does not end (Stop, a new message, a closed tab, a crash) is kept: the conversation
     saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save does."""
 
-    def __init__(self, tab, request: gr.Request, owner, conversation_id, question_saved: bool):
-        self.tab, self.request, self.owner, self.conversation_id = tab, request, owner, conversation_id
+    def __init__(self, saved: SavedChats, request: gr.Request, owner, conversation_id, question_saved: bool):
+        self.saved, self.request, self.owner, self.conversation_id = saved, request, owner, conversation_id
         self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
         self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
         self.stopped = False  # it ended cancelled: marked so under its figures
@@ -32,8 +33,10 @@ class CutAnswer:
     def now_and_then(self, history: list[dict]) -> None:
         """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the
         server keeps it."""
-        begun = self.begun or any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking"))
-        if (begun and not self.begun) or (begun and time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S):
+        if self.begun:
+            if time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S:
+                self._save(history)
+        elif any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking")):
             self.begun = True
             self._save(history)
 
@@ -48,7 +51,7 @@ class CutAnswer:
         answered = any(e["content"] for e in marked if kind_of(e) in ("answer", "thinking", "error"))
         if self.owner is None or not (answered or self.question_saved):
             return
-        try:
-            self.tab._commit(self.request, self.owner, self.conversation_id, marked)
+        try:  # the conversation only: the sidebar's list is the answer's end's to update
+            self.saved.save(self.request.session_hash, self.owner, self.conversation_id, marked)
         except UserError as error:  # changed in another window meanwhile: that one's stays
             log.warning("The cut answer was not saved: %s", error)
