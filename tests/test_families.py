@@ -13,7 +13,7 @@ from app_server import serve
 from openai import OpenAI
 from tiny_models import WEATHER
 
-from local_chat.engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta
+from local_chat.engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta, collect
 from local_chat.engine.chats import ChatEngine
 from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel
@@ -34,9 +34,9 @@ def family(request, tmp_path_factory):
     forced.remove()
 
 
-def force(family, text: str) -> None:
+def force(family, text: str, end: str | None = None) -> None:
     kind, model, forced = family
-    forced.again(text, model.tokenizer.hf, kind.end)
+    forced.again(text, model.tokenizer.hf, end or kind.end)
 
 
 def rendered(model, messages, **options) -> Rendered:
@@ -62,18 +62,24 @@ def as_the_template_reads(messages: list[dict]) -> list[dict]:
     return out
 
 
+OFF = {"template_kwargs": {"enable_thinking": False}}  # the page's switch
+EFFORT_NONE = {"template_kwargs": {"reasoning_effort": "none"}}  # /v1's reasoning_effort
+
+
 @pytest.mark.parametrize(
-    "options", [{}, {"template_kwargs": {"enable_thinking": False}}, {"tools": [WEATHER]}], ids=["on", "off", "tools"]
+    "options", [{}, OFF, EFFORT_NONE, {"tools": [WEATHER]}], ids=["on", "off", "effort-none", "tools"]
 )
 def test_the_prompt_is_the_templates_own(family, options):
-    _, model, _ = family
+    """With thinking switched off (by the page or by reasoning_effort), the template's own switch is set."""
+    kind, model, _ = family
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there!"}]
+    expected_messages, variables = messages, {}
+    if options in (OFF, EFFORT_NONE) and isinstance(kind.off, str):  # a flag in the system prompt
+        expected_messages = [{"role": "system", "content": f"Be brief. {kind.off}"}, messages[1]]
+    elif options in (OFF, EFFORT_NONE):
+        variables = kind.off
     expected = model.tokenizer.hf.apply_chat_template(
-        messages,
-        tools=options.get("tools"),
-        tokenize=False,
-        add_generation_prompt=True,
-        **options.get("template_kwargs", {}),
+        expected_messages, tools=options.get("tools"), tokenize=False, add_generation_prompt=True, **variables
     )
     assert rendered(model, messages, **options).text == expected
 
@@ -90,15 +96,17 @@ def test_reasoning_and_the_answer_come_apart_through_v1(family):
     reasoning = REASONING if "{r}" in kind.thought else None
     with serve(model) as (url, _):
         api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        thinking = {"extra_body": {"chat_template_kwargs": kind.thinking}} if kind.thinking else {}
         force(family, kind.think(REASONING, ANSWER))
-        reply = api.chat.completions.create(model="m", messages=question, max_tokens=300)
+        reply = api.chat.completions.create(model="m", messages=question, max_tokens=300, **thinking)
         message = reply.choices[0].message
         got = (message.model_extra or {}).get("reasoning_content")
         assert (message.content, got, reply.choices[0].finish_reason) == (ANSWER, reasoning, "stop")
         assert not specials_in(family, message.content, got or "")
 
         force(family, kind.think(REASONING, ANSWER))
-        chunks = [c.choices[0] for c in api.chat.completions.create(model="m", messages=question, stream=True)]
+        stream = api.chat.completions.create(model="m", messages=question, stream=True, **thinking)
+        chunks = [c.choices[0] for c in stream]
         assert "".join(c.delta.content or "" for c in chunks) == ANSWER
         assert "".join((c.delta.model_extra or {}).get("reasoning_content") or "" for c in chunks) == (reasoning or "")
 
@@ -120,13 +128,13 @@ def test_a_tool_call_comes_apart_and_goes_back(family):
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
     with serve(model) as (url, _):
         api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        force(family, kind.call("get_weather", '{"city": "Paris"}'))
+        force(family, kind.call("get_weather", '{"city": "Paris"}'), kind.call_end)
         choice = api.chat.completions.create(model="m", messages=question, tools=[WEATHER], max_tokens=300).choices[0]
         [call] = choice.message.tool_calls
         assert (choice.finish_reason, call.function.name) == ("tool_calls", "get_weather")
         assert json.loads(call.function.arguments) == {"city": "Paris"} and not choice.message.content
 
-        force(family, kind.call("get_weather", '{"city": "Paris"}'))
+        force(family, kind.call("get_weather", '{"city": "Paris"}'), kind.call_end)
         stream = api.chat.completions.create(model="m", messages=question, tools=[WEATHER], stream=True)
         pieces = [c.choices[0] for c in stream if c.choices]
         calls = [tc for p in pieces for tc in (p.delta.tool_calls or [])]
@@ -138,7 +146,8 @@ def test_a_tool_call_comes_apart_and_goes_back(family):
             {**choice.message.model_dump(exclude_none=True), "content": None},
             {"role": "tool", "tool_call_id": call.id, "content": '{"weather": "sunny"}'},
         ]
-        force(family, kind.think("It is sunny.", "It is sunny in Paris."))
+        plain = kind.thinking is not None  # thinking is off (the template's default): the answer comes alone
+        force(family, "It is sunny in Paris." if plain else kind.think("It is sunny.", "It is sunny in Paris."))
         reply = api.chat.completions.create(model="m", messages=follow_up, tools=[WEATHER], max_tokens=300)
         assert reply.choices[0].message.content == "It is sunny in Paris."
     extra = {k: v for k, v in follow_up[1].items() if k not in ("reasoning", "refusal", "annotations", "audio")}
@@ -204,18 +213,19 @@ def test_gemma4_compiled_answers_as_eager_does(tmp_path):
     assert compiled.engine.compiled is not None and compiled.generate(prompts, max_gen_len=8) == eager
 
 
-def test_llama_json_is_a_call_only_where_tools_were_offered(family):
+def test_calls_only_of_the_tools_the_request_declared(family):
+    """With no tools the answer stays text (Llama 3.1's JSON answer is no call then), and so does a call of a tool
+    the request did not declare."""
     kind, model, _ = family
-    if kind.name != "llama3_1":
-        pytest.skip("Llama 3.1's calls are plain JSON")
-    answer = '{"name": "Paris", "parameters": {"population": 2}}'
-    events = []
-    for tools in (None, [WEATHER]):
-        force(family, answer)
-        request = Request(messages=[{"role": "user", "content": "Some JSON?"}], chat=ChatOptions(tools=tools))
-        events.append(list(ChatEngine(model.engine, "chat_template").stream(request)))
-    assert "".join(e.text for e in events[0] if isinstance(e, Delta)) == answer
-    assert [e.name for e in events[1] if isinstance(e, ToolCallDelta)] == ["Paris"]
+    if kind.called is None:
+        pytest.skip(f"{kind.name} is not trained to make calls")
+    for tools, name in ((None, "get_weather"), ([WEATHER], "get_time")):
+        force(family, kind.call(name, '{"city": "Paris"}'), kind.call_end)
+        request = Request(messages=[{"role": "user", "content": "Weather?"}], chat=ChatOptions(tools=tools))
+        events = list(ChatEngine(model.engine, "chat_template").stream(request))
+        assert not [e for e in events if isinstance(e, ToolCallDelta)]
+        if tools or kind.name != "gpt_oss":  # harmony's message to a function is no answer text
+            assert name in "".join(e.text for e in events if isinstance(e, Delta))
 
 
 def test_the_page_shows_the_thought_apart(family):
@@ -230,7 +240,71 @@ def test_the_page_shows_the_thought_apart(family):
     kind, model, _ = family
     force(family, kind.think(REASONING, ANSWER))
     tab = ChatTab(model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(None))
-    entries, *_ = submit(tab, "Hello there!", template="chat_template", max_gen_len=300)
+    thinking = True if kind.thinking else None  # the page's switch on, where the template's default is off
+    entries, *_ = submit(tab, "Hello there!", template="chat_template", max_gen_len=300, thinking=thinking)
     thought = ["thinking"] if "{r}" in kind.thought else []
     assert [kind_of(e) for e in entries] == ["question", *thought, "answer", "stats"], entries
     assert entries[-2]["content"] == ANSWER and (not thought or entries[1]["content"] == REASONING)
+
+
+ZONE = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The time in a zone.",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def required(model, tools, seed: int | None = None, **options):
+    sampling = Sampling(max_new_tokens=120, temperature=1.0 if seed is not None else 0.0, seed=seed)
+    chat = ChatOptions(tools=tools, tool_choice="required", **options)
+    request = Request(messages=[{"role": "user", "content": "Weather and time?"}], sampling=sampling, chat=chat)
+    return collect(ChatEngine(model.engine, "chat_template").stream(request))
+
+
+def test_a_required_call_is_held_to_the_familys_own_call_format(family):
+    """tool_choice "required": what a trained model writes passes the family's grammar as it is; and a random model
+    sampled at temperature 1 (its reasoning switched off where the template can) writes a valid call."""
+    kind, model, forced = family
+    if kind.called is None or kind.name == "gemma4_text":
+        pytest.skip(f"{kind.name}: no call grammar here")
+    force(family, kind.call("get_weather", '{"city": "Paris"}'), kind.call_end)
+    answer = required(model, [WEATHER, ZONE])
+    assert [(c.name, json.loads(c.arguments)) for c in answer.tool_calls] == [("get_weather", {"city": "Paris"})]
+    if kind.name in ("minimax_m2", "ministral3", "lfm2_moe"):
+        return  # no switch turns their reasoning off, and a random model that starts reasoning never stops
+    with forced.paused():
+        for seed in range(3):
+            answer = required(model, [ZONE], seed, template_kwargs={"reasoning_effort": "none"})
+            assert [json.loads(c.arguments)["zone"] for c in answer.tool_calls] in (["UTC"], ["CET"]), answer
+
+
+PAGE_SWITCH = {  # the page's thinking control for each family: what it sets, and what it starts as
+    "gpt_oss": ("reasoning_effort", "medium"),
+    "gemma4_text": ("enable_thinking", False),  # it thinks only when the variable is true
+    "deepseek_v3_1": ("enable_thinking", False),  # its template thinks only when asked
+    "seed_oss": ("enable_thinking", True),  # set as its thinking_budget
+    "nemotron_h": ("enable_thinking", True),  # set as /think or /no_think in the system prompt
+    "ministral3": (None, None),
+    "r1_distill_qwen": (None, None),
+    "llama3_1": (None, None),
+    "kimi_k2": (None, None),
+    "minimax_m2": (None, None),
+    "granite4": (None, None),
+    "lfm2_moe": (None, None),
+    "qwen2_5": (None, None),
+}
+
+
+def test_the_pages_thinking_switch_is_the_templates_own(family):
+    from local_chat.ui.thinking import thinking_switch
+
+    kind, model, _ = family
+    assert thinking_switch(model.engine) == PAGE_SWITCH.get(kind.name, ("enable_thinking", True))

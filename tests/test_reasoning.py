@@ -331,10 +331,14 @@ def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, t
     assert "### Hello there!\nThinking:\nThe user greets me. I greet back.\n\nHello! How can I help?\n" in printed
     [record] = [json.loads(line) for line in output.read_text().splitlines()]
     assert record["reasoning"] == "The user greets me. I greet back." and record["response"] == "Hello! How can I help?"
-    answer(qwen3, CALL)
-    generate.main(["--prompts", "Weather?", "--output", str(output), "--max_new_tokens", "300"])
-    [record] = [json.loads(line) for line in output.read_text().splitlines()]
-    assert record["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER]))
+    for given in ([], ["--tools", str(tools)]):  # a call only of a tool given
+        answer(qwen3, CALL)
+        generate.main(["--prompts", "Weather?", "--output", str(output), "--max_new_tokens", "300", *given])
+        [record] = [json.loads(line) for line in output.read_text().splitlines()]
+        calls = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}] if given else []
+        assert record["tool_calls"] == calls and ("get_weather" in record["response"]) == (not given)
 
 
 def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3, client):

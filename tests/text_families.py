@@ -1,14 +1,18 @@
 """The 2026 text families as tiny random models of their real classes, each with its published chat template (kept in
 tests/chat_templates, sources in SOURCES.md) and its special tokens, saved as a Hugging Face folder: gpt-oss, Gemma 4
-(text class), SmolLM3, Ministral 3, a DeepSeek-R1 distill (Qwen2), Llama 3.1 and Qwen3.5 (hybrid linear attention).
+(text class), SmolLM3, Ministral 3, a DeepSeek-R1 distill (Qwen2), Llama 3.1 and Qwen3.5 (hybrid linear attention),
+and those of tests/more_families.py.
 `FAMILIES[name]` says how each writes a reasoning and answer, and a call (`Family`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import more_families as more
 import torch
 from vlm_families import family_tokenizer, template
 
@@ -98,6 +102,10 @@ class Family:
     thought: str  # "{r}" the reasoning, "{a}" the answer
     called: str | None  # "{n}" the function, "{j}" its arguments as JSON; None: the family has no calls we parse
     specials: tuple[str, ...]
+    thinking: dict | None = None  # chat_template_kwargs that turn its reasoning on, where it is off by default
+    call_end: str | None = None  # the token that ends a call, where it is not `end`
+    off: dict | str = dataclasses.field(default_factory=lambda: {"enable_thinking": False})  # its template's own
+    # switch turned off: its variables, or the flag its system prompt ends with
 
     def think(self, reasoning: str, answer: str) -> str:
         return self.thought.replace("{r}", reasoning).replace("{a}", answer)
@@ -114,6 +122,7 @@ FAMILIES = {
         "<|channel|>analysis<|message|>I call it.<|end|><|start|>assistant to=functions.{n}<|channel|>commentary json"
         "<|message|>{j}<|call|>",
         tuple(HARMONY),
+        off={"reasoning_effort": "none"},
     ),
     "gemma4_text": Family(
         "gemma4_text",
@@ -146,7 +155,88 @@ FAMILIES = {
         "</tool_call>",
         tuple(CHATML + QWEN_ADDED),
     ),
+    "deepseek_v3_1": Family(
+        "deepseek_v3_1",
+        "<｜end▁of▁sentence｜>",
+        "{r}</think>{a}",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{j}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        tuple(more.DEEPSEEK + more.THINK),
+        thinking={"thinking": True},
+        off={"thinking": False},
+    ),
+    "kimi_k2": Family(
+        "kimi_k2",
+        "<|im_end|>",
+        "{a}",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.{n}:0<|tool_call_argument_begin|>{j}"
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        tuple(more.KIMI),
+    ),
+    "glm4_moe": Family(
+        "glm4_moe",
+        "<|user|>",
+        "\n<think>{r}</think>\n{a}",
+        "\n<think>I call it.</think>\n<tool_call>{n}\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "</tool_call>",
+        tuple(more.GLM + more.GLM_ADDED),
+        call_end="<|observation|>",
+    ),
+    "glm4_moe_lite": Family(
+        "glm4_moe_lite",
+        "<|user|>",
+        "{r}</think>{a}",
+        "I call it.</think><tool_call>{n}<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+        tuple(more.GLM + more.GLM_ADDED),
+        call_end="<|observation|>",
+    ),
+    "minimax_m2": Family(
+        "minimax_m2",
+        "[e~[",
+        "{r}\n</think>\n\n{a}",
+        'I call it.\n</think>\n\n<minimax:tool_call>\n<invoke name="{n}">\n<parameter name="city">Paris</parameter>\n'
+        "</invoke>\n</minimax:tool_call>",
+        tuple(more.MINIMAX + more.MINIMAX_ADDED),
+    ),
+    "seed_oss": Family(
+        "seed_oss",
+        "<seed:eos>",
+        "<seed:think>{r}</seed:think>{a}",
+        "<seed:think>I call it.</seed:think>\n<seed:tool_call>\n<function={n}>\n<parameter=city>Paris</parameter>\n"
+        "</function>\n</seed:tool_call>",
+        tuple(more.SEED),
+        off={"thinking_budget": 0},
+    ),
+    "granite4": Family(
+        "granite4",
+        "<|end_of_text|>",
+        "{a}",
+        '<tool_call>\n{"name": "{n}", "arguments": {j}}\n</tool_call>',
+        tuple(more.GRANITE + more.GRANITE_ADDED),
+    ),
+    "lfm2_moe": Family(
+        "lfm2_moe",
+        "<|im_end|>",
+        "<think>{r}</think>{a}",
+        '<|tool_call_start|>[{n}(city="Paris")]<|tool_call_end|>',
+        tuple(more.LFM2 + more.THINK),
+    ),
+    "nemotron_h": Family(
+        "nemotron_h",
+        "<SPECIAL_12>",
+        "{r}\n</think>\n\n{a}\n",
+        'I call it.\n</think>\n\n<TOOLCALL>[{"name": "{n}", "arguments": {j}}]</TOOLCALL>\n',
+        tuple(more.NEMOTRON + more.NEMOTRON_ADDED),
+        off="/no_think",
+    ),
+    "qwen2_5": Family(
+        "qwen2_5",
+        "<|im_end|>",
+        "{a}",
+        '<tool_call>\n{"name": "{n}", "arguments": {j}}\n</tool_call>',
+        tuple(CHATML + more.QWEN_CALL_MARKERS),
+    ),
 }
+OLDER = ("gpt_oss", "gemma4_text", "smollm3", "ministral3", "r1_distill_qwen", "llama3_1", "qwen3_5")
 
 
 def build(name: str, folder: Path, seed: int = 0) -> Path:
@@ -262,4 +352,5 @@ _BUILDERS = {
     "r1_distill_qwen": _r1_distill_qwen,
     "llama3_1": _llama3_1,
     "qwen3_5": _qwen3_5,
+    **{name: functools.partial(getattr(more, name), _tokenizer, _sizes) for name in FAMILIES if name not in OLDER},
 }

@@ -232,7 +232,7 @@ def _check_tool_calls(message: dict) -> None:
 
 def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
     """The chat body's tools, tool_choice, parallel_tool_calls, chat_template_kwargs and reasoning_effort, checked."""
-    tools = _tools(body.get("tools"))
+    tools = checked_tools(body.get("tools"))
     choice, name = _tool_choice(body.get("tool_choice"), tools)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is None:
@@ -289,7 +289,8 @@ def _tool_choice(choice, tools: list[dict] | None) -> tuple[str, str | None]:
     return choice or "auto", None
 
 
-def _tools(tools) -> list[dict] | None:
+def checked_tools(tools) -> list[dict] | None:
+    """A request's `tools` (OpenAI's shape), checked: None where there are none."""
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list):

@@ -10,7 +10,6 @@ itself (engine/remote.py).
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
@@ -24,14 +23,9 @@ from local_chat.errors import UserError
 from local_chat.model.detokenize import StopStrings
 from local_chat.prompting.answer_grammars import held_answer
 from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
+from local_chat.prompting.families import ChatFormat, chat_format
 from local_chat.prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
-from local_chat.prompting.response_formats import (
-    LLAMA3_JSON_CALLS,
-    Region,
-    response_format,
-    response_parser,
-    text_events,
-)
+from local_chat.prompting.response_formats import Region, response_parser, text_events
 from local_chat.templates.multi_turn import CHAT_TEMPLATE
 
 from .interface import (
@@ -155,7 +149,7 @@ class ChatEngine:
             return asked  # no format, or no known frame: held from the answer's first token
         hf = getattr(self.engine.tokenizer, "hf", None)
         tools = options.tools if required else None
-        return held_answer(style.template, prompt, hf, asked, tools, options.tool_name)
+        return held_answer(style.family, prompt, hf, asked, tools, options.tool_name)
 
     def _template(self, options: ChatOptions) -> str:
         return options.template or self.template
@@ -207,31 +201,33 @@ def shown_messages(messages: list[dict]) -> str:
 
 @dataclass(frozen=True)
 class ResponseStyle:
-    """How a model writes its answers: its response template, whether that is the model's own format (read with the
-    special tokens in the text) rather than `THINK_TAGS`, and its tokenizer (to count reasoning tokens)."""
+    """How a model writes its answers: its family's chat format (prompting/families.py), and its tokenizer (to count
+    reasoning tokens)."""
 
-    template: dict
-    reads_special_tokens: bool
+    family: ChatFormat
     tokenizer: object
+
+    @property
+    def reads_special_tokens(self) -> bool:
+        """Whether answers are read in the family's own format, with the special tokens in the text."""
+        return self.family.own
 
     @staticmethod
     def of(engine: Engine) -> ResponseStyle:
-        renderer = engine.chat_renderer
-        template, own = response_format(renderer, engine.summary().model_type)
-        return ResponseStyle(template, own and renderer is not None, engine.tokenizer)
+        return ResponseStyle(chat_format(engine.chat_renderer, engine.summary().model_type), engine.tokenizer)
 
 
 class AnswerParser:
     """One answer's text (with the special tokens in it where the format is the model's own) turned into reasoning,
-    answer and tool-call events, as it grows."""
+    answer and tool-call events, as it grows. Calls are read only where the request declared tools, and only of
+    those tools: any other stays in the answer as text."""
 
     def __init__(self, form: ResponseStyle, prompt: str, options: ChatOptions):
-        template = form.template
-        text_like = template is LLAMA3_JSON_CALLS and not options.tools  # an answer that is JSON is no call then
-        if (options.tool_choice == "none" or text_like) and "tool_calls" in template.get("fields", {}):
-            template = copy.deepcopy(template)  # calls stay text in the answer
-            del template["fields"]["tool_calls"]
-        self.parser = response_parser(template, prompt, options.tools)
+        family = form.family
+        if options.tool_choice == "none" or not options.tools:
+            family = family.without("tool_calls")  # calls stay text in the answer
+        self.parser = response_parser(family.response, prompt, options.tools)
+        self.declared = {t["function"]["name"] for t in options.tools or [] if isinstance(t.get("function"), dict)}
         self.tokenizer = form.tokenizer
         self.parallel = options.parallel_tool_calls
         self.fields = {"reasoning_content": Region(Reasoning), "content": Region(Delta)}
@@ -302,11 +298,14 @@ class AnswerParser:
         return out
 
     def _call(self, value) -> list[Event]:
+        if isinstance(value, list):  # a family that writes its calls as one list
+            return [event for item in value for event in self._call(item)]
         function = value.get("function") if isinstance(value, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str):
-            log.warning("A tool call could not be read, so it stays in the answer as text: %r", self.raw[-300:])
-            return self.fields["content"].chunk(json.dumps(value) if not isinstance(value, str) else value)
+        if not isinstance(name, str) or name not in self.declared:
+            why = "it names no tool" if not isinstance(name, str) else f"{name!r} is not one of the request's tools"
+            log.warning("A tool call stays in the answer as text (%s): %r", why, self.raw[-300:])
+            return self.fields["content"].chunk(json.dumps(function or value, ensure_ascii=False))
         if self.calls and not self.parallel:
             return []  # parallel_tool_calls false: the first call only
         arguments = function.get("arguments", {})

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a JSON schema file: every answer is JSON valid against it (held to it token by token)",
     )
+    p.add_argument(
+        "--tools",
+        type=Path,
+        default=None,
+        help='a JSON file of tools the model may call (OpenAI\'s list of {"type": "function", ...}): calls are '
+        "printed and written as tool_calls, and only of these tools",
+    )
     p.add_argument("--output", type=Path, default=None, help="write one json object per prompt to this .jsonl file")
     p.add_argument("--config", type=Path, default=None, help="a YAML file holding any of these flags")
     return p
@@ -122,7 +129,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from local_chat.prompting import check_system, resolve_template
 
     prompts = read_prompts(args)  # bad input is told before a model takes minutes to load
-    shape = read_schema(args.json_schema)
+    shape, tools = read_schema(args.json_schema), read_tools(args.tools)
     sampling = Sampling(
         args.max_new_tokens, args.temperature, args.top_p, args.top_k, args.repetition_penalty, args.seed
     )
@@ -140,7 +147,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        answers = chats.complete([prompt_request(template, p, args.system, sampling, shape) for p in batch])
+        answers = chats.complete([prompt_request(template, p, args.system, sampling, shape, tools) for p in batch])
         refused = next((a.end.error for a in answers if a.end.caller_error), None)
         if refused:
             raise UserError(refused)
@@ -184,10 +191,27 @@ def read_schema(path: Path | None):
     return AnswerFormat("json_schema", schema, path.stem)
 
 
-def prompt_request(template: str, prompt: str, system: str | None, sampling, answer_format=None):
+def read_tools(path: Path | None) -> list[dict] | None:
+    """--tools' file: a list of tools, or an object with one under "tools" (None without the flag)."""
+    from local_chat.api.requests import APIError, checked_tools
+
+    if path is None:
+        return None
+    try:
+        tools = json.loads(path.read_text())
+        return checked_tools(tools.get("tools") if isinstance(tools, dict) else tools)
+    except OSError as error:
+        raise UserError(f"Cannot read the --tools file {path} ({error.strerror}); check the path.")
+    except ValueError as error:
+        raise UserError(f"The --tools file {path} is not JSON ({error}); give a list of tools.")
+    except APIError as error:
+        raise UserError(f"The --tools file {path}: {error.message}")
+
+
+def prompt_request(template: str, prompt: str, system: str | None, sampling, answer_format=None, tools=None):
     """The engine request for one prompt: the raw prompt, or a single-turn template's; else one user message (after
-    `system`'s) in the conversation `template`, whose answer the engine parses into reasoning, text and tool calls.
-    `answer_format`: what the answer must follow (--json_schema's)."""
+    `system`'s) in the conversation `template`, whose answer the engine parses into reasoning, text and calls of
+    `tools`. `answer_format`: what the answer must follow (--json_schema's)."""
     from local_chat.engine import ChatOptions, Request
     from local_chat.prompting import single_turn_prompt
     from local_chat.templates.single_turn import TEMPLATE_NAMES
@@ -197,7 +221,7 @@ def prompt_request(template: str, prompt: str, system: str | None, sampling, ans
     messages = ([{"role": "system", "content": system}] if system is not None else []) + [
         {"role": "user", "content": prompt}
     ]
-    chat = ChatOptions(template=template, answer_tokens=0)
+    chat = ChatOptions(template=template, answer_tokens=0, tools=tools)
     return Request(messages=messages, sampling=sampling, chat=chat, answer_format=answer_format)
 
 

@@ -26,6 +26,7 @@ from .chat import (
     message_images,
     message_text,
 )
+from .families import ENABLE_THINKING, REASONING_EFFORT, ThinkingSwitch, chat_format
 from .images import png_bytes, png_data_url
 
 # the answer's fields an earlier assistant message may carry back, under either name clients use
@@ -50,7 +51,10 @@ def messages_prompt(
     conv = conversation(engine, CHAT_TEMPLATE)
     if not conv.typed_parts:
         messages = latest_images_only(messages)
-    kwargs = template_variables(engine, options)
+    kwargs, effort = template_variables(engine, options)
+    switch = thinking_switch_of(engine)
+    if effort is not None and switch is not None:
+        messages = switch.flagged(messages, effort)  # a switch written in the system prompt (Nemotron's /no_think)
 
     @functools.cache
     def render(dropped: int) -> tuple[str, tuple]:
@@ -179,16 +183,31 @@ def normalized(messages: list[dict]) -> list[dict]:
     return out
 
 
-def template_variables(engine: Engine, options: ChatOptions) -> dict:
-    """The chat template's own variables for this request: `chat_template_kwargs`, with `reasoning_effort` passed as
-    is where the template reads it, else as `enable_thinking` (low, medium, high: on; none: off)."""
+def template_variables(engine: Engine, options: ChatOptions) -> tuple[dict, str | None]:
+    """(the chat template's own variables for this request, the reasoning effort asked for): `chat_template_kwargs`,
+    with `reasoning_effort` (or the page's `enable_thinking`, where the template reads no such variable) set through
+    the template's own thinking switch (`thinking_switch_of`: "none" is off, any other effort on); a template with
+    no known switch gets `enable_thinking`."""
     kwargs = dict(options.template_kwargs)
     effort = kwargs.pop("reasoning_effort", None)
+    switch = thinking_switch_of(engine)
+    if effort is None and isinstance(kwargs.get("enable_thinking"), bool) and switch is not None:
+        if "enable_thinking" not in template_reads(engine):
+            effort = "medium" if kwargs.pop("enable_thinking") else "none"
     if effort is None:
-        return kwargs
-    if "reasoning_effort" in template_reads(engine):
-        return {"reasoning_effort": effort, **kwargs}
-    return {"enable_thinking": effort != "none", **kwargs}
+        return kwargs, None
+    own = switch.variables(effort) if switch is not None else {"enable_thinking": effort != "none"}
+    return {**own, **kwargs}, effort
+
+
+def thinking_switch_of(engine: Engine) -> ThinkingSwitch | None:
+    """How the model's chat template turns reasoning on and off: its family's switch (prompting/families.py), else
+    the variable it reads (`reasoning_effort`, else `enable_thinking`), else None."""
+    family = chat_format(engine.chat_renderer, engine.summary().model_type)
+    if family.switch is not None:
+        return family.switch
+    reads = template_reads(engine)
+    return REASONING_EFFORT if "reasoning_effort" in reads else ENABLE_THINKING if "enable_thinking" in reads else None
 
 
 def template_reads(engine: Engine) -> frozenset[str]:
@@ -206,7 +225,7 @@ def _settable_variables(source: str) -> frozenset[str]:
     import jinja2
     from jinja2 import meta
 
-    defaulted = set(re.findall(r"\b(\w+)\s+is\s+(?:not\s+)?defined\b", source))
+    defaulted = set(re.findall(r"(?<!\.)\b(\w+)\s+is\s+(?:not\s+)?defined\b", source))  # not `ns.x is defined`
     source = re.sub(r"{%-?\s*(?:end)?generation\s*-?%}", "", source)  # transformers' own tags (SmolLM3's)
     try:
         return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)) | defaulted)

@@ -1,12 +1,11 @@
-"""How each family writes its reasoning and tool calls: transformers' declarative response templates, read by
-`tokenizer.get_response_parser` (transformers/utils/chat_parsing).
+"""How families write their reasoning and tool calls: transformers' declarative response templates, read by
+`tokenizer.get_response_parser` (transformers/utils/chat_parsing), and the streaming pieces that turn a parser's
+events into the answer's events. prompting/families.py says which model writes which.
 
-A checkpoint's own `response_template` (its tokenizer config) comes first; else the first of `FAMILY_FORMATS` whose
-marker its chat template holds (the DeepSeek-R1 distills are Qwen2 and Llama models with DeepSeek's template), else
-the entry for its `model_type`: transformers' own server's fallbacks (`RESPONSE_FORMATS`, copied from
-`_RESPONSE_TEMPLATE_FALLBACKS` in transformers/cli/serving/utils.py, private, and importing it pulls in FastAPI;
-tests/test_reasoning.py checks that the copies still equal it), then ours for the families it has none for
-(`FAMILY_FORMATS`, each tested against its published template in tests/test_families.py); else `THINK_TAGS`: a
+`RESPONSE_FORMATS` are transformers' own server's fallbacks (copied from `_RESPONSE_TEMPLATE_FALLBACKS` in
+transformers/cli/serving/utils.py, private, and importing it pulls in FastAPI; tests/test_reasoning.py checks that the
+copies still equal it); the others here and in prompting/family_responses.py are ours, each tested against its
+published template in tests/test_families.py. `THINK_TAGS` reads a model with no known format: a
 `<think>...</think>` block is reasoning, the rest is the answer.
 """
 
@@ -158,16 +157,6 @@ LLAMA3_JSON_CALLS = {
     },
 }
 
-# (model types, or None for any; the marker the chat template must hold, or None) -> format
-FAMILY_FORMATS: list[tuple[tuple[str, ...] | None, str | None, dict]] = [
-    (None, "<｜Assistant｜>", DEEPSEEK_R1),
-    (("gpt_oss",), None, HARMONY),
-    (("gemma4_text",), None, RESPONSE_FORMATS[("gemma4",)]),  # the text class of the same model
-    (("smollm3",), None, next(v for types, v in RESPONSE_FORMATS.items() if "qwen3" in types)),  # <tool_call> JSON
-    (("mistral3", "ministral3", "ministral", "mistral"), "[THINK]", MISTRAL_THINK),
-    (("llama",), "<|start_header_id|>", LLAMA3_JSON_CALLS),
-]
-
 # A model with no known format: a <think>...</think> block is its reasoning, the rest its answer. The answer starts
 # where the prompt ends, or at a <think> the prompt opened (as the R1 distills' templates do).
 THINK_TAGS = {
@@ -178,22 +167,6 @@ THINK_TAGS = {
         "content": {"content": "text"},
     },
 }
-
-
-def response_format(tokenizer, model_type: str | None) -> tuple[dict, bool]:
-    """(the response template for a model, whether it is the model's own format rather than `THINK_TAGS`)."""
-    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-    own = getattr(text_tokenizer, "response_template", None)
-    if own is not None:
-        return own, True
-    template = getattr(tokenizer, "chat_template", None) or getattr(text_tokenizer, "chat_template", None)
-    template = template if isinstance(template, str) else ""
-    ordered = FAMILY_FORMATS[:1] + [(types, None, v) for types, v in RESPONSE_FORMATS.items()] + FAMILY_FORMATS[1:]
-    found = next(
-        (v for types, marker, v in ordered if model_type in (types or [model_type]) and (marker or "") in template),
-        None,
-    )
-    return (found, True) if found is not None else (THINK_TAGS, False)
 
 
 class Region:

@@ -6,34 +6,37 @@ from __future__ import annotations
 import gradio as gr
 
 from local_chat.engine import Engine
-from local_chat.prompting.messages import template_reads
+from local_chat.prompting.messages import thinking_switch_of
 
 EFFORTS = ("low", "medium", "high")
 ENGINE_THINKING = ("engine's default", "think", "don't think")  # the switch over an engine (--api_base)
 
 
 def thinking_switch(engine: Engine) -> tuple[str | None, object]:
-    """(the template variable the page's thinking switch sets: "enable_thinking", "reasoning_effort", or None where
-    the model's template reads neither; the switch's first value: what the template does with it unset). An engine
-    that renders messages itself (--api_base) gets a switch whose template is unknown here: the engine's default
-    (nothing sent), or `chat_template_kwargs.enable_thinking` true or false."""
+    """(what the page's thinking switch sets: "reasoning_effort", "enable_thinking" (a checkbox, whichever switch
+    the template has: prompting/messages.py sets it), or None where the model's template has none; the switch's
+    first value: what the template does with it unset). An engine that renders messages itself (--api_base) gets a
+    switch whose template is unknown here: the engine's default (nothing sent), or
+    `chat_template_kwargs.enable_thinking` true or false."""
     if getattr(engine, "renders_messages", False):
         return "enable_thinking", ENGINE_THINKING[0]
-    reads, renderer = template_reads(engine), engine.chat_renderer
+    switch, renderer = thinking_switch_of(engine), engine.chat_renderer
+    if switch is None:
+        return None, None
     probe = [{"role": "user", "content": "Hi"}]
 
-    def render(**variables):
+    def render(effort: str | None = None):
+        messages = switch.flagged(probe, effort) if effort else probe
+        variables = switch.variables(effort) if effort else {}
         try:
-            return renderer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **variables)
+            return renderer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **variables)
         except Exception:  # a template that cannot render the probe: the switch starts as the variable's default
             return None
 
-    if "reasoning_effort" in reads:
+    if switch.variable == "reasoning_effort":
         unset = render()
-        return "reasoning_effort", next((e for e in EFFORTS if render(reasoning_effort=e) == unset), "medium")
-    if "enable_thinking" in reads:
-        return "enable_thinking", render() != render(enable_thinking=False)
-    return None, None
+        return "reasoning_effort", next((e for e in EFFORTS if render(e) == unset), "medium")
+    return "enable_thinking", render() != render("none")
 
 
 def thinking_kwargs(thinking) -> dict:
