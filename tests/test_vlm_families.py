@@ -56,12 +56,17 @@ def parts(text: str, images=()) -> list[dict]:
     return [{"type": "image", "image": image} for image in images] + [{"type": "text", "text": text}]
 
 
-def reference_messages(first_answer: str, image=RED) -> list[dict]:
+# the roles whose content a family's template reads as a string only (it prints typed parts as Python text)
+STRING_ROLES = {"glm4v": ("system", "assistant"), "gemma4": ("system",)}
+
+
+def reference_messages(first_answer: str, image=RED, name: str = "") -> list[dict]:
     """The conversation a user of transformers would write for the app's two turns."""
+    text = STRING_ROLES.get(name, ())
     return [
-        {"role": "system", "content": parts(SYSTEM)},
+        {"role": "system", "content": SYSTEM if "system" in text else parts(SYSTEM)},
         {"role": "user", "content": parts(FIRST, [image])},
-        {"role": "assistant", "content": parts(first_answer)},
+        {"role": "assistant", "content": first_answer if "assistant" in text else parts(first_answer)},
         {"role": "user", "content": parts(SECOND)},
     ]
 
@@ -98,7 +103,7 @@ def test_the_prompt_and_its_ids_are_the_processors_own(family):
     name, _, model = family
     assert default_template(model.engine) == "chat_template"
     second, one, _ = two_turns(model)
-    messages = reference_messages(one["text"])
+    messages = reference_messages(one["text"], name=name)
     assert second.text == model.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     expected = model.processor.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
@@ -117,7 +122,7 @@ def test_two_turns_with_an_image_are_the_tokens_generate_gives(family):
     _, one, two = two_turns(model)
     assert two["cached_tokens"] > 0
     expected = model.processor.apply_chat_template(
-        reference_messages(one["text"]),
+        reference_messages(one["text"], name=name),
         add_generation_prompt=True,
         tokenize=True,
         return_dict=True,
@@ -429,3 +434,33 @@ def test_mllama_second_turn_whose_prompt_changed_under_its_cache_answers(family)
         cached, fresh = answer(turn, session), answer(turn, None)
         assert cached.end.error is None and cached.text == fresh.text
         assert (cached.end.cached_tokens > 0) == (system is None)
+
+
+@pytest.mark.parametrize("family", ["glm4v"], indirect=True)
+def test_glm4v_answers_about_an_image_its_reasoning_and_answer_tags_apart(family):
+    """GLM-4.1V-Thinking through /v1: a system prompt reaches its template as text, and `<think>...</think>
+    <answer>...</answer>` comes back as the reasoning and the answer, with no tag left in either."""
+    from openai import OpenAI
+
+    from bench.families import ForcedAnswer
+    from local_chat.engine import Request, Sampling
+    from local_chat.engine.chats import ChatEngine
+
+    _, _, model = family
+    image = {"type": "image_url", "image_url": {"url": png_data_url(png_bytes(RED))}}
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": [image, {"type": "text", "text": FIRST}]},
+    ]
+    written = "<think>A red square on grey.</think><answer>A red square.</answer>"
+    forced = ForcedAnswer(model.llma, model.tokenizer.hf, written, "<|user|>")
+    try:
+        with serve(model) as (url, _):
+            api = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            message = api.chat.completions.create(model="m", messages=messages, max_tokens=60).choices[0].message
+    finally:
+        forced.remove()
+    assert (message.content, message.model_extra["reasoning_content"]) == ("A red square.", "A red square on grey.")
+    request = Request(messages=messages, sampling=Sampling(max_new_tokens=1))
+    rendered = next(iter(ChatEngine(model.engine, "chat_template").stream(request)))
+    assert rendered.text.startswith("[gMASK]<sop><|system|>\nBe brief.<|user|>\n<|begin_of_image|>")

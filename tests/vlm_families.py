@@ -25,6 +25,7 @@ FAMILIES = (
     "llava_next",
     "qwen2_vl",
     "qwen2_5_vl",
+    "glm4v",
     "idefics3",
     "gemma3",
     "gemma4",
@@ -290,6 +291,37 @@ def _qwen3_vl():
     return model, processor, template("qwen3_vl"), "processor"
 
 
+def _glm4v():
+    """GLM-4.1V-Thinking: GLM's role tokens, its image between <|begin_of_image|> and <|end_of_image|>, answers
+    `<think>...</think><answer>...</answer>`."""
+    import transformers as tf
+    from tokenizers import AddedToken
+
+    roles = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"]
+    vision_tokens = ["<|begin_of_image|>", "<|end_of_image|>", "<|image|>"]
+    video_tokens = ["<|begin_of_video|>", "<|end_of_video|>", "<|video|>"]
+    tok = family_tokenizer(roles + vision_tokens + video_tokens, "[gMASK]", "<|endoftext|>", "<|endoftext|>", False)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in GLM_V_ADDED])
+    ids = {
+        key: tok.convert_tokens_to_ids(token)
+        for key, token in zip(("image_start_token_id", "image_end_token_id", "image_token_id"), vision_tokens)
+    } | {
+        key: tok.convert_tokens_to_ids(token)
+        for key, token in zip(("video_start_token_id", "video_end_token_id", "video_token_id"), video_tokens)
+    }
+    text = text_config(tok, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]})
+    text["eos_token_id"] = [tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>")]
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, image_size=28)
+    model = tf.Glm4vForConditionalGeneration(tf.Glm4vConfig(text_config=text, vision_config=vision, **ids))
+    sizes = dict(patch_size=14, merge_size=2, temporal_patch_size=2)
+    sizes["size"] = {"shortest_edge": 28 * 28, "longest_edge": 56 * 56 * 4}
+    processor = images_only(tf.Glm4vProcessor)(image_processor=tf.Glm4vImageProcessorPil(**sizes), tokenizer=tok)
+    return model, processor, template("glm4v"), "processor"
+
+
+GLM_V_ADDED = ["<think>", "</think>", "<answer>", "</answer>"]
+
+
 def _idefics3():
     from transformers import (
         Idefics3Config,
@@ -537,6 +569,7 @@ BUILDERS = {
     "qwen2_vl": lambda: _qwen_vl("2"),
     "qwen2_5_vl": lambda: _qwen_vl("2.5"),
     "qwen3_vl": _qwen3_vl,
+    "glm4v": _glm4v,
     "gemma4": _gemma4,
     "mistral3": _mistral3,
     "idefics3": _idefics3,

@@ -177,7 +177,9 @@ class ChatTemplateConversation(_Messages):
         self.renderer = renderer
         self.system = system
         self.messages: list = []
+        self.string_roles: frozenset[str] = frozenset()  # roles whose content the template reads as a string only
         self.typed_parts = self._reads_typed_parts(prefer=sees_images)
+        self.string_roles = self._string_roles() if self.typed_parts else frozenset()
         self.stop_symbols = self._derive_stop_symbols()
 
     def _content(self, message, typed_parts: bool):
@@ -187,13 +189,11 @@ class ChatTemplateConversation(_Messages):
         return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
 
     def _chat(self, messages, typed_parts: bool, with_system: bool = True) -> list:
-        chat = (
-            [{"role": "system", "content": self._content(self.system, typed_parts)}]
-            if self.system and with_system
-            else []
-        )
-        chat += [{"role": role, "content": self._content(content, typed_parts)} for role, content in messages]
-        return chat
+        system = [["system", self.system]] if self.system and with_system else []
+        return [
+            {"role": role, "content": self._content(content, typed_parts and role not in self.string_roles)}
+            for role, content in system + list(messages)
+        ]
 
     def _apply(self, messages, add_generation_prompt: bool, typed_parts: bool, with_system: bool = True) -> str:
         return self.renderer.apply_chat_template(
@@ -215,6 +215,22 @@ class ChatTemplateConversation(_Messages):
         if prefer:
             return shows_probe(True) or not shows_probe(False)
         return not shows_probe(False) and shows_probe(True)
+
+    def _string_roles(self) -> frozenset[str]:
+        """The roles whose typed parts a template that reads them in user messages prints as Python text
+        (GLM-4.1V's system and assistant messages): those get their text as a string."""
+        user = {"role": "user", "content": self._content(self._NEXT, True)}
+        probes = {
+            "system": [{"role": "system", "content": self._content(self._ANSWER, True)}, user],
+            "assistant": [user, {"role": "assistant", "content": self._content(self._ANSWER, True)}],
+        }
+        roles = set()
+        for role, chat in probes.items():
+            try:
+                roles |= {role} if "'type'" in self.renderer.apply_chat_template(chat, tokenize=False) else set()
+            except Exception:  # a template that cannot render the probe: as it was
+                continue
+        return frozenset(roles)
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
         return self._applied(self._chat(messages, self.typed_parts), add_generation_prompt=add_generation_prompt)
@@ -297,25 +313,27 @@ class ChatTemplateConversation(_Messages):
         message is no system prompt."""
         chat = [self._typed(m) for m in messages if m.get("role") != "system" or _text(m.get("content") or "")]
         if self.system and not any(m["role"] == "system" for m in chat):
-            chat.insert(0, {"role": "system", "content": self._content(self.system, self.typed_parts)})
+            chat.insert(0, {"role": "system", "content": self._content(self.system, self._typed_role("system"))})
         return self._applied(chat, tools, add_generation_prompt=True, **template_kwargs)
 
     def _typed(self, message: dict) -> dict:
         """A message with its content as the template reads it (typed parts, or a string)."""
-        content = message.get("content")
-        if content is None:
-            content = ""
+        content = message.get("content") if message.get("content") is not None else ""
         if isinstance(content, list):
-            if not self.typed_parts:
+            if not self._typed_role(message.get("role")):
                 content = _text(content)
             else:
                 content = [
                     {"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
                     for p in content
                 ]
-        elif self.typed_parts and message.get("role") in ("system", "user"):
+        elif self._typed_role(message.get("role")) and message.get("role") in ("system", "user"):
             content = [{"type": "text", "text": content}]
         return {**message, "content": content, **_thinking(message), **_calls_as_objects(message)}
+
+    def _typed_role(self, role) -> bool:
+        """Whether a message of `role` goes to the template as typed parts (else as a string)."""
+        return self.typed_parts and role not in self.string_roles
 
     @property
     def response_end_signal(self) -> str:
