@@ -448,7 +448,11 @@ def forced_chat(model, family: str, written: str, chat: ChatOptions, answer_form
         forced.remove()
 
 
-@pytest.fixture(scope="module", params=["smollm3", "gpt_oss", "ministral3", "r1_distill_qwen", "qwen3_5"])
+REASONERS = ["smollm3", "gpt_oss", "ministral3", "r1_distill_qwen", "qwen3_5"]
+REASONERS += ["glm4_moe", "glm4_moe_lite", "minimax_m2", "seed_oss", "lfm2_moe", "nemotron_h"]
+
+
+@pytest.fixture(scope="module", params=REASONERS)
 def reasoner(request, tmp_path_factory):
     folder = text_families.build(request.param, tmp_path_factory.mktemp(request.param) / "m")
     return request.param, MetaModel.from_pretrained(str(folder))
