@@ -89,14 +89,14 @@ def deepseek_v3_1(tokenizer_of, sizes):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     tokenizer = tokenizer_of(DEEPSEEK, DEEPSEEK[0], DEEPSEEK[1], DEEPSEEK[1], THINK, adds_bos=False)
-    return DeepseekV3ForCausalLM(_mla(DeepseekV3Config, sizes(tokenizer))), tokenizer, [DEEPSEEK[1]]
+    return DeepseekV3ForCausalLM(_deepseek_v3(DeepseekV3Config, sizes(tokenizer))), tokenizer, [DEEPSEEK[1]]
 
 
 def kimi_k2(tokenizer_of, sizes):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     tokenizer = tokenizer_of(KIMI, "[BOS]", "<|im_end|>", "[PAD]")
-    return DeepseekV3ForCausalLM(_mla(DeepseekV3Config, sizes(tokenizer))), tokenizer, ["<|im_end|>", "[EOS]"]
+    return DeepseekV3ForCausalLM(_deepseek_v3(DeepseekV3Config, sizes(tokenizer))), tokenizer, ["<|im_end|>", "[EOS]"]
 
 
 def glm4_moe(tokenizer_of, sizes):
@@ -125,6 +125,8 @@ def minimax_m2(tokenizer_of, sizes):
 
     tokenizer = tokenizer_of(MINIMAX, "]~!b[", "[e~[", "<pad>", MINIMAX_ADDED)
     config = MiniMaxM2Config(**sizes(tokenizer, intermediate_size=32), num_local_experts=4, num_experts_per_tok=2)
+    # as the checkpoints' config.json has them (vLLM reads them)
+    config.rotary_dim, config.scoring_func, config.use_routing_bias = config.head_dim, "sigmoid", True
     return MiniMaxM2ForCausalLM(config), tokenizer, ["[e~["]
 
 
@@ -196,20 +198,30 @@ def qwen2_5(tokenizer_of, sizes):
     return Qwen2ForCausalLM(config), tokenizer, ["<|im_end|>", "<|endoftext|>"]
 
 
+def _deepseek_v3(config_class, sizes: dict):
+    """DeepSeek V3's config (Kimi K2's too), with the routing its checkpoints' config.json names (vLLM reads it)."""
+    config = _mla(config_class, sizes)
+    config.topk_method, config.scoring_func = "noaux_tc", "sigmoid"
+    return config
+
+
 def _mla(config_class, sizes: dict):
-    """A multi-head latent attention model's config (DeepSeek V3's, GLM-4.7-Flash's) at the tiny sizes."""
+    """A multi-head latent attention model's config (DeepSeek V3's, GLM-4.7-Flash's) at the tiny sizes, its query
+    and key heads `head_dim` wide (half of it rotary)."""
+    head = sizes.get("head_dim", 16)
+    wide = head >= 64  # as vLLM takes it: its latent 512 wide, its rotary part 64 (576 in all)
     sizes = {k: v for k, v in sizes.items() if k != "head_dim"}
     return config_class(
-        **sizes | dict(num_key_value_heads=4, intermediate_size=64),
+        **sizes | dict(num_key_value_heads=sizes["num_attention_heads"], intermediate_size=64),  # no grouped heads
         moe_intermediate_size=32,
         n_routed_experts=4,
         num_experts_per_tok=2,
         n_group=1,
         topk_group=1,
         first_k_dense_replace=1,
-        kv_lora_rank=16,
+        kv_lora_rank=512 if wide else 16,
         q_lora_rank=32,
-        qk_rope_head_dim=8,
-        qk_nope_head_dim=8,
-        v_head_dim=16,
+        qk_rope_head_dim=64 if wide else head // 2,
+        qk_nope_head_dim=64 if wide else head // 2,
+        v_head_dim=head,
     )

@@ -8,7 +8,6 @@ and those of tests/more_families.py.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,10 +238,14 @@ FAMILIES = {
 OLDER = ("gpt_oss", "gemma4_text", "smollm3", "ministral3", "r1_distill_qwen", "llama3_1", "qwen3_5")
 
 
-def build(name: str, folder: Path, seed: int = 0) -> Path:
-    """The tiny `name` model (one of FAMILIES) with its published template, saved in `folder`."""
+def build(name: str, folder: Path, seed: int = 0, **sizes) -> Path:
+    """The tiny `name` model (one of FAMILIES) with its published template, saved in `folder`; `sizes` (such as
+    head_dim) change those of tests/more_families.py's families."""
     torch.manual_seed(seed)
-    model, tokenizer, ends = _BUILDERS[name]()
+    if name in OLDER:
+        model, tokenizer, ends = _BUILDERS[name]()
+    else:
+        model, tokenizer, ends = getattr(more, name)(_tokenizer, lambda tok, **own: _sizes(tok, **(sizes | own)))
     tokenizer.chat_template = template("gemma4" if name == "gemma4_text" else name)
     model.eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -352,5 +355,4 @@ _BUILDERS = {
     "r1_distill_qwen": _r1_distill_qwen,
     "llama3_1": _llama3_1,
     "qwen3_5": _qwen3_5,
-    **{name: functools.partial(getattr(more, name), _tokenizer, _sizes) for name in FAMILIES if name not in OLDER},
 }

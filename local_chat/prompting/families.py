@@ -100,7 +100,7 @@ FORMATS: list[ChatFormat] = [
         "deepseek_v3_1",
         responses.DEEPSEEK,
         ("deepseek_v3",),
-        ("<｜Assistant｜>",),
+        ("<｜Assistant｜>", "<think></think>"),  # R1's and V3's templates write no closed reasoning
         calls.deepseek_call,
         switch=ThinkingSwitch("thinking"),
     ),
@@ -130,7 +130,7 @@ FORMATS: list[ChatFormat] = [
         switch=ThinkingSwitch("thinking_budget", on=-1, off=0),
     ),
     ChatFormat("granite", responses.GRANITE, markers=("<|start_of_role|>",), call=calls.qwen_call),
-    ChatFormat("lfm2", responses.LFM2, markers=("<|tool_call_start|>",), call=calls.pythonic_call),
+    ChatFormat("lfm2", responses.LFM2, ("lfm2", "lfm2_moe", "lfm2_vl"), call=calls.pythonic_call),
     ChatFormat(
         "nemotron",
         responses.NEMOTRON,
