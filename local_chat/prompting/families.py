@@ -129,7 +129,8 @@ FORMATS: list[ChatFormat] = [
         call=calls.seed_call,
         switch=ThinkingSwitch("thinking_budget", on=-1, off=0),
     ),
-    ChatFormat("granite", responses.GRANITE, markers=("<|start_of_role|>",), call=calls.qwen_call),
+    # Granite 4 (Granite 3's calls are `<|tool_call|>[...]`, which this leaves as text)
+    ChatFormat("granite", responses.GRANITE, markers=("<|start_of_role|>", "<tool_call>"), call=calls.qwen_call),
     ChatFormat("lfm2", responses.LFM2, ("lfm2", "lfm2_moe", "lfm2_vl"), call=calls.pythonic_call),
     ChatFormat(
         "nemotron",
