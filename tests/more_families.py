@@ -1,7 +1,7 @@
-"""The families of 2025-26 that tests/text_families.py adds to its own (DeepSeek V3.1, GLM-4.5/4.6, GLM-4.7-Flash,
-Kimi K2, MiniMax M2, Seed-OSS, Granite 4.0-H, LFM2 and Nemotron Nano 2) and Qwen2.5, each a tiny random model of its
-real class with its published template (tests/chat_templates, SOURCES.md) and its special tokens, and `Family`'s
-strings for what a trained one writes."""
+"""The families of 2025-26 that tests/text_families.py adds to its own (DeepSeek V3.1, whose markers the R1 distills
+there share, GLM-4.5/4.6, GLM-4.7-Flash, Kimi K2, MiniMax M2, Seed-OSS, Granite 4.0-H, LFM2 and Nemotron Nano 2) and
+Qwen2.5, each a tiny random model of its real class with its published template (tests/chat_templates, SOURCES.md)
+and its special tokens, and `Family`'s strings for what a trained one writes."""
 
 from __future__ import annotations
 

@@ -63,21 +63,6 @@ MISTRAL = [
     "[/THINK]",
     "[IMG]",
 ]
-DEEPSEEK = [
-    "<｜begin▁of▁sentence｜>",
-    "<｜end▁of▁sentence｜>",
-    "<｜User｜>",
-    "<｜Assistant｜>",
-    "<｜tool▁calls▁begin｜>",
-    "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>",
-    "<｜tool▁call▁end｜>",
-    "<｜tool▁sep｜>",
-    "<｜tool▁outputs▁begin｜>",
-    "<｜tool▁outputs▁end｜>",
-    "<｜tool▁output▁begin｜>",
-    "<｜tool▁output▁end｜>",
-]
 LLAMA3 = [
     "<|finetune_right_pad_id|>",
     "<|begin_of_text|>",
@@ -143,7 +128,7 @@ FAMILIES = {
         "<｜end▁of▁sentence｜>",
         "{r}\n</think>\n\n{a}",
         None,
-        tuple(DEEPSEEK + ["<think>", "</think>"]),
+        tuple(more.DEEPSEEK + more.THINK),
     ),
     "llama3_1": Family("llama3_1", "<|eot_id|>", "{a}", '{"name": "{n}", "parameters": {j}}', tuple(LLAMA3)),
     "qwen3_5": Family(
@@ -316,9 +301,10 @@ def _ministral3():
 def _r1_distill_qwen():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _tokenizer(DEEPSEEK, DEEPSEEK[0], DEEPSEEK[1], DEEPSEEK[1], ["<think>", "</think>"])
+    deepseek = more.DEEPSEEK
+    tokenizer = _tokenizer(deepseek, deepseek[0], deepseek[1], deepseek[1], more.THINK)
     config = Qwen2Config(**{k: v for k, v in _sizes(tokenizer).items() if k != "head_dim"})
-    return Qwen2ForCausalLM(config), tokenizer, [DEEPSEEK[1]]
+    return Qwen2ForCausalLM(config), tokenizer, [deepseek[1]]
 
 
 def _llama3_1():

@@ -66,13 +66,8 @@ def _json_body(asked: AnswerFormat, family, token) -> str:
 def _reasoning(family, prompt: str, token) -> tuple[str, ...] | None:
     """(the expression of the reasoning the model may write before its answer, the rules it names), or None where
     the family writes none, or the prompt closed it (thinking switched off)."""
-    if family.name == "harmony":  # analysis messages, each followed by the next message's start
-        opening = token("<|channel|>analysis<|message|>")
-        return (
-            "thought*",
-            f"thought: {opening} analysis {token('<|start|>assistant')}",
-            _lazy("analysis", "<|end|>", token),
-        )
+    if family.reasoning_grammar is not None:
+        return family.reasoning_grammar(token)
     field = family.response.get("fields", {}).get("reasoning_content")
     if not field or not isinstance(field.get("open"), str) or not isinstance(field.get("close"), str):
         return None
@@ -82,6 +77,16 @@ def _reasoning(family, prompt: str, token) -> tuple[str, ...] | None:
     if tail.endswith(opening):  # the template opened it (DeepSeek-R1's, Qwen3.5's): the model reasons first
         return f"thought {AFTER_REASONING}", _lazy("thought", closing, token)
     return f"({AFTER_REASONING} {token(opening)} thought {AFTER_REASONING})?", _lazy("thought", closing, token)
+
+
+def harmony_reasoning(token) -> tuple[str, ...]:
+    """gpt-oss's reasoning: analysis messages, each followed by the next message's start."""
+    opening = token("<|channel|>analysis<|message|>")
+    return (
+        "thought*",
+        f"thought: {opening} analysis {token('<|start|>assistant')}",
+        _lazy("analysis", "<|end|>", token),
+    )
 
 
 def _lazy(name: str, closing: str, token) -> str:
@@ -169,18 +174,21 @@ def minimax_call(function: dict, token) -> str:
 
 
 def seed_call(function: dict, token) -> str:
-    pairs = [f'"<parameter={key}>" {_value(schema)} "</parameter>\\n"' for key, schema in _arguments(function)]
-    return (
-        f'{token("<seed:tool_call>")} "\\n<function={function["name"]}>\\n" {_in_order(pairs)} "</function>\\n" '
-        f"{token('</seed:tool_call>')}"
-    )
+    return _function_call(function, token, "<seed:tool_call>", "</seed:tool_call>", "")
 
 
 def qwen3_5_call(function: dict, token) -> str:
-    pairs = [f'"<parameter={key}>\\n" {_value(schema)} "</parameter>\\n"' for key, schema in _arguments(function)]
+    return _function_call(function, token, "<tool_call>", "</tool_call>", "\\n")
+
+
+def _function_call(function: dict, token, opening: str, closing: str, after_key: str) -> str:
+    """`<function=NAME><parameter=KEY>VALUE</parameter>...</function>` between the family's call markers (Seed-OSS's,
+    Qwen3.5's, which starts each value on a line of its own)."""
+    pairs = [
+        f'"<parameter={key}>{after_key}" {_value(schema)} "</parameter>\\n"' for key, schema in _arguments(function)
+    ]
     return (
-        f'{token("<tool_call>")} "\\n<function={function["name"]}>\\n" {_in_order(pairs)} "</function>\\n" '
-        f"{token('</tool_call>')}"
+        f'{token(opening)} "\\n<function={function["name"]}>\\n" {_in_order(pairs)} "</function>\\n" {token(closing)}'
     )
 
 

@@ -70,10 +70,7 @@ class ChatFormat:
     answer_opening: str = ""  # what opens the answer's text where the family writes it (harmony's final channel)
     switch: ThinkingSwitch | None = None  # None: read from the template's variables (`thinking_switch`)
     own: bool = True  # the family's own format (read with the special tokens in the text), not THINK_TAGS
-
-    @property
-    def reasons(self) -> bool:
-        return "reasoning_content" in self.response.get("fields", {}) or self.name == "harmony"
+    reasoning_grammar: Callable | None = None  # reasoning that is no single block (harmony's): its Lark rules
 
     def without(self, field: str) -> ChatFormat:
         """This format with one field of its response template left out (its text then stays in the answer)."""
@@ -109,7 +106,14 @@ FORMATS: list[ChatFormat] = [
     ChatFormat("qwen3_5", _transformers("qwen3_5"), _types_of("qwen3_5"), call=calls.qwen3_5_call),
     ChatFormat("qwen", _transformers("qwen3"), _types_of("qwen3"), call=calls.qwen_call),
     ChatFormat("gemma4", _transformers("gemma4"), ("gemma4", "gemma4_text")),
-    ChatFormat("harmony", HARMONY, ("gpt_oss",), call=calls.harmony_call, answer_opening="<|channel|>final<|message|>"),
+    ChatFormat(
+        "harmony",
+        HARMONY,
+        ("gpt_oss",),
+        call=calls.harmony_call,
+        answer_opening="<|channel|>final<|message|>",
+        reasoning_grammar=calls.harmony_reasoning,
+    ),
     ChatFormat("smollm3", _transformers("qwen3"), ("smollm3",), call=calls.qwen_call),
     ChatFormat(
         "mistral_think",
@@ -163,7 +167,7 @@ def _shows_reasoning(found: ChatFormat, template: str, tokenizer) -> bool:
     (whitespace aside): Qwen3's does, Qwen2.5's (the same parser's family) does not."""
     field = found.response.get("fields", {}).get("reasoning_content")
     opening = field.get("open") if field is not None else None
-    if not isinstance(opening, str) or found.name == "harmony":
+    if not isinstance(opening, str):
         return True
     added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
     return opening.strip() in template or opening.strip() in added

@@ -4,7 +4,9 @@ answer and its tool calls after its prompt. prompting/families.py says which mod
 
 from __future__ import annotations
 
-from .response_formats import NAMED_CALL
+from .response_formats import NAMED_CALL, RESPONSE_FORMATS
+
+QWEN_CALLS = next(v for types, v in RESPONSE_FORMATS.items() if "qwen3" in types)["fields"]["tool_calls"]
 
 # a call-list element {"name", "arguments"} as a call (with `transform_each`)
 LISTED_CALL = {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}
@@ -137,13 +139,7 @@ GRANITE = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|start_of_role|>assistant<|end_of_role|>",
     "fields": {
-        "tool_calls": {
-            "open_pattern": r"\s*<tool_call>",
-            "close": "</tool_call>",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
+        "tool_calls": QWEN_CALLS,
         "content": {"close": "<|end_of_text|>", "content": "text"},
     },
 }
