@@ -67,10 +67,14 @@ def browser():
         browser.close()
 
 
+# the page is ready once its message box takes text (with saved conversations, once its first load gave it its id)
+READY = ".message textarea:not([disabled])"
+
+
 def open_page(browser, url):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(url)
-    page.wait_for_selector("textarea")
+    page.wait_for_selector(READY)
     return page
 
 
@@ -395,7 +399,7 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
 
             page.set_viewport_size({"width": 390, "height": 844})  # a phone, reloading: the conversation comes back
             page.reload()
-            page.wait_for_selector("textarea")
+            page.wait_for_selector(READY)
             reloaded = wait_for_thought(page, lambda t: "Thinking" in t["text"])
             assert wait_for_answer(page, lambda t: t.endswith("How can I help?"))
             page.screenshot(path=str(ARTIFACTS / "thinking-390.png"), full_page=True)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 from app_server import serve
-from test_browser import ANSWERS, ARTIFACTS, browser, open_page, send, wait_for_answer  # noqa: F401
+from test_browser import ANSWERS, ARTIFACTS, READY, browser, open_page, send, wait_for_answer  # noqa: F401
 
 from local_chat.defaults import DEMO_MODEL
 from local_chat.history import Store
@@ -57,7 +57,7 @@ def test_the_chats_clear_leaves_a_reopened_conversation_as_it_was(browser, demo,
         send(page, "What is 23 plus 45?")
         wait_for_answer(page, lambda t: t.endswith("68."))
         page.reload()  # then reopened from the list, as a user coming back would
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         page.locator(".chat-list label").first.click()
         page.get_by_text("What is 23 plus 45?").first.wait_for()
         before = saved(store)
@@ -138,7 +138,7 @@ def test_a_reload_reopens_the_conversation_that_was_open(browser, demo, tmp_path
         send(page, "What is 23 plus 45?")
         wait_for_answer(page, lambda t: t.endswith("68."))
         page.reload()
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         page.get_by_text("What is 23 plus 45?").nth(1).wait_for()  # in the list and in the chat
         assert user_texts(page) == ["What is 23 plus 45?"]
         assert page.locator(".chat-list input:checked").count() == 1  # and marked as open in the list
@@ -150,7 +150,7 @@ def test_a_reload_reopens_the_conversation_that_was_open(browser, demo, tmp_path
         page.get_by_text("This conversation").click()
         assert eventually(lambda: page.get_by_role("button", name="Delete").is_disabled())  # no conversation open
         page.reload()  # after New chat, a reload shows the new, empty chat
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         time.sleep(1.5)
         assert user_texts(page) == []
 
@@ -170,7 +170,7 @@ def test_at_a_phones_width_every_control_lies_on_the_screen(browser, demo, tmp_p
     with serve(demo, store=Store(tmp_path / "chats.db")) as (url, _):
         page = browser.new_page(viewport={"width": 390, "height": 844})
         page.goto(url)
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         send(page, "What is the capital of France?")
         wait_for_answer(page, lambda t: t.endswith("Paris."))
         toggle = page.locator(".sidebar.conversations .toggle-button")

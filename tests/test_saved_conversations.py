@@ -3,6 +3,7 @@ Chromium: reload, restart, two browsers, two logins, export and import, images r
 screen. Every app here keeps its conversations in a temporary place (conftest.py sets XDG_DATA_HOME)."""
 
 import base64
+import functools
 import json
 import os
 import random
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from app_server import answer_of, launched, serve, submit
-from test_browser import ANSWERS, ARTIFACTS, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
+from test_browser import ANSWERS, ARTIFACTS, READY, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
 
 from demo_model import data as demo_data
 from local_chat.defaults import DEMO_MODEL
@@ -416,30 +417,53 @@ def chat_list(page) -> list[str]:
     return page.locator(".chat-list label").all_inner_texts()
 
 
+def test_a_message_typed_while_the_page_loads_waits_for_its_id_and_is_saved(browser, demo, tmp_path, monkeypatch):  # noqa: F811
+    """A slow first load (a busy server): the message box takes text only once the page has its browser id, so
+    the first message is saved, not refused with "no browser id yet"."""
+    from local_chat.ui.conversations import SavedConversations
+
+    first_load = SavedConversations.first_load
+
+    @functools.wraps(first_load)  # its signature: Gradio passes the request to it
+    def slow_first_load(self, *args, **kwargs):
+        time.sleep(2)
+        return first_load(self, *args, **kwargs)
+
+    monkeypatch.setattr(SavedConversations, "first_load", slow_first_load)
+    with serve(demo, store=Store(tmp_path / "chats.db")) as (url, _):
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(url)
+        page.wait_for_selector(".message textarea[disabled]")  # loading: no text taken yet
+        send(page, "What is the capital of France?")  # waits for the box, as a user's typing does
+        assert wait_for_answer(page, lambda t: t.endswith("Paris.")) == "The capital of France is Paris."
+        page.locator(".chat-list label").first.wait_for()
+        assert chat_list(page) == ["What is the capital of France?"]
+
+
 def test_reload_restart_two_browsers_and_delete(browser, demo, tmp_path):  # noqa: F811
     db, port = tmp_path / "chats.db", free_port()  # a restart keeps its port (the browser's storage is per address)
     alice = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()
     first = Store(db)
     with serve(demo, store=first, port=port) as (url, _):
         alice.goto(url)
-        alice.wait_for_selector("textarea")
+        alice.wait_for_selector(READY)
         send(alice, "What is the capital of France?")
         wait_for_answer(alice, lambda t: t.endswith("Paris."))
         alice.reload()
-        alice.wait_for_selector("textarea")
+        alice.wait_for_selector(READY)
         alice.get_by_text("What is the capital of France?").first.wait_for()
         assert chat_list(alice) == ["What is the capital of France?"]
         alice.locator("button", has_text="Prompt sent to the model").first.click()  # as it was before the reload
         alice.locator(".prompt-view").first.get_by_text("Human: What is the capital of France?").wait_for()
         other = browser.new_context().new_page()  # another browser: its own, empty list
         other.goto(url)
-        other.wait_for_selector("textarea")
+        other.wait_for_selector(READY)
         time.sleep(1)
         assert chat_list(other) == []
     first.close()  # a restart: a new server on the same database
     with serve(demo, store=Store(db), port=port) as (url, _):
         alice.goto(url)
-        alice.wait_for_selector("textarea")
+        alice.wait_for_selector(READY)
         alice.locator(".chat-list label").first.click()
         wait_for_answer(alice, lambda t: t.endswith("Paris."))
         send(alice, "What is 23 plus 45?")
@@ -461,16 +485,16 @@ def test_two_logins_each_see_only_their_own(browser, demo, tmp_path):  # noqa: F
             page.locator("input").first.fill(user)
             page.locator("input[type=password]").fill(password)
             page.keyboard.press("Enter")
-            page.wait_for_selector("textarea")
+            page.wait_for_selector(READY)
             pages[user] = page
         send(pages["alice"], "What is the capital of Japan?")
         wait_for_answer(pages["alice"], lambda t: t.endswith("Tokyo."))
         pages["bob"].reload()
-        pages["bob"].wait_for_selector("textarea")
+        pages["bob"].wait_for_selector(READY)
         time.sleep(1)
         assert chat_list(pages["bob"]) == []
         pages["alice"].reload()
-        pages["alice"].wait_for_selector("textarea")
+        pages["alice"].wait_for_selector(READY)
         pages["alice"].get_by_text("What is the capital of Japan?").first.wait_for()
 
 
@@ -485,7 +509,7 @@ def test_an_image_conversation_reopened_shows_the_image_and_is_answered(browser,
         send(page, f"What color is the {kind}?")
         wait_for_answer(page, lambda t: t.endswith("."))
         page.reload()
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         page.locator(".chat-list label").first.click()
         shown = page.locator('[data-testid="user"] img').first
         shown.wait_for()
@@ -541,7 +565,7 @@ def test_drop_an_image_send_becomes_stop_escape_stops_and_a_phone_screen(browser
 
         phone = browser.new_page(viewport={"width": 390, "height": 844})
         phone.goto(url)
-        phone.wait_for_selector("textarea")
+        phone.wait_for_selector(READY)
         time.sleep(1)
         phone.screenshot(path=str(ARTIFACTS / "phone.png"))
         for selector in (".conversation", ".message textarea", ".message button.submit-button"):
@@ -562,13 +586,13 @@ def test_a_tab_closed_mid_answer_keeps_the_answer_marked_stopped(browser, demo, 
         context = browser.new_context(viewport={"width": 1280, "height": 1000})  # one browser: its saved chats
         page = context.new_page()
         page.goto(url)
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         send(page, "Who are you?")
         shown = wait_for_answer(page, lambda t: len(t) > 20)
         page.close()
         page = context.new_page()
         page.goto(url)
-        page.wait_for_selector("textarea")
+        page.wait_for_selector(READY)
         page.locator(".chat-list label").first.click()
         page.get_by_text("The answer was stopped here.").wait_for(timeout=15_000)
         kept = page.locator('[data-testid="bot"]').first.inner_text()

@@ -324,6 +324,7 @@ class ChatTab(SavedConversations):
             submit_btn="Send",
             stop_btn=False,
             elem_classes="message",
+            interactive=not self.saving,  # with saved conversations, once the page's first load gave it its id
         )
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         examples = gr.Examples(  # a click sends the example, as Enter does

@@ -145,7 +145,7 @@ class SavedConversations:
             [browser_id, was_open],
             [browser_id, chats, *chat, conversation_id, self.title, self.prompt_view],
             **quiet,
-        ).then(**restore)
+        ).then(lambda: gr.update(interactive=True), None, self.message, **quiet).then(**restore)
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
         conversation_id.change(
             self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
