@@ -97,6 +97,31 @@ def forwards_take_turns(llma) -> Callable[[], None]:
     return undo
 
 
+def answer_once(batcher, prompt_ids: list[int], stream: AnswerStream) -> None:
+    """One short greedy answer (`stream`) through `batcher`, so that a model it cannot run is found at start-up."""
+    for _ in batcher.tokens(prompt_ids, Sampling(temperature=0.0), set(), stream):
+        pass
+    if not stream.done:
+        raise RuntimeError("the batch ended the answer without its tokens")
+
+
+def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], running: Callable[[], bool]):
+    """An answer's next output from the batch; None once `cancelled()` while waiting for it. Raises `BatchFailed`
+    when the batch is no longer `running()`, or no output came for `START_TIMEOUT_S`."""
+    waited = 0.0
+    while True:
+        try:
+            return outputs.get(timeout=CANCEL_POLL_S)
+        except queue.Empty:
+            waited += CANCEL_POLL_S
+            if cancelled():
+                return None
+            if not running():
+                raise BatchFailed("the batch stopped")
+            if waited > START_TIMEOUT_S:
+                raise BatchFailed("no token came for 10 minutes")
+
+
 class ContinuousBatcher:
     """One `ContinuousBatchingManager` over `llma`, running on its own thread, with each request's outputs routed
     to the answer that waits for them."""
@@ -133,18 +158,13 @@ class ContinuousBatcher:
         self._manager.start()
         threading.Thread(target=self._route, name="batch-outputs", daemon=True).start()
 
+    why_not = staticmethod(why_unbatchable)
+
     def describe(self) -> str:
         return (
             f"continuous batching (transformers), up to {self.places} answers per step, paged cache of "
             f"{self.cache_tokens} tokens"
         )
-
-    def check(self, prompt_ids: list[int], stream: AnswerStream) -> None:
-        """One short greedy answer (`stream`) through the batch, so that a model it cannot run is found at start-up."""
-        for _ in self.tokens(prompt_ids, Sampling(temperature=0.0), set(), stream):
-            pass
-        if not stream.done:
-            raise RuntimeError("the batch ended the answer without its tokens")
 
     def stop(self) -> None:
         """End the batch's thread now (answers still in it fail)."""
@@ -153,11 +173,12 @@ class ContinuousBatcher:
         self._results.put(None)  # the routing thread ends too
 
     def tokens(
-        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream
+        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream, session=None
     ) -> Iterator[int]:
         """Push the answer's tokens to `stream` one at a time, yielding each after it, until the stream is done (it
         takes every stop decision) or cancelled while no token comes; the request then leaves the batch.
-        `prompt_ids` ends with the tokens `stream` holds already (an answer begun on the one-at-a-time path).
+        `prompt_ids` ends with the tokens `stream` holds already (an answer begun on the one-at-a-time path). The
+        paged cache finds a conversation's earlier turns by itself: `session` is not used.
         Raises `BatchFailed` if the batch fails it."""
         with self._lock:
             request_id = f"answer-{next(self._numbers)}"
@@ -174,7 +195,7 @@ class ContinuousBatcher:
         seen, ended_in_batch = 0, False
         try:
             while not stream.done:
-                output = self._next_output(outputs, stream.cancelled)
+                output = next_output(outputs, stream.cancelled, self._running)
                 if output is None:
                     stream.finish("cancelled")
                     return
@@ -193,26 +214,16 @@ class ContinuousBatcher:
             if not ended_in_batch:
                 self._manager.cancel_request(request_id)
 
+    def _running(self) -> bool:
+        if not self._manager.is_running():
+            raise BatchFailed(f"the batch stopped ({self._manager.background_thread_status.fatal_error})")
+        return True
+
     def _sampler_settings(self, sampling: Sampling) -> dict:
         if sampling.greedy:
             return {"temperature": 1.0, "top_k": 1, "top_p": 1.0}
         top_k = sampling.top_k if sampling.top_k > 0 else self._vocab_size
         return {"temperature": float(sampling.temperature), "top_k": top_k, "top_p": float(sampling.top_p)}
-
-    def _next_output(self, outputs: queue.Queue, cancelled: Callable[[], bool]):
-        """The request's next output; None once `cancelled()` while waiting for it."""
-        waited = 0.0
-        while True:
-            try:
-                return outputs.get(timeout=CANCEL_POLL_S)
-            except queue.Empty:
-                waited += CANCEL_POLL_S
-                if cancelled():
-                    return None
-                if not self._manager.is_running():
-                    raise BatchFailed(f"the batch stopped ({self._manager.background_thread_status.fatal_error})")
-                if waited > START_TIMEOUT_S:
-                    raise BatchFailed("no token came for 10 minutes")
 
     def _route(self) -> None:
         """Hand each output of the manager to the answer that waits for it (outputs of cancelled answers are

@@ -30,7 +30,7 @@ from local_chat.engine.interface import (
 from local_chat.errors import UserError, described, failure_sentence
 
 from .answer_stream import AnswersInFlight, AnswerStream, batch_decider, logprob_recorder
-from .batching import ContinuousBatcher, paged_cache_tokens, why_unbatchable
+from .batching import answer_once, paged_cache_tokens
 from .constraints import Grammars, grammars_for, token_mask
 from .encoding import PromptEncoder
 from .footprint import weight_bytes
@@ -39,6 +39,7 @@ from .parallel import Lockstep, announced
 from .prefix_cache import image_key
 from .session_cache import SessionCaches
 from .speedups import Decoding, compile_decode_steps, why_no_batching
+from .step_batch import start_batcher
 from .vision_inputs import image_marker
 
 OUT_OF_MEMORY = (
@@ -69,7 +70,7 @@ class LocalEngine:
         self.llma, self.tokenizer, self.encoder, self.sessions = llma, tokenizer, encoder, sessions
         self.decoding, self.max_seq_len, self.lockstep, self.followers = decoding, max_seq_len, lockstep, followers
         self.info = {**info, **decoding.info, "batching": "off"}
-        self.batcher: ContinuousBatcher | None = None  # see `start_batching`
+        self.batcher = None  # see `start_batching`: a ContinuousBatcher or a StepBatcher
         self.in_flight = AnswersInFlight()
 
     # ----- what the model is -----
@@ -191,10 +192,11 @@ class LocalEngine:
                     "(raise --max_cache_mb)"
                 )
             if reason is None:
-                self.batcher = ContinuousBatcher(self.llma, places, tokens)
-                self.batcher.check(self.tokenizer.encode("Hello", bos=True, eos=False), *self._streams(1, [], 2, None))
+                hello = self.tokenizer.encode("Hello", bos=True, eos=False)
+                check = lambda batcher: answer_once(batcher, hello, *self._streams(1, [], 2, None))  # noqa: E731
+                self.batcher, reason = start_batcher(self.llma, self.sessions, places, tokens, check)
         except Exception as error:  # any failure here: one answer at a time, never an app that does not start
-            reason = f"transformers' continuous batching failed on this model ({described(error)})"
+            reason = f"batching failed on this model ({described(error)})"
             self.stop_batching()
         self.info["batching"] = self.batcher.describe() if self.batcher is not None else f"off: {reason}"
         return self.info["batching"]
@@ -306,7 +308,8 @@ class LocalEngine:
             if not in_batch:
                 in_batch = yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable, mask)
             if in_batch:  # from the start, or from when others came
-                for _ in self.batcher.tokens(prompt_ids + stream.token_ids, sampling, self.eos_ids(stop), stream):
+                ids, eos_ids = prompt_ids + stream.token_ids, self.eos_ids(stop)
+                for _ in self.batcher.tokens(ids, sampling, eos_ids, stream, session):
                     yield stream
             yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
 
@@ -315,7 +318,7 @@ class LocalEngine:
         `beside_others` in the batch."""
         if self.batcher is None:
             return False
-        why = why_unbatchable(sampling, logprobs, bool(inputs.family))
+        why = self.batcher.why_not(sampling, logprobs, bool(inputs.family))
         if why is not None and beside_others:
             print(f"note: an answer runs on its own beside the batch: {why}.", file=sys.stderr, flush=True)
         return why is None

@@ -43,15 +43,19 @@ class SessionCaches:
         if self.lockstep is not None:  # every rank must run the same tokens, whatever its own cache holds
             inputs.cached = self.lockstep.agree(inputs.cached, self.llma.device)
         if not inputs.cached:
-            # every position kept, sliding-window layers' too (their masks still see only the window), so that the
-            # next turn can cut the cache back to any length; linear-attention layers (Qwen3.5's) keep their state
-            return DynamicCache(config=self.llma.config) if self.keeps_states else DynamicCache(), session
+            return self.new_cache(), session
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
             self.crop(prefix.cache, inputs.cached)
         if self.image_token_id not in ids[inputs.cached :]:
             inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
         return prefix.cache, session
+
+    def new_cache(self) -> DynamicCache:
+        """An empty cache for a turn: every position kept, sliding-window layers' too (their masks still see only the
+        window), so that the next turn can cut the cache back to any length; linear-attention layers (Qwen3.5's)
+        keep their state."""
+        return DynamicCache(config=self.llma.config) if self.keeps_states else DynamicCache()
 
     def keep(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
         """Keep `cache` as `session`'s after a turn that sampled the tokens `sampled`."""

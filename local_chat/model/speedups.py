@@ -87,8 +87,6 @@ def why_no_batching(llma, places: int, decoding: Decoding, lockstep: Lockstep | 
         return "not with --compile"
     if spread_over_devices(llma):
         return "not with the layers spread over GPUs"
-    if not hasattr(llma, "init_continuous_batching"):
-        return f"{type(llma).__name__} has no continuous batching in transformers"
     return None
 
 

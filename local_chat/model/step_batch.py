@@ -1,0 +1,378 @@
+"""A batch of our own, for the models transformers' continuous batching cannot run: multi-head latent attention
+(DeepSeek V3, Kimi K2, GLM-4.7-Flash: their cache holds latents whose keys and values differ in width), hybrid
+models whose layers keep a running state (Mamba's, linear attention's, LFM2's convolutions: Granite 4, Nemotron-H,
+Qwen3.5, LFM2) and models whose layers differ in head size (Gemma 4).
+
+It runs over the model's own cache (transformers' `DynamicCache` and its layers, as the one-at-a-time path does):
+each answer that joins is prefilled alone, from its session's cache where it has one (so a conversation's earlier
+turns are not computed again), and its cache becomes one more row of the batch's, left-padded to the longest row
+(a running state has no length: its rows are simply stacked). Every step then feeds one token per row, each at its
+own position, with a mask over the padding, through the model's ordinary forward. A row leaves at a step boundary:
+when its answer ends in the batch (an end-of-answer token, its length), or when the answer's reader says so (a stop
+string, Stop, a closed connection); its cache goes back to its session, and the padding no row needs is dropped.
+
+Like model/batching.py's `ContinuousBatcher`, it is a second source of tokens for `LocalEngine.answer_steps`: each
+token goes to the answer's `AnswerStream` on the answer's own thread, which takes every stop decision.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
+
+from local_chat.engine.interface import Sampling
+from local_chat.errors import described
+
+from .answer_stream import AnswerStream
+from .batching import BatchFailed, forwards_take_turns, next_output, why_unbatchable
+from .generation import (
+    ModelInputs,
+    cache_keyword,
+    decode_one,
+    logits_processors,
+    prefill,
+    random_generator,
+    sample_next,
+)
+from .prefix_cache import keeps_states
+from .session_cache import SessionCaches
+
+
+def why_no_step_batch(llma) -> str | None:
+    """Which part of the model the step batch cannot run (it stacks each layer's cache as the sessions keep it:
+    every position's keys and values, or a running state), or None."""
+    kinds = set(getattr(llma.config.get_text_config(), "layer_types", None) or ())
+    if "indexed_attention" in kinds:
+        return "its indexed (sparse) attention layers"
+    if keeps_states(llma.config) and kinds & {"sliding_attention", "chunked_attention", "hybrid_sliding"}:
+        return "its sliding-window layers beside layers that keep a running state"
+    return None
+
+
+@dataclass(eq=False)  # rows are told apart by identity
+class _Row:
+    """One answer in the batch: what the batch thread keeps of it."""
+
+    inputs: ModelInputs  # its prompt (to keep its cache under its session after)
+    sampling: Sampling
+    eos_ids: set[int]
+    max_new_tokens: int
+    session: object
+    outputs: queue.Queue  # its tokens, then `_Left` once it left the batch, or the exception that failed it
+    cancelled: Callable[[], bool]  # its Stop (read at every step boundary)
+    processors: object = None
+    generator: torch.Generator | None = None
+    seen: torch.Tensor | None = None  # prompt and answer ids, for a repetition penalty
+    sampled: list[int] = field(default_factory=list)
+    length: int = 0  # tokens its cache holds
+    leaving: bool = False  # its reader is done with it
+
+    @property
+    def next_token(self) -> int:
+        return self.sampled[-1]
+
+
+class StepBatcher:
+    """Answers computed together one step at a time over the model's own cache, on one thread of their own."""
+
+    def __init__(self, llma, sessions: SessionCaches, places: int, cache_tokens: int, why_not_paged: str = ""):
+        self.llma, self.sessions, self.places, self.cache_tokens = llma, sessions, places, cache_tokens
+        self.why_not_paged = why_not_paged  # why transformers' continuous batching does not run it
+        self._keyword = cache_keyword(llma)
+        self._joining: queue.Queue = queue.Queue()
+        self._rows: list[_Row] = []
+        self._cache = None
+        self._length = 0  # the batch cache's length: its longest row's, the others left-padded to it
+        self._stopping = threading.Event()
+        self.answers = 0  # how many answers the batch took
+        self._forwards_alone_again = forwards_take_turns(llma)
+        self._thread = threading.Thread(target=self._run, name="step-batch", daemon=True)
+        self._thread.start()
+
+    def describe(self) -> str:
+        return (
+            f"a step batch over the model's own cache, up to {self.places} answers per step, {self.cache_tokens} "
+            f"tokens of cache (transformers' continuous batching cannot run this model: {self.why_not_paged})"
+        )
+
+    @staticmethod
+    def why_not(sampling: Sampling, logprobs: int | None, extra_inputs: bool) -> str | None:
+        """Why an answer cannot be computed in this batch (each row samples on its own: seeds and penalties are
+        its own), or None."""
+        return why_unbatchable(Sampling(), logprobs, extra_inputs)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._joining.put(None)
+        self._thread.join(timeout=10.0)
+        self._forwards_alone_again()
+
+    def tokens(
+        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream, session=None
+    ) -> Iterator[int]:
+        """Push the answer's tokens to `stream` one at a time, yielding each after it, until the stream is done or
+        cancelled; the row then leaves the batch. `session`: the conversation's cache to start from, and to keep
+        the answer's in after. Raises `BatchFailed` if the batch fails it."""
+        ids = torch.tensor([prompt_ids], device=self.llma.device)
+        row = _Row(
+            ModelInputs(ids, torch.ones_like(ids)),
+            sampling,
+            eos_ids,
+            stream.max_new_tokens - len(stream.token_ids),
+            session,
+            queue.Queue(),
+            stream.cancelled,
+        )
+        self._joining.put(row)
+        try:
+            while not stream.done:
+                token = next_output(row.outputs, stream.cancelled, self._thread.is_alive)
+                if token is None or isinstance(token, _Left):  # Stop, seen by the reader or by the batch
+                    stream.finish("cancelled")
+                    return
+                if isinstance(token, BaseException):
+                    raise BatchFailed(f"{type(token).__name__}: {token}") from token
+                stream.push(token)
+                yield token
+        finally:
+            row.leaving = True
+
+    # ----- the batch's thread -----
+
+    @torch.inference_mode()
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._leave()  # first: a conversation's next turn may be waiting to join, for the cache it keeps
+                self._admit()
+                self._leave()  # an answer that ended at its first token
+                if self._rows:
+                    self._step()
+            except Exception as error:  # a failed forward pass: its answers fail, the batch starts over
+                for row in self._rows:
+                    row.outputs.put(error)
+                self._rows, self._cache, self._length = [], None, 0
+        for row in self._rows:
+            row.outputs.put(RuntimeError("the batch stopped"))
+
+    def _admit(self) -> None:
+        """Take the answers waiting to join, while there is room (waiting for one when none runs)."""
+        while len(self._rows) < self.places:
+            try:
+                row = self._joining.get(block=not self._rows)
+            except queue.Empty:
+                return
+            if row is None:  # `stop`
+                return
+            if row.leaving or row.cancelled():
+                continue
+            try:
+                self._join(row)
+            except Exception as error:
+                row.outputs.put(error)
+            if self._rows and self._tokens_held() > self.cache_tokens:
+                return  # full: the others wait for rows to leave
+
+    def _tokens_held(self) -> int:
+        return len(self._rows) * self._length
+
+    def _join(self, row: _Row) -> None:
+        """Prefill `row` alone (over its session's cache) and add its cache to the batch's."""
+        cache, row.session = self.sessions.take(row.session, row.inputs, None)
+        if cache is None:
+            cache = self.sessions.new_cache()
+        logits = prefill(self.llma, row.inputs, cache)
+        row.length = row.inputs.input_ids.shape[1]
+        row.processors, row.generator = logits_processors(row.sampling), random_generator(row.sampling, logits.device)
+        row.seen = row.inputs.input_ids
+        self._rows.append(row)
+        self.answers += 1
+        if self._cache is None:
+            self._cache, self._length = cache, row.length
+        else:
+            self._length = stack_rows(self._cache, self._length, cache, row.length)
+        self._sample(row, logits)
+
+    def _step(self) -> None:
+        """One token for every row, in one forward pass."""
+        rows, length = self._rows, self._length + 1
+        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        for i, row in enumerate(rows):
+            mask[i, length - row.length - 1 :] = 1
+        device = self.llma.device
+        logits = decode_one(
+            self.llma,
+            torch.tensor([row.next_token for row in rows], device=device),
+            mask.to(device),
+            torch.tensor([[row.length] for row in rows], device=device),
+            self._cache,
+            self._keyword,
+        )
+        self._length = length
+        for i, row in enumerate(rows):
+            row.length += 1
+            self._sample(row, logits[i : i + 1])
+
+    def _sample(self, row: _Row, logits: torch.Tensor) -> None:
+        token = int(sample_next(logits, row.seen, row.sampling, row.processors, row.generator)[0])
+        row.sampled.append(token)
+        if row.processors:
+            row.seen = torch.cat([row.seen, row.seen.new_tensor([[token]])], dim=-1)
+        row.outputs.put(token)
+        if token in row.eos_ids or len(row.sampled) >= row.max_new_tokens:
+            row.leaving = True  # its reader is done once it has this token
+
+    def _leave(self) -> None:
+        """Take the rows whose answers are done out of the batch, their caches back to their sessions."""
+        leaving = [row for row in self._rows if row.leaving or row.cancelled()]
+        if not leaving:
+            return
+        for row in leaving:
+            row.outputs.put(_Left())  # a reader waiting for a token after Stop wakes now
+            if row.session is not None:
+                kept = row_cache(self._cache, self._rows.index(row), self._length - row.length)
+                self.sessions.keep(row.session, row.inputs, kept, row.sampled, None)
+        staying = [i for i, row in enumerate(self._rows) if row not in leaving]
+        self._rows = [self._rows[i] for i in staying]
+        if not self._rows:
+            self._cache, self._length = None, 0
+            return
+        longest = max(row.length for row in self._rows)
+        select_rows(self._cache, staying, self._length - longest)
+        self._length = longest
+
+
+class _Left:
+    """The row left the batch (read only by a reader still waiting for a token: one whose answer was stopped)."""
+
+
+# ----- the cache's rows (the layers of transformers' DynamicCache) -----
+
+
+def _states(layer) -> Iterator[tuple[dict, int]]:
+    """A running-state layer's state tensors (Mamba's convolution and SSM states, linear attention's), as
+    (dict, key) places."""
+    if isinstance(layer, LinearAttentionCacheLayerMixin):
+        for i in range(layer.number_of_states):
+            if layer.is_conv_states_initialized[i]:
+                yield layer.conv_states, i
+            if layer.is_recurrent_states_initialized[i]:
+                yield layer.recurrent_states, i
+
+
+def _has_keys(layer) -> bool:
+    return isinstance(layer, DynamicLayer) and layer.is_initialized and layer.keys is not None
+
+
+def _left_padded(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """Keys or values ([rows, heads, tokens, width]) left-padded with zeros to `length` tokens."""
+    return torch.nn.functional.pad(tensor, (0, 0, length - tensor.shape[-2], 0))
+
+
+def stack_rows(batch, batch_length: int, row, row_length: int) -> int:
+    """Add `row`'s cache (one answer's, `row_length` tokens) under `batch`'s, each left-padded to the longer of
+    the two; returns that length."""
+    length = max(batch_length, row_length)
+    for mine, theirs in zip(batch.layers, row.layers, strict=True):
+        if _has_keys(mine):
+            mine.keys = torch.cat([_left_padded(mine.keys, length), _left_padded(theirs.keys, length)])
+            mine.values = torch.cat([_left_padded(mine.values, length), _left_padded(theirs.values, length)])
+        for (states, i), (its, j) in zip(_states(mine), _states(theirs), strict=True):
+            states[i] = torch.cat([states[i], its[j]])
+    return length
+
+
+def select_rows(cache, rows: list[int], padding: int) -> None:
+    """Keep only `rows` of `cache`, and drop its first `padding` positions (padding in every row kept)."""
+    index = torch.tensor(rows, device=next(iter(_tensors(cache))).device)
+    for layer in cache.layers:
+        if _has_keys(layer):
+            layer.keys = layer.keys.index_select(0, index)[:, :, padding:]
+            layer.values = layer.values.index_select(0, index)[:, :, padding:]
+        for states, i in _states(layer):
+            states[i] = states[i].index_select(0, index)
+
+
+def row_cache(cache, row: int, padding: int):
+    """A copy of one row of `cache` as a cache of its own, without its `padding` (to keep it as its session's)."""
+    alone = copy.copy(cache)
+    alone.layers = []
+    for layer in cache.layers:
+        mine = copy.copy(layer)
+        for name, value in vars(layer).items():  # a running-state layer's states and flags, in dicts of its own
+            if isinstance(value, dict):
+                setattr(mine, name, dict(value))
+        if _has_keys(layer):
+            mine.keys = layer.keys[row : row + 1, :, padding:].clone()
+            mine.values = layer.values[row : row + 1, :, padding:].clone()
+        for states, i in _states(mine):
+            states[i] = states[i][row : row + 1].clone()
+        alone.layers.append(mine)
+    return alone
+
+
+def _tensors(cache) -> Iterator[torch.Tensor]:
+    for layer in cache.layers:
+        if _has_keys(layer):
+            yield layer.keys
+        for states, i in _states(layer):
+            yield states[i]
+
+
+# ----- which batch a model gets -----
+
+
+def why_not_paged(llma) -> str | None:
+    """Which part of the model transformers' continuous batching (its paged cache: one key and one value width,
+    full or sliding attention in every layer) cannot hold, or None."""
+    config = llma.config.get_text_config()
+    if not hasattr(llma, "init_continuous_batching"):
+        return f"{type(llma).__name__} has none"
+    if getattr(config, "kv_lora_rank", None):
+        return "its multi-head latent attention"
+    try:
+        config.head_dim  # noqa: B018 (Gemma 4's differs between layers: reading it raises)
+    except AttributeError:
+        pass
+    except Exception:
+        return "its layers' different head sizes"
+    kinds = sorted(set(getattr(config, "layer_types", None) or ()) - {"full_attention", "sliding_attention"})
+    if kinds:
+        return f"its {' and '.join(kinds)} layers"
+    return None
+
+
+def start_batcher(llma, sessions: SessionCaches, places: int, cache_tokens: int, check: Callable) -> tuple:
+    """(batcher, None), or (None, why there is none): transformers' continuous batching where it can run the model,
+    else the step batch; `check(batcher)` runs one answer through it first."""
+    from .batching import ContinuousBatcher
+
+    why_paged = why_not_paged(llma)
+    if why_paged is None:
+        try:
+            return _checked(ContinuousBatcher(llma, places, cache_tokens), check), None
+        except Exception as error:  # any failure here: the step batch, or one answer at a time
+            why_paged = f"it failed: {described(error)}"
+    not_paged = f"transformers' continuous batching cannot run this model ({why_paged})"
+    why_step = why_no_step_batch(llma)
+    if why_step is not None:
+        return None, f"{not_paged}, nor the step batch ({why_step})"
+    try:
+        return _checked(StepBatcher(llma, sessions, places, cache_tokens, why_paged), check), None
+    except Exception as error:
+        return None, f"{not_paged}, and the step batch failed ({described(error)})"
+
+
+def _checked(batcher, check: Callable):
+    try:
+        check(batcher)
+    except BaseException:
+        batcher.stop()
+        raise
+    return batcher

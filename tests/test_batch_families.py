@@ -1,0 +1,162 @@
+"""The step batch (model/step_batch.py) over the families transformers' continuous batching cannot run: a tiny random
+model of each kind's real class with its published template: DeepSeek V3.1 (multi-head latent attention), Granite 4
+(Mamba layers beside attention) and LFM2 (convolution layers beside attention). Several answers at once are each
+the tokens it gives alone, a Stop ends only its own answer, and a conversation's cache serves its next turn."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+import text_families
+import torch
+
+from local_chat.engine import Delta, End, Request, Sampling, collect
+from local_chat.model.meta import MetaModel
+
+KINDS = {"deepseek_v3_1": "multi-head latent attention", "granite4": "linear_attention", "lfm2_moe": "conv"}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def batched(request, tmp_path_factory):
+    name = request.param
+    model = MetaModel.from_pretrained(str(text_families.build(name, tmp_path_factory.mktemp(name) / "m")))
+    model.engine.eos_ids = lambda stop_symbols=(): set()  # answers run to their length: long enough to stop midway
+    said = model.engine.start_batching(8)
+    assert said.startswith("a step batch over the model's own cache") and KINDS[name] in said, said
+    yield model
+    model.engine.stop_batching()
+
+
+def greedy(tokens: int) -> Sampling:
+    return Sampling(tokens, temperature=0.0)
+
+
+def started_together(model, count: int, ask) -> list:
+    """`ask(i)` for i in range(count) on threads started together; their results once all are done."""
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(ask, range(count)))
+
+
+def test_six_answers_at_once_are_each_the_tokens_it_gives_alone(batched):
+    prompts = [f"Story {i}:" + " once upon a time" * i for i in range(6)]  # 3 to 28 tokens: rows left-padded
+
+    def ask(i):
+        return collect(batched.engine.stream(Request(prompts[i], greedy(40))))
+
+    alone = [ask(i) for i in range(6)]
+    before = batched.engine.batcher.answers
+    together = started_together(batched, 6, ask)
+    assert [a.end.token_ids for a in together] == [a.end.token_ids for a in alone]
+    assert all(a.end.completion_tokens == 40 for a in together)
+    assert batched.engine.batcher.answers - before >= 5  # the first may begin alone: it joins when the others come
+
+
+class Steps:
+    """Counts the model's forward passes, each slowed by `delay` seconds."""
+
+    def __init__(self, model, delay: float):
+        self.model, self.calls, self._original = model, 0, model.llma.forward
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            time.sleep(delay)
+            return self._original(*args, **kwargs)
+
+        model.llma.forward = counted
+
+    def restore(self) -> None:
+        self.model.llma.forward = self._original
+
+
+def test_a_stop_mid_batch_ends_only_its_own_answer_within_two_steps(batched):
+    results = [None] * 3
+
+    def answer(i):
+        results[i] = collect(batched.engine.stream(Request(f"Story {i}:", greedy(80))))
+
+    steps = Steps(batched, delay=0.02)
+    try:
+        threads = [threading.Thread(target=answer, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        while batched.engine.in_flight.count < 3:
+            time.sleep(0.005)
+        cancel = threading.Event()
+        stopped = batched.engine.stream(Request("Stop me:", greedy(80), cancel=cancel))
+        for _ in range(5):
+            assert isinstance(next(stopped), Delta)
+        cancel.set()
+        steps_then = steps.calls
+        end = [event for event in stopped if isinstance(event, End)][0]
+        steps_taken = steps.calls - steps_then
+        for thread in threads:
+            thread.join()
+    finally:
+        steps.restore()
+    assert end.finish_reason == "cancelled" and steps_taken <= 2
+    assert [r.end.finish_reason for r in results] == ["length"] * 3
+    assert [r.end.completion_tokens for r in results] == [80] * 3
+
+
+@contextmanager
+def answers_in(model, tokens: list[int]):
+    """The model's greedy answers made of `tokens` only (its own choice among them): the family's added, not special
+    tokens, which the tokenizer reads back as the same ids, so that an answer's text continues its prompt token for
+    token, as a trained model's answers do (a random one's bytes do not survive decoding and encoding again)."""
+    layer = model.llma.get_output_embeddings()
+
+    def only_those(module, inputs, output):
+        allowed = torch.full((output.shape[-1],), -1e4, dtype=output.dtype)
+        allowed[tokens] = 0.0
+        return output + allowed
+
+    handle = layer.register_forward_hook(only_those)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def test_a_conversations_cache_serves_its_next_turn_in_the_batch(batched):
+    """Three conversations of two turns at once, beside a long answer (so every turn runs in the batch): each
+    answer is the one it gets alone, and each second turn prefills only what its first did not hold."""
+    added = [i for i, token in batched.tokenizer.hf.added_tokens_decoder.items() if not token.special]
+
+    def converse(i, session):
+        prompt = f"Story {i}:" + " once upon a time" * 12
+        first = collect(batched.engine.stream(Request(prompt, greedy(12), session=session)))
+        prompt += first.text + " And then?"
+        return first.text, collect(batched.engine.stream(Request(prompt, greedy(12), session=session))).text
+
+    taken, take = [], batched.engine.sessions.take
+
+    def recording_take(session, inputs, *args):
+        cache, key = take(session, inputs, *args)
+        taken.append((str(session), inputs.cached, inputs.input_ids.shape[1]))
+        return cache, key
+
+    with answers_in(batched, added):
+        alone = [converse(i, f"alone-{i}") for i in range(3)]
+        batched.engine.sessions.take = recording_take
+        keeper = threading.Thread(target=lambda: collect(batched.engine.stream(Request("Story:", greedy(400)))))
+        try:
+            keeper.start()
+            while batched.engine.in_flight.count < 1:
+                time.sleep(0.005)
+            together = started_together(batched, 3, lambda i: converse(i, f"batch-{i}"))
+            assert keeper.is_alive()  # every turn ran beside it, in the batch
+        finally:
+            keeper.join()
+            del batched.engine.sessions.take
+    assert together == alone and all(first for first, _ in alone)
+    turns = {}  # each batched conversation's turns: (tokens its cache held, its prompt's tokens)
+    for session, cached, length in taken:
+        if session.startswith("batch"):
+            turns.setdefault(session, []).append((cached, length))
+    assert len(turns) == 3 and all(len(two) == 2 for two in turns.values()), turns
+    for (first, first_length), (cached, length) in turns.values():
+        assert first == 0 and cached == first_length + 11 and length - cached < 10, turns  # its answer's 12th: new
