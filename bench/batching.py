@@ -91,11 +91,75 @@ def measure_shape(settings, shape: str, suffix: str) -> dict[str, float]:
     }
 
 
+# a family of each kind, as the tests' tiny random models of their real classes (tests/text_families.py)
+FAMILY_KINDS = {
+    "plain": "llama3_1",  # transformers' continuous batching
+    "mla": "deepseek_v3_1",  # the step batch (model/step_batch.py) from here on
+    "mamba": "granite4",
+    "conv": "lfm2_moe",
+    "linear": "qwen3_5",
+}
+
+
+def measure_families(settings) -> dict[str, float]:
+    """Per family kind, in this process: 8 answers at once over one alone (total answer tokens/s), each answer
+    running to its length (greedy, no end-of-answer token); for the plain kind also the step batch over
+    transformers' continuous batching at 8 at once."""
+    import local_chat.model.step_batch as step_batch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import text_families
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-batch-families-") as tmp:
+        for kind, name in FAMILY_KINDS.items():
+            folder = text_families.build(name, Path(tmp) / name)
+            alone, crowded = _alone_and_crowd(folder, settings)
+            results[f"batching_{kind}_crowd_over_alone"] = crowded / alone
+            results[f"batching_{kind}_crowd_tokens_per_s"] = crowded
+            if kind == "plain":
+                paged = step_batch.why_not_paged
+                step_batch.why_not_paged = lambda llma: "the benchmark asks for the step batch"
+                try:
+                    results["batching_plain_step_over_paged"] = _alone_and_crowd(folder, settings)[1] / crowded
+                finally:
+                    step_batch.why_not_paged = paged
+    return results
+
+
+def _alone_and_crowd(folder: Path, settings) -> tuple[float, float]:
+    """(answer tokens/s of one answer alone, of `load_clients` answers at once), medians of interleaved repeats."""
+    from local_chat.engine import Request, Sampling, collect
+    from local_chat.model.meta import MetaModel
+
+    model = MetaModel.from_pretrained(str(folder))
+    model.engine.eos_ids = lambda stop_symbols=(): set()  # every answer runs to its length
+    model.engine.start_batching(8)
+
+    def tokens(question: str) -> int:
+        request = Request(question, Sampling(settings.api_answer_tokens, temperature=0.0))
+        return collect(model.engine.stream(request)).end.completion_tokens
+
+    try:
+        tokens("Hello")  # warm
+        alone, crowded = [], []
+        for round_ in range(settings.batching_repeats):
+            started = time.perf_counter()
+            alone.append(tokens(QUESTIONS[round_]) / (time.perf_counter() - started))
+            started = time.perf_counter()
+            with ThreadPoolExecutor(settings.load_clients) as pool:
+                count = sum(pool.map(tokens, QUESTIONS[: settings.load_clients]))
+            crowded.append(count / (time.perf_counter() - started))
+    finally:
+        model.engine.stop_batching()
+    return statistics.median(alone), statistics.median(crowded)
+
+
 def run(settings) -> dict[str, float]:
+    results = measure_families(settings)
     if not has_serving():
-        print("bench batching: transformers[serving] is not installed; skipping", file=sys.stderr)
-        return {}
-    results: dict[str, float] = {}
+        print("bench batching: transformers[serving] is not installed; skipping the servers", file=sys.stderr)
+        return results
     from .run import SECOND_SHAPE
 
     for shape, suffix in zip(settings.batching_shapes, ("", SECOND_SHAPE)):

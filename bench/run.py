@@ -208,6 +208,27 @@ FIGURES = {
     "serve_cb_crowd_tokens_per_s_100m": ("", None),
     "serve_cb_crowd_over_alone_100m": ("", None),
     "serve_cb_wait_p90_over_alone_100m": ("", None),
+    "batching_mla_crowd_over_alone": (
+        "8 answers at once over one alone, total answer tokens/s in the model's process (200-token greedy answers), "
+        "tiny random DeepSeek V3.1 (multi-head latent attention: the step batch)",
+        (">=", 2.5),
+    ),
+    "batching_mamba_crowd_over_alone": ("the same, tiny random Granite 4 (Mamba layers: the step batch)", (">=", 2.5)),
+    "batching_conv_crowd_over_alone": ("the same, tiny random LFM2 (convolution layers: the step batch)", (">=", 2.5)),
+    "batching_linear_crowd_over_alone": (
+        "the same, tiny random Qwen3.5 (linear attention: the step batch)",
+        (">=", 2.5),
+    ),
+    "batching_plain_crowd_over_alone": ("the same, tiny random Llama 3.1 (transformers' continuous batching)", None),
+    "batching_plain_step_over_paged": (
+        "tiny Llama 3.1, 8 at once: the step batch's tokens/s over transformers' continuous batching's",
+        None,
+    ),
+    "batching_mla_crowd_tokens_per_s": ("total answer tokens/s of the 8 at once, per kind", None),
+    "batching_mamba_crowd_tokens_per_s": ("", None),
+    "batching_conv_crowd_tokens_per_s": ("", None),
+    "batching_linear_crowd_tokens_per_s": ("", None),
+    "batching_plain_crowd_tokens_per_s": ("", None),
     "remote_ttft_overhead_ms": (
         "the app in front of an engine (--api_base): its /v1's extra time to first text over the engine's own stream, "
         "through the openai client; the engine our own app on a random Llama the demo model's size, 200-token answers",

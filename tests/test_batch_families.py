@@ -160,3 +160,25 @@ def test_a_conversations_cache_serves_its_next_turn_in_the_batch(batched):
     assert len(turns) == 3 and all(len(two) == 2 for two in turns.values()), turns
     for (first, first_length), (cached, length) in turns.values():
         assert first == 0 and cached == first_length + 11 and length - cached < 10, turns  # its answer's 12th: new
+
+
+def test_a_family_neither_batch_can_run_says_which_part_prevents_it():
+    from types import SimpleNamespace
+
+    from local_chat.model.step_batch import start_batcher
+
+    def model(*layer_types):
+        config = SimpleNamespace(layer_types=list(layer_types), kv_lora_rank=None, head_dim=16)
+        config.get_text_config = lambda: config
+        return SimpleNamespace(config=config, init_continuous_batching=None)
+
+    hybrid_sliding = model("linear_attention", "sliding_attention")
+    assert start_batcher(hybrid_sliding, None, 8, 4096, check=None) == (
+        None,
+        "transformers' continuous batching cannot run this model (its linear_attention layers), nor the step batch "
+        "(its sliding-window layers beside layers that keep a running state)",
+    )
+    sparse = model("indexed_attention", "full_attention")
+    assert start_batcher(sparse, None, 8, 4096, check=None)[1].endswith(
+        "nor the step batch (its indexed (sparse) attention layers)"
+    )
