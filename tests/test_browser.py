@@ -71,10 +71,11 @@ def browser():
 READY = ".message textarea:not([disabled])"
 
 
-def open_page(browser, url):
+def open_page(browser, url, ready: str = READY):
+    """A new page at `url`, once `ready` shows (another front end than ours: its own selector)."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(url)
-    page.wait_for_selector(READY)
+    page.wait_for_selector(ready)
     return page
 
 
@@ -316,7 +317,7 @@ def test_gradios_own_openai_front_end_chats_through_v1(browser, demo):
         front.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
         try:
             before = counter.calls
-            page = open_page(browser, f"http://127.0.0.1:{port}")
+            page = open_page(browser, f"http://127.0.0.1:{port}", ready="textarea")  # Gradio's own chat page
             send(page, "What is the capital of France?")
             answer = wait_for_answer(page, lambda t: t.endswith("Paris."))
             page.screenshot(path=str(ARTIFACTS / "load_chat.png"), full_page=True)
