@@ -440,6 +440,20 @@ def test_a_message_typed_while_the_page_loads_waits_for_its_id_and_is_saved(brow
         assert chat_list(page) == ["What is the capital of France?"]
 
 
+def test_a_first_load_that_fails_still_takes_a_message_and_says_what_to_do(browser, demo, tmp_path, monkeypatch):  # noqa: F811
+    from local_chat.ui.conversations import SavedConversations
+
+    @functools.wraps(SavedConversations.first_load)
+    def failing_first_load(self, *args, **kwargs):
+        raise RuntimeError("the database could not be read")
+
+    monkeypatch.setattr(SavedConversations, "first_load", failing_first_load)
+    with serve(demo, store=Store(tmp_path / "chats.db")) as (url, _):
+        page = open_page(browser, url)  # its message box takes text
+        send(page, "What is the capital of France?")
+        assert wait_for_answer(page, lambda t: "reload" in t).endswith("This page has no browser id yet; reload it.")
+
+
 def test_reload_restart_two_browsers_and_delete(browser, demo, tmp_path):  # noqa: F811
     db, port = tmp_path / "chats.db", free_port()  # a restart keeps its port (the browser's storage is per address)
     alice = browser.new_context(viewport={"width": 1280, "height": 1000}).new_page()

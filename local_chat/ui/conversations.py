@@ -140,12 +140,15 @@ class SavedConversations:
         restore = dict(
             fn=self.thinking_of, inputs=[conversation_id, browser_id, self.model_state], outputs=self.thinking, **quiet
         )
-        app.load(
+        loaded = app.load(
             with_view(self.first_load, at=2),
             [browser_id, was_open],
             [browser_id, chats, *chat, conversation_id, self.title, self.prompt_view],
             **quiet,
-        ).then(lambda: gr.update(interactive=True), None, self.message, **quiet).then(**restore)
+        )
+        takes_text = dict(fn=lambda: gr.update(interactive=True), inputs=None, outputs=self.message, **quiet)
+        loaded.success(**takes_text).then(**restore)
+        loaded.failure(**takes_text)  # the message box takes text even so: a message then says what is wrong
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
         conversation_id.change(
             self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
