@@ -130,7 +130,8 @@ def test_a_conversations_cache_serves_its_next_turn_in_the_batch(batched):
         prompt = f"Story {i}:" + " once upon a time" * 12
         first = collect(batched.engine.stream(Request(prompt, greedy(12), session=session)))
         prompt += first.text + " And then?"
-        return first.text, collect(batched.engine.stream(Request(prompt, greedy(12), session=session))).text
+        second = collect(batched.engine.stream(Request(prompt, greedy(12), session=session)))
+        return first.text, second.text, second.end.cached_tokens  # /v1's usage reports the cached tokens
 
     taken, take = [], batched.engine.sessions.take
 
@@ -152,7 +153,7 @@ def test_a_conversations_cache_serves_its_next_turn_in_the_batch(batched):
         finally:
             keeper.join()
             del batched.engine.sessions.take
-    assert together == alone and all(first for first, _ in alone)
+    assert together == alone and all(first and cached > 40 for first, _, cached in alone)
     turns = {}  # each batched conversation's turns: (tokens its cache held, its prompt's tokens)
     for session, cached, length in taken:
         if session.startswith("batch"):

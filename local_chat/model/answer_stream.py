@@ -47,6 +47,7 @@ class AnswerStream:
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
+        self.cached_tokens = 0  # prompt tokens a session's cache held (set where a batch prefilled the prompt)
         self.detokenize_time = 0.0
 
     @property

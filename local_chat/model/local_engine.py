@@ -311,7 +311,7 @@ class LocalEngine:
                 ids, eos_ids = prompt_ids + stream.token_ids, self.eos_ids(stop)
                 for _ in self.batcher.tokens(ids, sampling, eos_ids, stream, session):
                     yield stream
-            yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached)
+            yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached or stream.cached_tokens)
 
     def _batchable(self, inputs: ModelInputs, sampling: Sampling, logprobs: int | None, beside_others: bool) -> bool:
         """Whether the batch can compute this answer (see model/batching.py); the terminal says why not when it runs

@@ -138,6 +138,8 @@ class StepBatcher:
                     return
                 if isinstance(token, BaseException):
                     raise BatchFailed(f"{type(token).__name__}: {token}") from token
+                if not stream.token_ids:  # in the batch from its start: its prompt's tokens its session's cache held
+                    stream.cached_tokens = row.inputs.cached
                 stream.push(token)
                 yield token
         finally:
