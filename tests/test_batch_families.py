@@ -13,8 +13,10 @@ from contextlib import contextmanager
 import pytest
 import text_families
 import torch
+from app_server import ForwardCounter
+from test_batching import stop_mid_batch
 
-from local_chat.engine import Delta, End, Request, Sampling, collect
+from local_chat.engine import Request, Sampling, collect
 from local_chat.model.meta import MetaModel
 
 KINDS = {"deepseek_v3_1": "multi-head latent attention", "granite4": "linear_attention", "lfm2_moe": "conv"}
@@ -35,7 +37,7 @@ def greedy(tokens: int) -> Sampling:
     return Sampling(tokens, temperature=0.0)
 
 
-def started_together(model, count: int, ask) -> list:
+def started_together(count: int, ask) -> list:
     """`ask(i)` for i in range(count) on threads started together; their results once all are done."""
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(ask, range(count)))
@@ -49,54 +51,14 @@ def test_six_answers_at_once_are_each_the_tokens_it_gives_alone(batched):
 
     alone = [ask(i) for i in range(6)]
     before = batched.engine.batcher.answers
-    together = started_together(batched, 6, ask)
+    together = started_together(6, ask)
     assert [a.end.token_ids for a in together] == [a.end.token_ids for a in alone]
     assert all(a.end.completion_tokens == 40 for a in together)
     assert batched.engine.batcher.answers - before >= 5  # the first may begin alone: it joins when the others come
 
 
-class Steps:
-    """Counts the model's forward passes, each slowed by `delay` seconds."""
-
-    def __init__(self, model, delay: float):
-        self.model, self.calls, self._original = model, 0, model.llma.forward
-
-        def counted(*args, **kwargs):
-            self.calls += 1
-            time.sleep(delay)
-            return self._original(*args, **kwargs)
-
-        model.llma.forward = counted
-
-    def restore(self) -> None:
-        self.model.llma.forward = self._original
-
-
 def test_a_stop_mid_batch_ends_only_its_own_answer_within_two_steps(batched):
-    results = [None] * 3
-
-    def answer(i):
-        results[i] = collect(batched.engine.stream(Request(f"Story {i}:", greedy(80))))
-
-    steps = Steps(batched, delay=0.02)
-    try:
-        threads = [threading.Thread(target=answer, args=(i,)) for i in range(3)]
-        for thread in threads:
-            thread.start()
-        while batched.engine.in_flight.count < 3:
-            time.sleep(0.005)
-        cancel = threading.Event()
-        stopped = batched.engine.stream(Request("Stop me:", greedy(80), cancel=cancel))
-        for _ in range(5):
-            assert isinstance(next(stopped), Delta)
-        cancel.set()
-        steps_then = steps.calls
-        end = [event for event in stopped if isinstance(event, End)][0]
-        steps_taken = steps.calls - steps_then
-        for thread in threads:
-            thread.join()
-    finally:
-        steps.restore()
+    end, steps_taken, results = stop_mid_batch(batched, ForwardCounter(batched, delay=0.02), 80)
     assert end.finish_reason == "cancelled" and steps_taken <= 2
     assert [r.end.finish_reason for r in results] == ["length"] * 3
     assert [r.end.completion_tokens for r in results] == [80] * 3
@@ -148,7 +110,7 @@ def test_a_conversations_cache_serves_its_next_turn_in_the_batch(batched):
             keeper.start()
             while batched.engine.in_flight.count < 1:
                 time.sleep(0.005)
-            together = started_together(batched, 3, lambda i: converse(i, f"batch-{i}"))
+            together = started_together(3, lambda i: converse(i, f"batch-{i}"))
             assert keeper.is_alive()  # every turn ran beside it, in the batch
         finally:
             keeper.join()

@@ -145,12 +145,13 @@ class BatchSteps:
         self.model.llma.forward = self._original
 
 
-def test_a_stopped_answer_ends_within_two_steps_while_the_others_finish(random_llama):
-    steps = BatchSteps(random_llama, delay=0.02)
+def stop_mid_batch(model, steps, tokens: int) -> tuple:
+    """Three answers of `tokens` tokens at once, and a fourth stopped after its fifth piece: (the stopped one's End,
+    the forward passes `steps` counted from its Stop to its end, the three's results). Restores `steps` after."""
     try:
-        threads, results = long_answers(random_llama, 3)
+        threads, results = long_answers(model, 3, tokens)
         cancel = threading.Event()
-        stopped = random_llama.engine.stream(Request("Stop me:", Sampling(150, temperature=0.0), cancel=cancel))
+        stopped = model.engine.stream(Request("Stop me:", Sampling(tokens, temperature=0.0), cancel=cancel))
         for _ in range(5):
             assert isinstance(next(stopped), Delta)
         cancel.set()
@@ -161,6 +162,11 @@ def test_a_stopped_answer_ends_within_two_steps_while_the_others_finish(random_l
             thread.join()
     finally:
         steps.restore()
+    return end, steps_taken, results
+
+
+def test_a_stopped_answer_ends_within_two_steps_while_the_others_finish(random_llama):
+    end, steps_taken, results = stop_mid_batch(random_llama, BatchSteps(random_llama, delay=0.02), 150)
     assert end.finish_reason == "cancelled" and steps_taken <= 2
     assert [r.end.finish_reason for r in results] == ["length"] * 3
     assert [r.end.completion_tokens for r in results] == [150] * 3

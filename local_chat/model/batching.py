@@ -105,9 +105,9 @@ def answer_once(batcher, prompt_ids: list[int], stream: AnswerStream) -> None:
         raise RuntimeError("the batch ended the answer without its tokens")
 
 
-def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], running: Callable[[], bool]):
+def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], stopped: Callable[[], str | None]):
     """An answer's next output from the batch; None once `cancelled()` while waiting for it. Raises `BatchFailed`
-    when the batch is no longer `running()`, or no output came for `START_TIMEOUT_S`."""
+    once `stopped()` says why the batch stopped, or when no output came for `START_TIMEOUT_S`."""
     waited = 0.0
     while True:
         try:
@@ -116,8 +116,8 @@ def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], running: Ca
             waited += CANCEL_POLL_S
             if cancelled():
                 return None
-            if not running():
-                raise BatchFailed("the batch stopped")
+            if (why := stopped()) is not None:
+                raise BatchFailed(why)
             if waited > START_TIMEOUT_S:
                 raise BatchFailed("no token came for 10 minutes")
 
@@ -195,7 +195,7 @@ class ContinuousBatcher:
         seen, ended_in_batch = 0, False
         try:
             while not stream.done:
-                output = next_output(outputs, stream.cancelled, self._running)
+                output = next_output(outputs, stream.cancelled, self._stopped)
                 if output is None:
                     stream.finish("cancelled")
                     return
@@ -214,10 +214,10 @@ class ContinuousBatcher:
             if not ended_in_batch:
                 self._manager.cancel_request(request_id)
 
-    def _running(self) -> bool:
-        if not self._manager.is_running():
-            raise BatchFailed(f"the batch stopped ({self._manager.background_thread_status.fatal_error})")
-        return True
+    def _stopped(self) -> str | None:
+        if self._manager.is_running():
+            return None
+        return f"the batch stopped ({self._manager.background_thread_status.fatal_error})"
 
     def _sampler_settings(self, sampling: Sampling) -> dict:
         if sampling.greedy:

@@ -132,7 +132,7 @@ class StepBatcher:
         self._joining.put(row)
         try:
             while not stream.done:
-                token = next_output(row.outputs, stream.cancelled, self._thread.is_alive)
+                token = next_output(row.outputs, stream.cancelled, self._stopped)
                 if token is None or isinstance(token, _Left):  # Stop, seen by the reader or by the batch
                     stream.finish("cancelled")
                     return
@@ -144,6 +144,9 @@ class StepBatcher:
                 yield token
         finally:
             row.leaving = True
+
+    def _stopped(self) -> str | None:
+        return None if self._thread.is_alive() else "the batch stopped"
 
     # ----- the batch's thread -----
 
@@ -246,7 +249,7 @@ class StepBatcher:
             self._cache, self._length = None, 0
             return
         longest = max(row.length for row in self._rows)
-        select_rows(self._cache, staying, self._length - longest)
+        select_rows(self._cache, staying, self._length - longest, self.llma.device)
         self._length = longest
 
 
@@ -290,9 +293,10 @@ def stack_rows(batch, batch_length: int, row, row_length: int) -> int:
     return length
 
 
-def select_rows(cache, rows: list[int], padding: int) -> None:
-    """Keep only `rows` of `cache`, and drop its first `padding` positions (padding in every row kept)."""
-    index = torch.tensor(rows, device=next(iter(_tensors(cache))).device)
+def select_rows(cache, rows: list[int], padding: int, device: torch.device) -> None:
+    """Keep only `rows` of `cache` (on `device`), and drop its first `padding` positions (padding in every row
+    kept)."""
+    index = torch.tensor(rows, device=device)
     for layer in cache.layers:
         if _has_keys(layer):
             layer.keys = layer.keys.index_select(0, index)[:, :, padding:]
@@ -317,14 +321,6 @@ def row_cache(cache, row: int, padding: int):
             states[i] = states[i][row : row + 1].clone()
         alone.layers.append(mine)
     return alone
-
-
-def _tensors(cache) -> Iterator[torch.Tensor]:
-    for layer in cache.layers:
-        if _has_keys(layer):
-            yield layer.keys
-        for states, i in _states(layer):
-            yield states[i]
 
 
 # ----- which batch a model gets -----
