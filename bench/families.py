@@ -108,6 +108,13 @@ class ForcedAnswer:
             self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
         self.step = 0
 
+    def in_turn(self, texts: list[str], tokenizer, end_token: str) -> None:
+        """The next answers are `texts`, one after the other (a call, then the answer after its result), each
+        ended by `end_token`: the answers run on from one to the next, one forward pass a token."""
+        end = tokenizer.convert_tokens_to_ids(end_token)
+        self.ids = [i for text in texts for i in (*tokenizer.encode(text, add_special_tokens=False), end)]
+        self.step = 0
+
     def remove(self) -> None:
         self.handle.remove()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_TOOL_ROUNDS = 8  # --max_tool_rounds: rounds of tool calls the page runs for one question
+TOOL_TIMEOUT_S = 60.0  # --tool_timeout: how long a tool the page runs may take
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb: an image, or a conversation file to import
 # auto: the model's processor fits the image (or the transform its config records); the others are model.image's
 IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks

@@ -229,7 +229,7 @@ def serve(
 ):
     """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
     the launchers serve them, until the block ends; conversations are kept in `store` (a history.Store) if given;
-    `server`: serve_engine's `port` and `auth`."""
+    `server`: serve_engine's `port`, `auth` and `tool_servers`."""
     counter = ForwardCounter(model, delay)
     try:
         with serve_engine(model.engine, tabs, concurrency, api_keys, max_upload_mb, store, **server) as url:
@@ -248,11 +248,12 @@ def serve_engine(
     store=None,
     port: int | None = None,
     auth=None,
+    tool_servers=None,
 ):
     """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`), on
     `port` (default: a free one), asking for one of the (user, password) `auth` logins if given."""
     queue = InArrivalOrder(engine, concurrency)
-    app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store)
+    app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store, tool_servers=tool_servers)
     app.queue(default_concurrency_limit=concurrency)
     api = OpenAIAPI(queue, default_template(queue), "auto", max_upload_mb, api_keys)
     routes = api.routes() + ([SavedChats(store).route()] if store is not None else [])

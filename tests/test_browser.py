@@ -434,3 +434,95 @@ def test_an_example_click_sends_it(browser, demo):
         assert wait_for_answer(page, lambda t: t.endswith("Tokyo.")) == "The capital of Japan is Tokyo."
         assert page.locator('[data-testid="user"]').all_inner_texts() == ["What is the capital of Japan?"]
         assert page.locator("textarea").first.input_value() == ""  # sent: the box is empty again
+
+
+def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(browser, tmp_path):
+    """A tiny Qwen3 made to call the tools of an MCP server (tests/mcp_server.py, over stdio): the card shows the
+    call's arguments with its buttons, nothing runs before Allow once; the result folds and the answer after it
+    streams. Deny sends the refusal; Always allow runs the next call without a card; Stop during a slow call stops
+    it; a server that exits mid-call is an error sentence and the page goes on. The Tools control lists the tools
+    and the server that cannot start, with its sentence."""
+    import sys
+
+    import tiny_models
+    from test_tools import SERVER, call
+
+    from local_chat.history import Store
+    from local_chat.tools import ServerSpec, ToolServers
+
+    config = tiny_models.TEXT_CONFIG | {"head_dim": 16, "max_position_embeddings": 4096}
+    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path / "qwen3", config=config)))
+    hf, end = model.tokenizer.hf, "<|im_end|>"
+    forced = tiny_models.ForcedAnswer(model.llma, hf, "x", end)
+    specs = [ServerSpec("weather", command=sys.executable, args=(SERVER,)), ServerSpec("broken", command="no-such-x")]
+    servers, store = ToolServers(specs, timeout_s=60), Store(tmp_path / "conversations.db")
+    try:
+        with serve(model, delay=0.01, store=store, tool_servers=servers) as (url, _):
+            page = open_page(browser, url)
+            page.get_by_text("Tools (4)").first.click()
+            page.get_by_text("get_weather · weather").first.wait_for()
+            assert "'broken' could not start" in page.locator(".tools-note").first.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "tools-settings.png"), full_page=True)
+            page.get_by_text("Tools (4)").first.click()
+
+            # Allow once: the card waits with the arguments, then the result folds and the answer streams
+            forced.in_turn([call("get_weather", city="Paris"), "It is sunny in Paris."], hf, end)
+            send(page, "What is the weather in Paris?")
+            page.get_by_role("button", name="Allow once", exact=True).wait_for()
+            card = page.locator('[data-testid="bot"]').last.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "tool-card.png"), full_page=True)
+            choose(page, "Allow once")
+            answer = wait_for_answer(page, lambda t: t.endswith("It is sunny in Paris."))
+            page.get_by_text("Result of get_weather").first.wait_for()
+            page.screenshot(path=str(ARTIFACTS / "tool-result.png"), full_page=True)
+
+            # Deny: the model is told, and answers
+            forced.in_turn([call("get_weather", city="Rome"), "I may not look."], hf, end)
+            send(page, "And in Rome?")
+            choose(page, "Deny")
+            denied = wait_for_answer(page, lambda t: t.endswith("I may not look."))
+
+            # Always allow: this call runs, and the next one without a card
+            forced.in_turn([call("get_weather", city="Oslo"), "Cold."], hf, end)
+            send(page, "Oslo?")
+            choose(page, "Always allow this tool")
+            wait_for_answer(page, lambda t: t.endswith("Cold."))
+            forced.in_turn([call("get_weather", city="Bergen"), "Rainy in Bergen."], hf, end)
+            send(page, "Bergen?")
+            bergen = wait_for_answer(page, lambda t: t.endswith("Rainy in Bergen."))
+            asked_for_bergen = page.get_by_role("button", name="Allow once", exact=True).count()
+
+            # Stop during a slow call: it stops at once, the conversation stays
+            forced.in_turn([call("wait", seconds=30)], hf, end)
+            send(page, "Wait half a minute.")
+            choose(page, "Allow once")
+            page.get_by_text("Running wait").first.wait_for()
+            page.screenshot(path=str(ARTIFACTS / "tool-running.png"), full_page=True)
+            started = time.perf_counter()
+            page.get_by_role("button", name="Stop", exact=True).first.click()
+            page.get_by_text("Stopped wait").first.wait_for(timeout=5000)
+            stop_took = time.perf_counter() - started
+            page.screenshot(path=str(ARTIFACTS / "tool-stopped.png"), full_page=True)
+
+            # a server that exits mid-call: its sentence, and the page goes on
+            forced.in_turn([call("crash"), "The tool broke."], hf, end)
+            send(page, "Crash it.")
+            choose(page, "Allow once")
+            after_crash = wait_for_answer(page, lambda t: t.endswith("The tool broke."))
+            page.get_by_text("Error from crash").first.wait_for()
+            questions = page.locator('[data-testid="user"]').all_inner_texts()
+    finally:
+        forced.remove()
+        servers.close()
+        store.close()
+    assert '"city": "Paris"' in card and answer == "It is sunny in Paris." and denied == "I may not look."
+    assert bergen == "Rainy in Bergen." and asked_for_bergen == 0
+    assert stop_took < 1.0, f"Stop took {stop_took:.2f} s"
+    assert after_crash == "The tool broke." and len(questions) == 6  # every turn kept
+
+
+def choose(page, button: str) -> None:
+    """Press a tool call's button once the answer that made the call has ended (Send is back)."""
+    page.get_by_role("button", name=button, exact=True).wait_for()
+    page.locator(".message button", has_text="Send").first.wait_for()
+    page.get_by_role("button", name=button, exact=True).click()

@@ -139,10 +139,7 @@ class Reply:
         if self.reasoning:
             message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
         if self.calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.calls
-            ]
+            message["tool_calls"] = [c.openai() for c in self.calls]
         return message
 
     def _logprobs(self, tokens: list[TokenLogprob]) -> dict:

@@ -44,6 +44,9 @@ from .interface import (
 )
 
 log = logging.getLogger(__name__)
+# a tool to see whether a template shows tools to the model (ChatEngine.why_no_tools)
+PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "",
+                                                "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
 
 
 class ChatEngine:
@@ -52,6 +55,7 @@ class ChatEngine:
 
     def __init__(self, engine: Engine, template: str, max_upload_mb: float | None = None):
         self.engine, self.template = engine, template
+        self._tools_checked: dict[str | None, str | None] = {}
         self.max_upload_mb = MAX_UPLOAD_MB if max_upload_mb is None else max_upload_mb
 
     @staticmethod
@@ -153,6 +157,27 @@ class ChatEngine:
 
     def _template(self, options: ChatOptions) -> str:
         return options.template or self.template
+
+    def why_no_tools(self, template: str | None = None) -> str | None:
+        """Why this model cannot be given tools in `template` (None: the launcher's), in one sentence; None where it
+        can: its template shows them to the model and its calls can be read."""
+        if template not in self._tools_checked:
+            self._tools_checked[template] = self._tools_refused(ChatOptions(tools=[PROBE_TOOL], template=template))
+        return self._tools_checked[template]
+
+    def _tools_refused(self, options: ChatOptions) -> str | None:
+        if self._renders_itself(options) or getattr(self.engine, "takes_chats", False):
+            return None  # the engine renders them and reads its calls (or the model, loaded when it answers, does)
+        hi = [{"role": "user", "content": "Hi"}]
+        try:
+            built = messages_prompt(self.engine, self._template(options), hi, options, self.max_upload_mb, False)
+        except UserError as error:
+            return str(error)
+        if PROBE_TOOL["function"]["name"] not in built.text:
+            return "This model's chat template does not show tools to the model; start a model whose template does."
+        if "tool_calls" not in self.response_style.family.response.get("fields", {}):
+            return "This model writes its tool calls in no format this app reads, so its calls cannot be run."
+        return None
 
     def _renders_itself(self, options: ChatOptions) -> bool:
         """Whether the engine applies its own chat template (engine/remote.py), and this request asks for it."""

@@ -179,6 +179,10 @@ class ToolCallDelta:
     name: str | None = None
     arguments: str = ""
 
+    def openai(self) -> dict:
+        """The whole call in OpenAI's shape (a message's `tool_calls` entry)."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
 
 @dataclass
 class Rendered:

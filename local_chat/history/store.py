@@ -38,7 +38,7 @@ from typing import NamedTuple
 from local_chat.errors import UserError
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # schema 1's page conventions, which schema 2 turns into kinds
 V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
 V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -85,6 +85,9 @@ MIGRATIONS: dict[int, list] = {
     # answers carry their "model" (nothing to change in the tables): an app of schema 3, which would drop it when it
     # saves the conversation again, refuses the database instead
     4: [],
+    # the tools each owner always allows (the page's tool calls, ui/tool_rounds.py); tool calls saved with their
+    # approvals, which an app of schema 4 would show as plain calls
+    5: ["CREATE TABLE tool_approvals (owner TEXT NOT NULL, tool TEXT NOT NULL, PRIMARY KEY (owner, tool))"],
 }
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
@@ -330,6 +333,23 @@ class Store:
         with self._transaction():
             if not self._db.execute(statement, (*values, str(conversation_id), owner)).rowcount:
                 raise UserError("There is no such conversation among yours; it may have been deleted.")
+
+    # ----- the tools an owner always allows -----
+
+    def always_allowed(self, owner: str) -> list[str]:
+        rows = self._db.execute("SELECT tool FROM tool_approvals WHERE owner = ? ORDER BY tool", (owner,))
+        return [tool for (tool,) in rows.fetchall()]
+
+    def allow_always(self, owner: str, tools: list[str], allowed: bool = True) -> None:
+        """Add `tools` to `owner`'s always-allowed ones (`allowed`), or take them off."""
+        with self._transaction():
+            for tool in tools:
+                statement = (
+                    "INSERT OR IGNORE INTO tool_approvals (owner, tool) VALUES (?, ?)"
+                    if allowed
+                    else "DELETE FROM tool_approvals WHERE owner = ? AND tool = ?"
+                )
+                self._db.execute(statement, (owner, tool))
 
     # ----- images -----
 

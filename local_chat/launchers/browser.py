@@ -141,9 +141,11 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     store = open_history(args)
     admins = getattr(args, "admins", None)
+    tools = tool_servers(args)
     app = build_app(
-        queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins
-    )
+        queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins,
+        tool_servers=tools, max_tool_rounds=args.max_tool_rounds,
+    )  # fmt: skip
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
     api = None
@@ -172,6 +174,25 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     finally:  # ended by the launcher (SystemExit): stop the server's threads, so that the process can exit
         app.close()
         store.close()
+        if tools is not None:
+            tools.close()
+
+
+def tool_servers(args):
+    """--mcp_config's servers, opened now (tools/servers.py), each told in the terminal; None without the flag."""
+    if args.mcp_config is None:
+        return None
+    from local_chat.tools import ToolServers, read_config
+
+    servers = ToolServers(read_config(args.mcp_config), args.tool_timeout)
+    by_server: dict[str, list[str]] = {}
+    for tool in servers.tools:
+        by_server.setdefault(tool.server, []).append(tool.called)
+    for name, called in by_server.items():
+        print(f"Tools of {name}: {', '.join(called)}.", file=sys.stderr, flush=True)
+    for sentence in servers.problems.values():
+        print(f"warning: {sentence}", file=sys.stderr, flush=True)
+    return servers
 
 
 def open_history(args):

@@ -11,7 +11,15 @@ import socket
 import sys
 from pathlib import Path
 
-from local_chat.defaults import DEFAULT_CONTEXT, IMAGE_TRANSFORM, IMAGE_TRANSFORMS, MAX_CACHED_SESSIONS, MAX_UPLOAD_MB
+from local_chat.defaults import (
+    DEFAULT_CONTEXT,
+    IMAGE_TRANSFORM,
+    IMAGE_TRANSFORMS,
+    MAX_CACHED_SESSIONS,
+    MAX_TOOL_ROUNDS,
+    MAX_UPLOAD_MB,
+    TOOL_TIMEOUT_S,
+)
 from local_chat.errors import UserError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -98,7 +106,33 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="memory for those caches, in MiB (default: no limit besides --max_cached_sessions), and for the "
         "batch's paged cache (default: --concurrency contexts, at most a quarter of the free memory)",
     )
+    add_tool_flags(p)
     return p
+
+
+def add_tool_flags(p: argparse.ArgumentParser) -> None:
+    """The page's tools: MCP servers whose tools the model calls, each call approved by the user."""
+    p.add_argument(
+        "--mcp_config",
+        default=None,
+        metavar="FILE",
+        help="MCP servers whose tools the model may call on the page, in the mcp.json of Claude Desktop, Cursor "
+        'and LM Studio ({"mcpServers": {"NAME": {"command": ..., "args": [...]}}}, or {"url": ...} over HTTP); '
+        "each call runs once the user allows it",
+    )
+    p.add_argument(
+        "--tool_timeout",
+        type=float,
+        default=TOOL_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long a tool call may take before it is cancelled (default: {TOOL_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--max_tool_rounds",
+        type=int,
+        default=MAX_TOOL_ROUNDS,
+        help=f"rounds of tool calls the page runs for one question (default: {MAX_TOOL_ROUNDS})",
+    )
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -53,6 +53,12 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
     if getattr(args, "max_upload_mb", 1) <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
+    if getattr(args, "mcp_config", None) is not None:
+        from local_chat.tools import read_config
+
+        read_config(args.mcp_config)  # a malformed file is told now
+    if getattr(args, "tool_timeout", 1) <= 0 or getattr(args, "max_tool_rounds", 1) < 1:
+        raise UserError("--tool_timeout must be above 0 seconds and --max_tool_rounds 1 or more.")
 
 
 def check_before_the_server(args: argparse.Namespace) -> None:

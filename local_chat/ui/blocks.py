@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from local_chat.defaults import IMAGE_TRANSFORM, MAX_UPLOAD_MB
+from local_chat.defaults import IMAGE_TRANSFORM, MAX_TOOL_ROUNDS, MAX_UPLOAD_MB
 from local_chat.engine import Engine
 from local_chat.engine.model_engine import ModelEngine
 from local_chat.history import Store
@@ -35,12 +35,16 @@ def build_app(
     max_upload_mb: float = MAX_UPLOAD_MB,
     store: Store | None = None,
     admins: list[str] | None = None,
+    tool_servers=None,
+    max_tool_rounds: int = MAX_TOOL_ROUNDS,
 ) -> gr.Blocks:
     """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
     ("single"). `max_upload_mb` caps the images this app reads (also pass it to `launch(max_file_size=...)`, which
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route. With a model
-    picker (--models_dir), `admins`: the only logins that load models (None: everyone)."""
+    picker (--models_dir), `admins`: the only logins that load models (None: everyone). `tool_servers`: the tools the
+    model may call on the chat (tools/servers.py's `ToolServers`, --mcp_config), at most `max_tool_rounds` rounds a
+    question."""
     template = default_template(engine, template)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb)
@@ -53,7 +57,18 @@ def build_app(
     with gr.Blocks(title=title) as app:
         browser_id = saved.browser_state() if saved.on else gr.State(None)
         chat_tabs = {
-            tab: ChatTab(engine, cancels, template, image_transform, saved, tab == "chat_single", max_upload_mb, picker)
+            tab: ChatTab(
+                engine,
+                cancels,
+                template,
+                image_transform,
+                saved,
+                tab == "chat_single",
+                max_upload_mb,
+                picker,
+                tool_servers,
+                max_tool_rounds,
+            )  # fmt: skip
             for tab in tabs
             if tab.startswith("chat")
         }

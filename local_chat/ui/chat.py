@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from local_chat.engine import Delta, End, Engine, Loading, Queued, Reasoning, Rendered, Request
-from local_chat.engine.interface import SessionKey, in_session
+from local_chat.engine import Delta, End, Engine, Loading, Queued, Reasoning, Rendered, Request, ToolCallDelta
+from local_chat.engine.interface import SessionKey, add_call_piece, in_session
 from local_chat.engine.threaded import in_own_thread
 
 UPDATE_INTERVAL = 1 / 30  # seconds between two updates of an answer on the page, at the least
@@ -29,6 +29,7 @@ class AnswerUpdate:
     thought_seconds: float | None = None  # how long it thought (so far, while it still does)
     ended: bool = False
     stopped: bool = False  # it ended cancelled (Stop, a new message, a closed tab)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)  # the calls it made, whole
 
     @property
     def thinking_done(self) -> bool:
@@ -49,6 +50,8 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
                 update.thought_seconds = time.perf_counter() - thought_since
             if isinstance(event, End):
                 update.ended, update.stopped = True, event.finish_reason == "cancelled"
+            if isinstance(event, ToolCallDelta):
+                add_call_piece(update.tool_calls, event)
             if isinstance(event, Delta):
                 update.text += event.text
             elif isinstance(event, Rendered):

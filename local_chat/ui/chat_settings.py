@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from local_chat.engine import Sampling
+from local_chat.errors import UserError
+from local_chat.prompting import open_upload
 
 from .gradio_api import page_sampling
 
@@ -26,6 +28,7 @@ class ChatSettings:
     repetition_penalty: float
     thinking: object = None  # the thinking switch's value (ui/thinking.py), where the page has one
     model: str | None = None  # this session's model, where the page has a picker (ui/model_picker.py)
+    tools: list[str] | None = None  # the tools switched on, where the page has tools (ui/tool_rounds.py)
 
     @property
     def sampling(self) -> Sampling:
@@ -50,3 +53,22 @@ def message_parts(message) -> tuple[str, list[str]]:
         files = [f if isinstance(f, str) else f.get("path") for f in message.get("files") or []]
         return message.get("text") or "", [f for f in files if f]
     return message or "", []
+
+
+def attached_images(files, engine, max_upload_mb: float) -> tuple[list[tuple[str, object]], str]:
+    """(path, checked image) of each attached file that can be read, and the sentence for those that cannot (empty
+    when none): a model that cannot see refuses them all."""
+    if files and not engine.sees_images:
+        return [], (
+            "This model does not see images, so the attachment was taken out of the message (your text is still "
+            "there); start a model that sees them to ask about an image."
+        )
+    images, refused = [], []
+    for path in files:
+        try:
+            images.append((path, open_upload(path, max_upload_mb)))
+        except UserError as error:
+            refused.append(str(error))
+    if not refused:
+        return images, ""
+    return images, "Taken out of the message (your text is still there): " + " ".join(refused)

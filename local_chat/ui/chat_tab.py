@@ -14,16 +14,16 @@ import functools
 
 import gradio as gr
 
-from local_chat.defaults import IMAGE_TRANSFORMS, MAX_UPLOAD_MB
+from local_chat.defaults import IMAGE_TRANSFORMS, MAX_TOOL_ROUNDS, MAX_UPLOAD_MB
 from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import session_key
 from local_chat.errors import UserError
-from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text, open_upload
+from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
 
 from . import turns
 from .chat import Cancels, answer_updates
-from .chat_settings import ChatSettings, edited_question, message_parts
+from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
 from .conversations import SavedConversations
 from .cut_answers import CutAnswer
 from .history import SavedChats, new_conversation_id
@@ -37,12 +37,13 @@ from .layout import (
     sampling_controls,
     shown_prompt,
 )
-from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
-from .turns import kind_of, model_view, up_to_last_question
+from .thinking import thinking_control, thinking_kwargs, thinking_switch
+from .tool_rounds import NOT_ANSWERED, Approvals, ToolRounds
+from .turns import kind_of, model_view, unanswered_calls, up_to_last_question, with_calls_closed
 from .wiring import GENERATION, UI_ONLY, with_view
 
 
-class ChatTab(SavedConversations):
+class ChatTab(SavedConversations, ToolRounds):
     """The chat: text and images in one conversation, each image going to the model with the message it was
     attached to; saved as it goes where saved conversations are on (`saved`); or single questions (`single_turn`),
     each answered alone. `history` is Gradio's list of {"role", "content"} messages."""
@@ -57,6 +58,8 @@ class ChatTab(SavedConversations):
         single_turn: bool = False,
         max_upload_mb: float = MAX_UPLOAD_MB,
         picker=None,
+        tool_servers=None,
+        max_tool_rounds: int = MAX_TOOL_ROUNDS,
     ):
         self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
         self.picker = picker  # --models_dir: each session's model (ui/model_picker.py)
@@ -64,6 +67,8 @@ class ChatTab(SavedConversations):
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
         self.saving = saved.on and not single_turn
+        self.tool_servers = tool_servers if not single_turn else None  # --mcp_config (ui/tool_rounds.py)
+        self.max_tool_rounds, self.approvals = max_tool_rounds, Approvals(saved.store if saved.on else None)
 
     def _owner(self, browser_id, request) -> str | None:
         return self.saved.owner(browser_id, request) if self.saving else None
@@ -76,17 +81,18 @@ class ChatTab(SavedConversations):
     # ----- the handlers -----
 
     async def respond(self, history, settings: ChatSettings, request: gr.Request, question_first: bool = True):
-        """Answer the last question of `history` (the typed list, ui/turns.py); yields (history, prompt,
-        conversation, its list's update), the conversation saved when the answer ends. A reasoning model's thought
-        streams into a Thinking entry above the answer, folded once the answer begins. `question_first`: the
-        question is saved before it is answered (a new message); an edit or a regeneration is saved only with its
-        answer, so the conversation keeps its earlier turns until one comes. An answer cut by Stop, a new message,
-        a closed or reloaded tab or a lost connection is saved as far as it went, marked stopped; while it streams
-        it is saved so as it begins and every few seconds, so that even a crash of the server keeps it."""
+        """Answer the last question of `history` (the typed list, ui/turns.py), or go on after its decided tool calls;
+        yields (history, prompt, conversation, its list's update), the conversation saved when the answer ends. A
+        reasoning model's thought streams into a Thinking entry above the answer, folded once the answer begins.
+        `question_first`: the question is saved before it is answered (a new message); an edit or a regeneration is
+        saved only with its answer, so the conversation keeps its earlier turns until one comes. An answer cut by
+        Stop, a new message, a closed or reloaded tab or a lost connection is saved as far as it went, marked
+        stopped; while it streams it is saved so as it begins and every few seconds, so that even a crash of the
+        server keeps it."""
         history = [dict(m) for m in history or []]
         conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
-        listed = gr.skip()
+        listed, first = gr.skip(), None
         try:
             engine = self.engine_of(settings.model, request)
             owner = self._owner(browser_id, request)
@@ -94,49 +100,52 @@ class ChatTab(SavedConversations):
                 conversation_id, listed = self._commit(request, owner, conversation_id, history)
             elif owner is not None and conversation_id is None:
                 conversation_id = new_conversation_id()
-            sampling = settings.sampling
-            messages = self.saved.for_the_model(model_view(history))
-            if self.single_turn:  # each question alone
-                messages = messages[-1:]
-            if not message_text(messages[-1]["content"]).strip():
-                raise UserError(EMPTY_MESSAGE)
+            if not unanswered_calls(history):  # else the calls run first (ToolRounds.decide)
+                first = self._request(engine, history, settings, request, conversation_id, cancel)
         except UserError as error:
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return
-        if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
-            messages = [{**m, "content": message_text(m["content"])} for m in messages]
-            turns.with_images_left_out(history, settings.model or "This model")
-        system = settings.system
-        system_message = [{"role": "system", "content": system}] if system is not None else []
-        cache = session_key(request.session_hash, f"{self.name}/{conversation_id}" if conversation_id else self.name)
-        answer = Request(
-            sampling=sampling,
-            image_transform=settings.transform,
-            session=cache,
-            cancel=cancel,
-            messages=system_message + messages,
-            chat=ChatOptions(
-                template=settings.template,
-                answer_tokens=sampling.max_new_tokens,
-                template_kwargs=thinking_kwargs(thinking),
-            ),
-        )
-        asked = len(history)  # where the answer's entries begin
-        history.append(turns.answer(""))
         cut = CutAnswer(self.saved, request, owner, conversation_id, question_first)
         try:
             yield history, gr.skip(), conversation_id, listed
-            async for shown in self._answer(engine, answer, history, asked, settings, cut):
+            async for shown in self._rounds(engine, first, history, settings, request, cut, cancel):
                 yield shown
         finally:
             cut.save(history)  # where the answer did not end: as far as it went, marked stopped
-        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking, cut.prompt)
+        tools_off = self.tools_off(settings.tools)
+        shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking, cut.prompt, tools_off)
         yield shown, cut.prompt, *saved
+
+    def _request(self, engine, history, settings: ChatSettings, request, conversation_id, cancel) -> Request:
+        """The request that answers `history` as it stands (`UserError` where it cannot be sent)."""
+        messages = self.saved.for_the_model(model_view(history))
+        if self.single_turn:  # each question alone
+            messages = messages[-1:]
+        if messages[-1]["role"] == "user" and not message_text(messages[-1]["content"]).strip():
+            raise UserError(EMPTY_MESSAGE)
+        if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
+            messages = [{**m, "content": message_text(m["content"])} for m in messages]
+            turns.with_images_left_out(history, settings.model or "This model")
+        system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
+        door = f"{self.name}/{conversation_id}" if conversation_id else self.name
+        return Request(
+            sampling=settings.sampling,
+            image_transform=settings.transform,
+            session=session_key(request.session_hash, door),
+            cancel=cancel,
+            messages=system + messages,
+            chat=ChatOptions(
+                template=settings.template,
+                answer_tokens=settings.sampling.max_new_tokens,
+                template_kwargs=thinking_kwargs(settings.thinking),
+                tools=self.tools_for(engine, settings),
+            ),
+        )
 
     async def _answer(self, engine, answer: Request, history: list, asked: int, settings: ChatSettings, cut):
         """`answer`'s updates streamed into `history` from entry `asked` on (a thought, the answer, or its error),
         then its figures; yields (the chat as shown, prompt, conversation, list update) as it grows."""
-        line, failed = "", False
+        line, failed, update = "", False, None
         model = settings.model if self.picker is not None else None  # which model gave the answer, saved with it
         by = f" · {model}" if model else ""
         async for update in answer_updates(engine, answer):
@@ -167,47 +176,37 @@ class ChatTab(SavedConversations):
             history.append(turns.stats(line))
         if cut.stopped:
             history.append(turns.stopped())
+        elif (
+            update is not None and update.tool_calls and not failed
+        ):  # under the figures: the last entry, where Gradio shows the buttons
+            if kind_of(history[asked]) == "answer" and not history[asked]["content"]:
+                del history[asked]
+            history.extend(self.call_cards(update.tool_calls))
         cut.ended = True
 
-    def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None) -> tuple:
+    def _commit(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None, tools_off=None):
         """(conversation id, the list's update) once `history` is saved (with the thinking switch's value, where
         the page has one, and the prompt its last answer was sent, which the prompt panel shows again once it is
         reopened); `UserError` where it cannot be (changed in another window since this page read it)."""
         if owner is None:
             return conversation_id, gr.skip()
-        given = {"thinking": thinking, "prompt": prompt if isinstance(prompt, str) else None}
+        given = {"thinking": thinking, "prompt": prompt if isinstance(prompt, str) else None, "tools_off": tools_off}
         options = {key: value for key, value in given.items() if value is not None} or None
         conversation_id = self.saved.save(request.session_hash, owner, conversation_id, history, options)
         return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
 
-    def _commit_shown(self, request: gr.Request, owner, conversation_id, history, thinking=None, prompt=None) -> tuple:
-        """(the chat as shown, conversation id, the list's update) once `history` is saved; where it cannot be
-        (changed in another window since this page read it), the chat with the sentence under it, nothing saved."""
+    def _commit_shown(self, request: gr.Request, owner, conversation_id, history, *options) -> tuple:
+        """(the chat as shown, conversation id, the list's update) once `history` is saved (with `_commit`'s
+        `options`); where it cannot be (changed in another window since this page read it), the chat with the
+        sentence under it, nothing saved."""
         try:
-            return history, *self._commit(request, owner, conversation_id, history, thinking, prompt)
+            return history, *self._commit(request, owner, conversation_id, history, *options)
         except UserError as error:
             return history + [turns.error(str(error))], gr.skip(), gr.skip()
 
     @functools.cached_property
     def switch(self) -> tuple[str | None, object]:
         return thinking_switch(self.engine) if not self.single_turn else (None, None)
-
-    def thinking_of(self, conversation_id, browser_id, model, request: gr.Request):
-        """The thinking switch as the open conversation left it (else as the template starts it); with a picker,
-        as the session's model's template allows."""
-        variable, first = self.switch
-        if self.single_turn or (variable is None and self.picker is None):
-            return gr.skip()
-        try:
-            owner = self._owner(browser_id, request)
-            kept = self.saved.store.get(owner, conversation_id).options.get("thinking") if conversation_id else None
-        except UserError:
-            kept = None
-        if self.picker is not None:
-            _, choices, first = thinking_choices(self.engine_of(model))
-            return kept if kept in choices else first
-        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
-        return kept if fits else first
 
     async def submit(self, request: gr.Request, message, history, *settings):
         """Send the message box's text and images; yields (history, box, prompt, conversation, list)."""
@@ -219,7 +218,7 @@ class ChatTab(SavedConversations):
             gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
-        images, refused = self._attached(files, self.engine_of(settings.model))
+        images, refused = attached_images(files, self.engine_of(settings.model), self.max_upload_mb)
         if refused:  # the files taken out of the box, the text left in it: the next Send works
             gr.Warning(refused)
             yield gr.skip(), {"text": text, "files": [path for path, _ in images]}, gr.skip(), gr.skip(), gr.skip()
@@ -233,31 +232,13 @@ class ChatTab(SavedConversations):
             failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
             yield failed, typed, "", conversation_id, gr.skip()
             return
-        history = list(history or []) + [question]
+        history = with_calls_closed(list(history or []), NOT_ANSWERED) + [question]  # calls left waiting: not run
         box = None  # empty the message box once; later pieces leave it alone, so the next message can be typed
         async for history, prompt, conversation_id, listed in self.respond(history, settings, request):
             if kind_of(history[-1]) == "error":
                 box = typed
             yield history, box, prompt, conversation_id, listed
             box = gr.skip()
-
-    def _attached(self, files, engine: ChatEngine) -> tuple[list[tuple[str, object]], str]:
-        """(path, checked image) of each attached file that can be read, and the sentence for those that cannot
-        (empty when none): a model that cannot see refuses them all."""
-        if files and not engine.sees_images:
-            return [], (
-                "This model does not see images, so the attachment was taken out of the message (your text is still "
-                "there); start a model that sees them to ask about an image."
-            )
-        images, refused = [], []
-        for path in files:
-            try:
-                images.append((path, open_upload(path, self.max_upload_mb)))
-            except UserError as error:
-                refused.append(str(error))
-        if not refused:
-            return images, ""
-        return images, "Taken out of the message (your text is still there): " + " ".join(refused)
 
     async def regenerate(self, request: gr.Request, history, *settings):
         settings, history = ChatSettings(*settings), up_to_last_question(history)
@@ -326,6 +307,7 @@ class ChatTab(SavedConversations):
             elem_classes="message",
             interactive=not self.saving,  # with saved conversations, once the page's first load gave it its id
         )
+        tools = self.build_tools(engine)  # --mcp_config: the tools switched on for this conversation
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         examples = gr.Examples(  # a click sends the example, as Enter does
             IMAGE_EXAMPLES if self.single_turn else EXAMPLES, inputs=message, label="Examples (a click sends one)"
@@ -346,7 +328,7 @@ class ChatTab(SavedConversations):
 
         entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
         model = model if model is not None else gr.State(None)
-        settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking, model]
+        settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking, model, tools]
         chats = self.sidebar_list if self.saving else gr.State(None)
         outputs = [chatbot, entries, prompt_view, conversation_id, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)
@@ -365,15 +347,17 @@ class ChatTab(SavedConversations):
             )
 
         example_clicked = examples.load_input_event.then  # once the example is in the message box
+        # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS); wired before the answers:
+        # the page sends a trigger's events in order, and waits for a queued one before the next
+        for trigger in (message.submit, example_clicked, chatbot.retry, chatbot.edit, chatbot.option_select):
+            trigger(busy_box, None, message, **toggle)
         runs = [
             sent_after(message.submit),
             sent_after(example_clicked),
             chatbot.retry(with_view(self.regenerate), [entries, *settings], outputs, **common),
             chatbot.edit(with_view(self.edit), [entries, *settings], outputs, **common),
+            chatbot.option_select(with_view(self.decide), [entries, *settings], outputs, **common),  # a tool call's
         ]
-        # while an answer streams, Send becomes Stop (and Escape presses it: PAGE_JS)
-        for trigger in (message.submit, example_clicked, chatbot.retry, chatbot.edit):
-            trigger(busy_box, None, message, **toggle)
         for run in runs:
             run.then(idle_box, None, message, **toggle)
         message.stop(self.stop, None, None, cancels=runs, **toggle).then(
@@ -393,4 +377,7 @@ class ChatTab(SavedConversations):
         )
         self.chatbot, self.entries, self.conversation_id, self.runs = chatbot, entries, conversation_id, runs
         self.template_box, self.system_box, self.message, self.sampling = template, system, message, sampling
-        self.thinking, self.model_state, self.prompt_view = thinking, model, prompt_view
+        self.thinking, self.model_state, self.prompt_view, self.tools_box = thinking, model, prompt_view, tools
+        if self.always_box is not None:  # this login's always-allowed tools: shown at load and after a choice
+            runs[-1].then(self.always_of, browser_id, self.always_box, **quiet)
+            self.always_box.input(self.revoke, [self.always_box, browser_id], self.always_box, **quiet)

@@ -1,7 +1,7 @@
 """The chat tab's saved conversations (ui/history.py, history/store.py): the sidebar (New chat, this owner's
 conversations newest first, rename, delete, export, import), its handlers and their wiring. `ChatTab` (ui/chat_tab.py)
-is built on it: these methods use its `saved`, `_owner`, `stop`, `thinking_of`, `picker` and the components its `build`
-made."""
+is built on it: these methods use its `saved`, `_owner`, `stop`, `switch`, `tools_of`, `picker` and the components its
+`build` made."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gradio as gr
 
 from local_chat.errors import UserError
 
+from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices
 from .wiring import UI_ONLY, with_view
 
 
@@ -51,6 +52,29 @@ class SavedConversations:
             except UserError:  # deleted meanwhile: nothing to offer
                 pass
         return self.picker.offer_model(model, current)
+
+    def thinking_of(self, conversation_id, browser_id, model, request: gr.Request):
+        """The thinking switch as the open conversation left it (else as the template starts it); with a picker,
+        as the session's model's template allows."""
+        variable, first = self.switch
+        if self.single_turn or (variable is None and self.picker is None):
+            return gr.skip()
+        try:
+            owner = self._owner(browser_id, request)
+            kept = self.saved.store.get(owner, conversation_id).options.get("thinking") if conversation_id else None
+        except UserError:
+            kept = None
+        if self.picker is not None:
+            _, choices, first = thinking_choices(self.engine_of(model))
+            return kept if kept in choices else first
+        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
+        return kept if fits else first
+
+    def switches_of(self, conversation_id, browser_id, model, request: gr.Request):
+        """The open conversation's thinking switch and Tools control, as it left them."""
+        return self.thinking_of(conversation_id, browser_id, model, request), self.tools_of(
+            conversation_id, browser_id, request
+        )
 
     @staticmethod
     def new_chat():
@@ -138,7 +162,10 @@ class SavedConversations:
         was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
         asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
         restore = dict(
-            fn=self.thinking_of, inputs=[conversation_id, browser_id, self.model_state], outputs=self.thinking, **quiet
+            fn=self.switches_of,
+            inputs=[conversation_id, browser_id, self.model_state],
+            outputs=[self.thinking, self.tools_box],
+            **quiet,
         )
         loaded = app.load(
             with_view(self.first_load, at=2),
@@ -147,7 +174,9 @@ class SavedConversations:
             **quiet,
         )
         takes_text = dict(fn=lambda: gr.update(interactive=True), inputs=None, outputs=self.message, **quiet)
-        loaded.success(**takes_text).then(**restore)
+        restored = loaded.success(**takes_text).then(**restore)
+        if self.always_box is not None:  # this login's always-allowed tools
+            restored.then(self.always_of, browser_id, self.always_box, **quiet)
         loaded.failure(**takes_text)  # the message box takes text even so: a message then says what is wrong
         actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
         conversation_id.change(

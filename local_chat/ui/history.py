@@ -36,7 +36,7 @@ IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
 EXPORT_ROLES = ("system", "user", "assistant", "tool")
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
-KEPT_KEYS = ("kind", "call", "tool_call_id", "model")
+KEPT_KEYS = ("kind", "call", "tool_call_id", "model", "server", "approval", "result", "options")
 THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
 MD_IMAGE = re.compile(r"^!\[image\]\((data:image/[^)\s]+)\)$", re.MULTILINE)  # an image, as markdown_turn writes it
 MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)(?: · ([^\n]+))?\n\n", re.MULTILINE)  # an answer's model
@@ -121,11 +121,19 @@ class SavedChats:
         return {"role": "user", "content": shown, "text": text, "images": digests}
 
     def _refs(self, owner: str, conversation_id: str, digests: list[str]) -> str:
-        return "".join(
-            f"![image]({IMAGE_ROUTE}/{conversation_id}/{d}?sig={self.store.image_signature(owner, conversation_id, d)})"
-            "\n\n"
-            for d in digests
+        return "".join(f"![image]({self._address(owner, conversation_id, d)})\n\n" for d in digests)
+
+    def _address(self, owner: str, conversation_id: str, digest: str) -> str:
+        return (
+            f"{IMAGE_ROUTE}/{conversation_id}/{digest}?sig={self.store.image_signature(owner, conversation_id, digest)}"
         )
+
+    def image_address(self, owner: str | None, conversation_id: str | None, png: bytes) -> str | None:
+        """The address a saved image (a tool's result) is shown from in `owner`'s conversation; None where nothing
+        is saved."""
+        if owner is None or conversation_id is None:
+            return None
+        return self._address(owner, conversation_id, self.store.put_image(png))
 
     def shown(self, owner: str, conversation_id: str, messages: list[dict]) -> list[dict]:
         """Stored messages as the chat keeps them."""

@@ -3,14 +3,16 @@
 Each entry is a Gradio chat message ({"role", "content", "metadata"?}) with its kind under "kind": a question
 ("user") and an answer ("assistant") need none; the others are "thinking" (a reasoning model's thought, shown folded
 above its answer, and sent back to the model as the answer's `reasoning_content`), "error", "notice" (a note in the
-chat: older turns left out), "stats" (an answer's figures), "stopped", "tool_call" and "tool_result" (an imported
-conversation's). Gradio drops metadata keys it does not know, so the kind is never read from metadata or text: an
-entry without one is a question or an answer by its role. Saved conversations store these entries (history/store.py).
+chat: older turns left out), "stats" (an answer's figures), "stopped", "tool_call" and "tool_result" (a call the
+model made, with its "approval" where the page runs it: ui/tool_rounds.py; or an imported conversation's). Gradio
+drops metadata keys it does not know, so the kind is never read from metadata or text: an entry without one is a
+question or an answer by its role. Saved conversations store these entries (history/store.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from local_chat.prompting import message_text
 
@@ -18,6 +20,7 @@ ERROR_MARK = "⚠️ "
 DROPPED_TITLE = "Older turns left out"
 THINKING_TITLE = "Thinking"
 NOT_FOR_THE_MODEL = ("notice", "stats", "stopped")
+STOPPED_CALL = "The user pressed Stop; this call did not run to its end."
 
 
 def kind_of(entry: dict) -> str:
@@ -26,7 +29,7 @@ def kind_of(entry: dict) -> str:
 
 def view(entries: list[dict]) -> list[dict]:
     """The Chatbot's value: each entry as Gradio shows it, one message each (so an edit's index is the entry's)."""
-    return [{k: v for k, v in e.items() if k in ("role", "content", "metadata")} for e in entries]
+    return [{k: v for k, v in e.items() if k in ("role", "content", "metadata", "options")} for e in entries]
 
 
 def answer(text: str, model: str | None = None) -> dict:
@@ -54,7 +57,12 @@ def dropped_turns(turns: int, context: int) -> dict:
         f"The model no longer sees the {turns} oldest turn{'s' if turns > 1 else ''} of this conversation: the "
         f"conversation is longer than its {context}-token context."
     )
-    return {"role": "assistant", "metadata": {"title": DROPPED_TITLE}, "content": text, "kind": "notice"}
+    return notice(DROPPED_TITLE, text)
+
+
+def notice(title: str, text: str) -> dict:
+    """A note in the chat, no part of the conversation the model sees."""
+    return {"role": "assistant", "metadata": {"title": title}, "content": text, "kind": "notice"}
 
 
 def thinking(text: str, done: bool, seconds: float | None = None, was_stopped: bool = False) -> dict:
@@ -67,18 +75,51 @@ def thinking(text: str, done: bool, seconds: float | None = None, was_stopped: b
     return {"role": "assistant", "metadata": metadata, "content": text, "kind": "thinking"}
 
 
-def tool_call(call: dict) -> dict:
+def tool_call(call: dict, server: str | None = None, approval: str | None = None) -> dict:
+    """A call the model made, shown as a card: its name, its server and its arguments. `approval`, where the page runs
+    it (ui/tool_rounds.py): "ask" (open, waiting for the user), "allowed" or "always" (to run), "running", "denied",
+    "done" or "stopped"; None: an imported call."""
     function = call.get("function") or {}
-    arguments = function.get("arguments")
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    title = f"Called {function.get('name', 'a tool')}"
-    return {"role": "assistant", "metadata": {"title": title, "status": "done"}, "content": text,
-            "kind": "tool_call", "call": call}  # fmt: skip
+    name = function.get("name", "a tool")
+    arguments = fenced(pretty_arguments(function.get("arguments")), "json")
+    server_named = f" · {server}" if server else ""
+    card = {"role": "assistant", "content": arguments, "kind": "tool_call", "call": call}
+    if approval == "ask":  # open, in the chat itself: what would run
+        of = f" of the server {server}" if server else ""
+        card["content"] = f"The model asks to call **{name}**{of} with:\n\n{arguments}"
+    else:
+        titles = {"running": f"Running {name}…", "denied": f"Declined {name}", "stopped": f"Stopped {name}",
+                  "not_run": f"Not run: {name}"}  # fmt: skip
+        status = "pending" if approval == "running" else "done"
+        card["metadata"] = {"title": titles.get(approval, f"Called {name}") + server_named, "status": status}
+    return card | ({"server": server} if server else {}) | ({"approval": approval} if approval else {})
 
 
-def tool_result(content: str, call_id: str | None, name: str | None) -> dict:
-    return {"role": "assistant", "metadata": {"title": f"Result of {name or 'a tool'}", "status": "done"},
-            "content": content, "kind": "tool_result", "tool_call_id": call_id}  # fmt: skip
+def pretty_arguments(arguments) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, ensure_ascii=False, indent=2)
+
+
+def fenced(text: str, language: str = "text") -> str:
+    """`text` as a code block the page shows as it is (no markup, no HTML), whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+def tool_result(
+    content: str, call_id: str | None, name: str | None, images: list[str] | None = None, failed: bool = False
+) -> dict:
+    """A tool's result, folded: shown as text (never markup), given to the model as it is (`result`); `images`: the
+    addresses of the images it returned, shown above it; `failed`: it is the sentence saying why the call failed."""
+    shown = "".join(f"![image]({address})\n\n" for address in images or []) + fenced(content)
+    title = f"{'Error from' if failed else 'Result of'} {name or 'a tool'}"
+    return {"role": "assistant", "metadata": {"title": title, "status": "done"},
+            "content": shown, "result": content, "kind": "tool_result", "tool_call_id": call_id}  # fmt: skip
 
 
 def is_note(entry: dict) -> bool:
@@ -90,8 +131,7 @@ def with_images_left_out(entries: list[dict], model: str) -> None:
     """A note that `model` (chosen on the page) does not see the conversation's images, once for each model."""
     text = f"{model} does not see images, so it answers without this conversation's images."
     if not any(kind_of(e) == "notice" and e["content"] == text for e in entries):
-        entries.append({"role": "assistant", "metadata": {"title": "Images left out"}, "content": text,
-                        "kind": "notice"})  # fmt: skip
+        entries.append(notice("Images left out", text))
 
 
 def with_dropped_turns(entries: list[dict], turns: int, context: int) -> None:
@@ -121,13 +161,15 @@ def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
         elif kind == "thinking":
             reasoning = message_text(entry["content"])
         elif kind == "tool_call":
-            if not (kept and kept[-1]["role"] == "assistant" and kept[-1].get("tool_calls") is not None):
-                kept.append({"role": "assistant", "content": "", "tool_calls": []})
+            if not (kept and kept[-1]["role"] == "assistant"):
+                kept.append({"role": "assistant", "content": ""})
+            kept[-1].setdefault("tool_calls", [])  # the calls of the answer before them
             kept[-1]["tool_calls"].append(entry["call"])
             _with_reasoning(kept[-1], reasoning)
             reasoning = None
         elif kind == "tool_result":
-            kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": entry["content"]})
+            result = entry.get("result", entry["content"])  # an entry of schema 4 or before: its content
+            kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": result})
         else:
             message = {"role": entry["role"], "content": entry["content"]}
             message |= {k: entry[k] for k in ("text", "images") if k in entry}  # a question's saved images
@@ -154,12 +196,35 @@ def up_to_last_question(entries: list[dict]) -> list[dict]:
 
 
 def marked_stopped(entries: list[dict]) -> list[dict] | None:
-    """After Stop: a thought still streaming marked done and stopped, then the stop mark; None where the last entry
-    is no answer in progress (nothing to mark)."""
+    """After Stop: a thought still streaming marked done and stopped (a tool call running: stopped, with a result
+    saying so), then the stop mark; None where the last entry is no answer in progress (nothing to mark)."""
     entries = list(entries or [])
-    if not entries or kind_of(entries[-1]) not in ("answer", "thinking"):
+    if any(entries[i].get("approval") == "running" for i in unanswered_calls(entries)):
+        entries = with_calls_closed(entries, STOPPED_CALL)
+    if not entries or kind_of(entries[-1]) not in ("answer", "thinking", "tool_result"):
         return None
     if kind_of(entries[-1]) == "thinking":
         metadata = entries[-1]["metadata"]
         entries[-1] = thinking(entries[-1]["content"], True, metadata.get("duration"), was_stopped=True)
     return entries + [stopped()]
+
+
+def unanswered_calls(entries: list[dict]) -> list[int]:
+    """Where the calls the page runs (ui/tool_rounds.py) that have no result yet are, in order."""
+    answered = {e.get("tool_call_id") for e in entries if kind_of(e) == "tool_result"}
+    return [
+        i for i, e in enumerate(entries)
+        if kind_of(e) == "tool_call" and e.get("approval") and e["call"].get("id") not in answered
+    ]  # fmt: skip
+
+
+def with_calls_closed(entries: list[dict], sentence: str) -> list[dict]:
+    """`entries` with each call that has no result given `sentence` as its result (it was not run, or stopped), so
+    that the conversation goes on; a running call is marked stopped, the others declined."""
+    entries = list(entries)
+    for at in unanswered_calls(entries):
+        card = entries[at]
+        closed = "stopped" if card["approval"] == "running" else "not_run"
+        entries[at] = tool_call(card["call"], card.get("server"), closed)
+        entries.append(tool_result(sentence, card["call"].get("id"), card["call"]["function"].get("name")))
+    return entries
