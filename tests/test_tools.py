@@ -361,3 +361,35 @@ def test_a_version_4_database_is_upgraded_and_the_old_app_refuses_the_new_one(tm
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", 4)
     with pytest.raises(UserError, match="was written by a newer version of this app"):
         Store(path)
+
+
+def test_in_front_of_an_engine_the_page_runs_the_calls_the_engine_returns(qwen3_tools, servers, tmp_path):
+    """--api_base: the engine (here this app's own /v1, over the same model) renders the tools and returns the
+    calls; the page shows, runs and answers them the same way."""
+    from app_server import serve
+
+    from local_chat.engine.remote import RemoteEngine
+
+    model, forced = qwen3_tools
+    with serve(model) as (url, _):
+        store = Store(tmp_path / "conversations.db")
+        front = ChatTab(RemoteEngine(url + "/v1"), Cancels(), "chat_template", "padded_resize", SavedChats(store),
+                        tool_servers=servers)  # fmt: skip
+        assert front.engine.why_no_tools("chat_template") is None
+        forced.in_turn([call("remote_get_weather", city="Lima"), "Warm in Lima."], model.tokenizer.hf, END)
+        entries, conversation = ask(front, "Weather in Lima?")
+        assert kinds(entries) == ["question", "tool_call:ask"]
+        entries, _ = choose(front, "allow", entries, conversation)
+        store.close()
+    assert kinds(entries) == ["question", "tool_call:done", "tool_result", "answer"]
+    assert without_figures(entries)[2]["result"] == "Sunny and 21 °C in Lima."
+    assert without_figures(entries)[-1]["content"] == "Warm in Lima."
+
+
+def test_each_login_has_its_own_always_list(page):
+    tab, _, store = page
+    alice, bob = SimpleNamespace(session_hash="a", username="alice"), SimpleNamespace(session_hash="b", username="bob")
+    tab.approvals.set(tab.tool_owner(None, alice), ["time/get_current_time"])
+    assert tab.approvals.of(tab.tool_owner(None, alice)) == ["time/get_current_time"]
+    assert tab.approvals.of(tab.tool_owner(None, bob)) == [] and store.always_allowed("user:alice") == [
+        "time/get_current_time"]  # fmt: skip
