@@ -283,6 +283,12 @@ FIGURES = {
         "after one from the same model",
         ("<=", 50),
     ),
+    "tools_round_page_ms": (
+        "--mcp_config: ms from the model's last token of a tool call to the first token of the answer after its "
+        "result, minus the tool's own time (the cards, saves, the request rendered again and prefilled); a random "
+        "Qwen3 the demo model's size, a stdio MCP server, the call always allowed",
+        ("<=", 50),
+    ),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -301,6 +307,7 @@ BENCHMARKS = (
     "front",
     "structured",
     "models",
+    "tools",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -372,6 +379,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import switching
 
             results.update(switching.run(settings))
+        elif name == "tools":
+            from bench import tools
+
+            results.update(tools.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

@@ -19,13 +19,15 @@ async def in_own_thread(
     during both hops and while Gradio sends the piece: on the demo model that halved the pieces/s a client saw.
     Here one thread runs the stream from start to end, so the model works while the batch before is being sent.
     `update_interval` spaces the batches (the first comes at once, and so does the one after a batch made only of
-    `instant` items: the prompt's rendering, a place in the queue): sending one update per token cost Gradio's
+    `instant` items: the prompt's rendering, a place in the queue; the stream's end cuts the wait short, so that an
+    answer's end is seen at once): sending one update per token cost Gradio's
     event loop a quarter of the process's time (the GIL), which the model then lacked. When the consumer stops
     (Stop, a closed tab, a client gone, an error), the thread closes the stream after its current step: the model
     does at most one more forward pass (a cancel flag ends it sooner). An exception in the stream is raised here.
     """
     loop = asyncio.get_running_loop()
     arrived = asyncio.Event()
+    ended = asyncio.Event()  # the thread's last word is in the box: no update interval to wait
     lock = threading.Lock()
     box: list = []  # what the thread made since the consumer last looked: items, then _END or an exception
     consumer_gone = threading.Event()
@@ -35,6 +37,8 @@ async def in_own_thread(
             box.append(item)
             if len(box) == 1:  # wake the consumer once per batch, not once per token
                 loop.call_soon_threadsafe(arrived.set)
+            if item is _END:
+                loop.call_soon_threadsafe(ended.set)
 
     def produce() -> None:
         try:
@@ -66,6 +70,9 @@ async def in_own_thread(
             if items and items[-1] is _END:  # the thread's last word
                 return
             if made and update_interval and not all(isinstance(item, instant) for item in made):
-                await asyncio.sleep(max(0.0, sent + update_interval - loop.time()))
+                try:
+                    await asyncio.wait_for(ended.wait(), max(0.0, sent + update_interval - loop.time()))
+                except TimeoutError:
+                    pass
     finally:
         consumer_gone.set()
