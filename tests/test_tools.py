@@ -158,7 +158,10 @@ def test_the_servers_tools_are_listed_and_called_over_stdio_http_and_a_third_par
     assert weather.text == "Sunny and 21 °C in Oslo." and not weather.failed
     assert json.loads(now.text)["timezone"] == "Europe/Paris"
     assert image.images[0][0] == "image/png" and image.images[0][1].startswith(b"\x89PNG")
-    assert slow.failed and slow.text == "The tool weather_wait did not answer within 3 s (--tool_timeout); it was cancelled."
+    assert (
+        slow.failed
+        and slow.text == "The tool weather_wait did not answer within 3 s (--tool_timeout); it was cancelled."
+    )
     assert crashed.failed and "failed during the call" in crashed.text and "started again" in crashed.text
     assert again.text == "Sunny and 21 °C in Rome."
 
@@ -214,7 +217,9 @@ def test_allow_once_runs_the_call_then_the_answer_goes_on_in_the_same_turn(page)
     card = entries[-1]
     assert kinds(entries) == ["question", "tool_call:ask"]  # nothing ran yet
     asked, arguments = card["content"].split("\n\n", 1)
-    assert asked == "The model asks to call **weather_get_weather** of the server weather with:" and "metadata" not in card
+    assert (
+        asked == "The model asks to call **weather_get_weather** of the server weather with:" and "metadata" not in card
+    )
     assert json.loads(arguments.removeprefix("```json\n").removesuffix("\n```")) == {"city": "Paris"}
     assert [o["value"] for o in card["options"]] == ["allow", "always", "deny"]
     assert store.get(OWNER, conversation).messages[-1]["approval"] == "ask"  # saved while it waits
