@@ -35,10 +35,15 @@ async def in_own_thread(
     def put(item) -> None:
         with lock:
             box.append(item)
-            if len(box) == 1:  # wake the consumer once per batch, not once per token
-                loop.call_soon_threadsafe(arrived.set)
-            if item is _END:
-                loop.call_soon_threadsafe(ended.set)
+            wake = [arrived.set] if len(box) == 1 else []  # the consumer once per batch, not once per token
+            wake += [ended.set] if item is _END else []
+        for event_set in wake:
+            if consumer_gone.is_set():
+                return  # nobody reads any more
+            try:
+                loop.call_soon_threadsafe(event_set)
+            except RuntimeError:  # the consumer's event loop is closed: nobody reads any more
+                return
 
     def produce() -> None:
         try:
