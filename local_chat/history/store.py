@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from local_chat.documents.context import TABLES as DOCUMENT_TABLES
 from local_chat.errors import UserError
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # schema 1's page conventions, which schema 2 turns into kinds
 V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
 V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -88,6 +89,9 @@ MIGRATIONS: dict[int, list] = {
     # the tools each owner always allows (the page's tool calls, ui/tool_rounds.py); tool calls saved with their
     # approvals, which an app of schema 4 would show as plain calls
     5: ["CREATE TABLE tool_approvals (owner TEXT NOT NULL, tool TEXT NOT NULL, PRIMARY KEY (owner, tool))"],
+    # the documents attached to questions (their text, stored once by SHA-256) and their passages' full-text index
+    # (documents/context.py); a question names its documents, which an app of schema 5 would drop
+    6: DOCUMENT_TABLES,
 }
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0

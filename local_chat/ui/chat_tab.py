@@ -26,6 +26,7 @@ from .chat import Cancels, answer_updates
 from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
 from .conversations import SavedConversations
 from .cut_answers import CutAnswer
+from .documents import put_in_prompt, read_documents, sources_entry, split_files, with_documents
 from .history import SavedChats, new_conversation_id
 from .layout import (
     EXAMPLES,
@@ -92,7 +93,7 @@ class ChatTab(SavedConversations, ToolRounds):
         history = [dict(m) for m in history or []]
         conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
-        listed, first = gr.skip(), None
+        listed, first, sources = gr.skip(), None, []
         try:
             engine = self.engine_of(settings.model, request)
             owner = self._owner(browser_id, request)
@@ -101,11 +102,12 @@ class ChatTab(SavedConversations, ToolRounds):
             elif owner is not None and conversation_id is None:
                 conversation_id = new_conversation_id()
             if not unanswered_calls(history):  # else the calls run first (ToolRounds.decide)
-                first = self._request(engine, history, settings, request, conversation_id, cancel)
+                first, sources = self._request(engine, history, settings, request, conversation_id, cancel)
         except UserError as error:
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return
         cut = CutAnswer(self.saved, request, owner, conversation_id, question_first)
+        cut.sources = sources if first is not None else []
         try:
             yield history, gr.skip(), conversation_id, listed
             async for shown in self._rounds(engine, first, history, settings, request, cut, cancel):
@@ -116,8 +118,9 @@ class ChatTab(SavedConversations, ToolRounds):
         shown, *saved = self._commit_shown(request, owner, conversation_id, history, thinking, cut.prompt, tools_off)
         yield shown, cut.prompt, *saved
 
-    def _request(self, engine, history, settings: ChatSettings, request, conversation_id, cancel) -> Request:
-        """The request that answers `history` as it stands (`UserError` where it cannot be sent)."""
+    def _request(self, engine, history, settings: ChatSettings, request, conversation_id, cancel) -> tuple:
+        """The request that answers `history` as it stands, and the sources of the documents it holds (`UserError`
+        where it cannot be sent)."""
         messages = self.saved.for_the_model(model_view(history))
         if self.single_turn:  # each question alone
             messages = messages[-1:]
@@ -126,6 +129,7 @@ class ChatTab(SavedConversations, ToolRounds):
         if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
             messages = [{**m, "content": message_text(m["content"])} for m in messages]
             turns.with_images_left_out(history, settings.model or "This model")
+        messages, sources = put_in_prompt(engine, messages, settings.sampling.max_new_tokens, self.saved.shelf)
         system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
         door = f"{self.name}/{conversation_id}" if conversation_id else self.name
         return Request(
@@ -140,7 +144,7 @@ class ChatTab(SavedConversations, ToolRounds):
                 template_kwargs=thinking_kwargs(settings.thinking),
                 tools=self.tools_for(engine, settings),
             ),
-        )
+        ), sources
 
     async def _answer(self, engine, answer: Request, history: list, asked: int, settings: ChatSettings, cut):
         """`answer`'s updates streamed into `history` from entry `asked` on (a thought, the answer, or its error),
@@ -172,6 +176,8 @@ class ChatTab(SavedConversations, ToolRounds):
                 gr.skip(),
             )
             cut.now_and_then(history)
+        if (sources := sources_entry(cut.sources)) and not failed:
+            history.append(sources)  # under the answer, folded
         if line and not failed:
             history.append(turns.stats(line))
         if cut.stopped:
@@ -218,16 +224,20 @@ class ChatTab(SavedConversations, ToolRounds):
             gr.Warning(EMPTY_MESSAGE)
             yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
-        images, refused = attached_images(files, self.engine_of(settings.model), self.max_upload_mb)
-        if refused:  # the files taken out of the box, the text left in it: the next Send works
-            gr.Warning(refused)
-            yield gr.skip(), {"text": text, "files": [path for path, _ in images]}, gr.skip(), gr.skip(), gr.skip()
+        image_files, document_files = split_files(files)
+        images, refused = attached_images(image_files, self.engine_of(settings.model), self.max_upload_mb)
+        documents, unread = await read_documents(document_files, self.max_upload_mb, self.saved.shelf)
+        if refused or unread:  # the files taken out of the box, the text left in it: the next Send works
+            gr.Warning(" ".join(filter(None, [refused, unread])))
+            kept = [path for path, _ in images] + [path for path, _ in documents]
+            yield gr.skip(), {"text": text, "files": kept}, gr.skip(), gr.skip(), gr.skip()
             return
         try:
             owner = self._owner(settings.browser_id, request)
             if owner is not None and conversation_id is None:
                 conversation_id = settings.conversation_id = new_conversation_id()
             question = self.saved.user_message(owner, conversation_id, text, images)
+            question = with_documents(question, [document for _, document in documents])
         except UserError as error:
             failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
             yield failed, typed, "", conversation_id, gr.skip()

@@ -13,6 +13,7 @@ uploads, shown as file parts.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -26,6 +27,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from local_chat.defaults import MAX_UPLOAD_MB
+from local_chat.documents import Shelf
 from local_chat.errors import UserError
 from local_chat.history.store import SavedConversation, Store, text_of, title_of
 from local_chat.prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
@@ -36,7 +38,19 @@ IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
 EXPORT_ROLES = ("system", "user", "assistant", "tool")
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
-KEPT_KEYS = ("kind", "call", "tool_call_id", "model", "server", "approval", "result", "options")
+KEPT_KEYS = (
+    "kind",
+    "call",
+    "tool_call_id",
+    "model",
+    "server",
+    "approval",
+    "result",
+    "options",
+    "text",
+    "documents",
+    "sources",
+)
 THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
 MD_IMAGE = re.compile(r"^!\[image\]\((data:image/[^)\s]+)\)$", re.MULTILINE)  # an image, as markdown_turn writes it
 MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)(?: · ([^\n]+))?\n\n", re.MULTILINE)  # an answer's model
@@ -82,6 +96,11 @@ class SavedChats:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+    @functools.cached_property
+    def shelf(self) -> Shelf:
+        """The documents attached to questions (documents/context.py): in the database, else in memory."""
+        return Shelf(str(self.store.path)) if self.store is not None else Shelf()
 
     def browser_state(self, kind: str = "") -> gr.BrowserState:
         """A value kept in the browser's local storage (the browser's id; with `kind` "open", the conversation open
@@ -170,7 +189,7 @@ class SavedChats:
             content = message.get("content")
             images = [open_upload(path, self.max_upload_mb) for path in file_paths(content)]
             images += [open_upload(self.store.image_path(d), self.max_upload_mb) for d in message.get("images", ())]
-            text = message["text"] if message.get("images") else message_text(content)
+            text = message["text"] if "text" in message else message_text(content)
             parts = [{"type": "image", "image": image} for image in images]
             kept = {k: v for k, v in message.items() if k not in ("text", "images")}
             messages.append({**kept, "content": parts + [{"type": "text", "text": text}] if parts else text})

@@ -7,6 +7,7 @@ from html import escape
 
 import gradio as gr
 
+from local_chat.documents import DOCUMENT_SUFFIXES
 from local_chat.engine import Engine, checkpoint_name
 from local_chat.engine.interface import CHAT_SAMPLING, Sampling
 
@@ -89,10 +90,11 @@ def model_panel(engine: Engine) -> str:
 def message_box_images(sees_images: bool) -> dict:
     """The message box's settings that depend on whether the model sees images: attachments, and the placeholder
     that says so."""
+    attach = "images and documents" if sees_images else "documents (PDF, Word, text, code)"
     return {
-        "placeholder": "Type a message and press Enter" + (" (attach, drop or paste images)" if sees_images else ""),
-        "file_types": ["image"] if sees_images else [],
-        "sources": ["upload"] if sees_images else [],
+        "placeholder": f"Type a message and press Enter (attach, drop or paste {attach})",
+        "file_types": (["image"] if sees_images else []) + list(DOCUMENT_SUFFIXES),
+        "sources": ["upload"],
     }
 
 

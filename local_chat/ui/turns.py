@@ -3,10 +3,11 @@
 Each entry is a Gradio chat message ({"role", "content", "metadata"?}) with its kind under "kind": a question
 ("user") and an answer ("assistant") need none; the others are "thinking" (a reasoning model's thought, shown folded
 above its answer, and sent back to the model as the answer's `reasoning_content`), "error", "notice" (a note in the
-chat: older turns left out), "stats" (an answer's figures), "stopped", "tool_call" and "tool_result" (a call the
-model made, with its "approval" where the page runs it: ui/tool_rounds.py; or an imported conversation's). Gradio
-drops metadata keys it does not know, so the kind is never read from metadata or text: an entry without one is a
-question or an answer by its role. Saved conversations store these entries (history/store.py).
+chat: older turns left out), "stats" (an answer's figures), "stopped", "sources" (the documents an answer read:
+ui/documents.py), "tool_call" and "tool_result" (a call the model made, with its "approval" where the page runs it:
+ui/tool_rounds.py; or an imported conversation's). Gradio drops metadata keys it does not know, so the kind is never
+read from metadata or text: an entry without one is a question or an answer by its role. Saved conversations store
+these entries (history/store.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from local_chat.prompting import message_text
 ERROR_MARK = "⚠️ "
 DROPPED_TITLE = "Older turns left out"
 THINKING_TITLE = "Thinking"
-NOT_FOR_THE_MODEL = ("notice", "stats", "stopped")
+NOT_FOR_THE_MODEL = ("notice", "stats", "stopped", "sources")
 STOPPED_CALL = "The user pressed Stop; this call did not run to its end."
 
 
@@ -172,7 +173,7 @@ def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
             kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": result})
         else:
             message = {"role": entry["role"], "content": entry["content"]}
-            message |= {k: entry[k] for k in ("text", "images") if k in entry}  # a question's saved images
+            message |= {k: entry[k] for k in ("text", "images", "documents") if k in entry}  # its attachments
             if for_export and entry.get("model"):
                 message["model"] = entry["model"]
             if kind == "answer":

@@ -1,0 +1,16 @@
+"""Documents attached to a question: their text (documents/extract.py) and what of it goes in the prompt, whole or
+searched (documents/context.py)."""
+
+from .context import Context, Shelf, document_context
+from .extract import DOCUMENT_SUFFIXES, Document, extract, extract_elsewhere, is_document
+
+__all__ = [
+    "DOCUMENT_SUFFIXES",
+    "Context",
+    "Document",
+    "Shelf",
+    "document_context",
+    "extract",
+    "extract_elsewhere",
+    "is_document",
+]

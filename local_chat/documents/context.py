@@ -1,0 +1,154 @@
+"""What a question's documents put in the prompt: each document whole when they all fit the room left (the context,
+less the answer's room and the conversation), else the passages that match the question best (BM25 with SQLite's
+FTS5, `Shelf.search`), as many as fit; each in a block with its name and its source number, which the model is asked
+to cite as [1], [2]. The `Shelf` keeps the documents' text and their passages, indexed once: in the conversations'
+database (history/store.py's schema 6), or in memory where nothing is saved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from dataclasses import dataclass
+
+from .extract import Document
+
+PASSAGE_CHARS = 1200  # a passage: about a paragraph or two
+TABLES = [
+    "CREATE TABLE IF NOT EXISTS documents (sha256 TEXT PRIMARY KEY, name TEXT NOT NULL, paged INTEGER NOT NULL, "
+    "pages TEXT NOT NULL)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(sha256 UNINDEXED, page UNINDEXED, text)",
+]
+INSTRUCTION = "Answer from these documents where they help, and cite them by number, as [1] or [2]."
+
+
+@dataclass(frozen=True)
+class Passage:
+    sha256: str
+    page: int  # 1-based
+    text: str
+
+
+def passages_of(document: Document) -> list[Passage]:
+    """A document's pages cut into passages of about `PASSAGE_CHARS`, at paragraph ends where there are some."""
+    out = []
+    for number, page in enumerate(document.pages, 1):
+        paragraphs, current = re.split(r"\n\s*\n", page), ""
+        for paragraph in paragraphs:
+            if current and len(current) + len(paragraph) > PASSAGE_CHARS:
+                out.append(Passage(document.sha256, number, current.strip()))
+                current = ""
+            current += paragraph + "\n\n"
+            while len(current) > 2 * PASSAGE_CHARS:  # one long paragraph: cut where it must
+                out.append(Passage(document.sha256, number, current[:PASSAGE_CHARS].strip()))
+                current = current[PASSAGE_CHARS:]
+        if current.strip():
+            out.append(Passage(document.sha256, number, current.strip()))
+    return out
+
+
+class Shelf:
+    """The documents' text and their passages' full-text index, in `path`'s SQLite database (":memory:": this
+    process only)."""
+
+    def __init__(self, path: str = ":memory:"):
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        if path == ":memory:":
+            for statement in TABLES:
+                self._db.execute(statement)
+
+    def put(self, document: Document) -> None:
+        """Keep `document` and index its passages, once whoever sends it again."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM documents WHERE sha256 = ?", (document.sha256,)).fetchone():
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO documents (sha256, name, paged, pages) VALUES (?, ?, ?, ?)",
+                    (document.sha256, document.name, int(document.paged), json.dumps(list(document.pages))),
+                )
+                self._db.executemany(
+                    "INSERT INTO passages (sha256, page, text) VALUES (?, ?, ?)",
+                    [(p.sha256, p.page, p.text) for p in passages_of(document)],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def get(self, sha256: str) -> Document | None:
+        row = self._db.execute("SELECT name, paged, pages FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
+        return Document(row[0], sha256, tuple(json.loads(row[2])), bool(row[1])) if row else None
+
+    def search(self, shas: list[str], question: str, limit: int = 50) -> list[Passage]:
+        """The passages of those documents that match the question's words, the best (BM25) first."""
+        words = {w.lower() for w in re.findall(r"\w+", question) if len(w) > 1}
+        if not words or not shas:
+            return []
+        match = " OR ".join('"' + w.replace('"', "") + '"' for w in sorted(words))
+        marks = ",".join("?" * len(shas))
+        rows = self._db.execute(
+            f"SELECT sha256, page, text FROM passages WHERE passages MATCH ? AND sha256 IN ({marks}) "
+            "ORDER BY bm25(passages) LIMIT ?",
+            (match, *shas, limit),
+        ).fetchall()
+        return [Passage(sha, int(page), text) for sha, page, text in rows]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class Context:
+    """The documents' part of a question: the text that goes before it, and the sources the answer shows."""
+
+    text: str
+    sources: list[dict]  # {"number", "name", "pages": [..], "passages": [..], "whole": bool}
+    searched: bool
+
+
+def document_context(documents: list[Document], question: str, room: int, count, shelf: Shelf) -> Context:
+    """`documents` for `question` in at most `room` tokens (`count(text)`: its tokens): whole where they all fit,
+    else the best passages that fit."""
+    whole = [_block(n, d.name, list(enumerate(d.pages, 1)), d.paged) for n, d in enumerate(documents, 1)]
+    text = _framed(whole)
+    if count(text) <= room:
+        sources = [{"number": n, "name": d.name, "pages": list(range(1, len(d.pages) + 1)), "whole": True,
+                    "paged": d.paged} for n, d in enumerate(documents, 1)]  # fmt: skip
+        return Context(text, sources, searched=False)
+    number = {d.sha256: n for n, d in enumerate(documents, 1)}
+    chosen: dict[str, list[Passage]] = {}
+    for passage in shelf.search(list(number), question):
+        trial = {**chosen, passage.sha256: [*chosen.get(passage.sha256, []), passage]}
+        if count(_passages_text(documents, trial)) > room:
+            break
+        chosen = trial
+    sources = [
+        {"number": number[d.sha256], "name": d.name, "pages": sorted({p.page for p in chosen[d.sha256]}),
+         "passages": [p.text for p in chosen[d.sha256]], "whole": False, "paged": d.paged}
+        for d in documents if d.sha256 in chosen
+    ]  # fmt: skip
+    return Context(_passages_text(documents, chosen) if chosen else "", sources, searched=True)
+
+
+def _passages_text(documents: list[Document], chosen: dict[str, list[Passage]]) -> str:
+    blocks = []
+    for n, d in enumerate(documents, 1):
+        if d.sha256 in chosen:
+            pages = sorted(chosen[d.sha256], key=lambda p: p.page)
+            blocks.append(_block(n, d.name, [(p.page, p.text) for p in pages], d.paged))
+    return _framed(blocks)
+
+
+def _block(number: int, name: str, pages: list[tuple[int, str]], paged: bool) -> str:
+    unit = "page" if paged else "part"
+    body = "\n\n".join(f"[{unit} {page}]\n{text.strip()}" for page, text in pages)
+    return f'<document source="{number}" name="{name}">\n{body}\n</document>'
+
+
+def _framed(blocks: list[str]) -> str:
+    return INSTRUCTION + "\n\n" + "\n\n".join(blocks)

@@ -1,0 +1,169 @@
+"""Documents in the chat: files the tests make (tests/documents_files.py: a 3-page PDF and a .docx with a known fact,
+a 500-page text with one needle passage, a scanned-only PDF, an encrypted one, a broken one, a .docx zip bomb) read
+by pypdf and python-docx, put in the prompt whole where they fit and searched (SQLite FTS5, BM25) where they do not,
+through the chat tab's handlers on the demo model; the sources under the answer; each bad file its sentence; a
+saved conversation with a document reopened without reading it again. tests/test_browser.py attaches one in
+Chromium."""
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from app_server import submit
+from documents_files import long_text, write_docx, write_docx_bomb, write_encrypted_pdf, write_pdf
+
+from local_chat.defaults import DEMO_MODEL
+from local_chat.documents import Shelf, extract
+from local_chat.documents.context import passages_of
+from local_chat.errors import UserError
+from local_chat.history import Store
+from local_chat.model.meta import MetaModel
+from local_chat.ui import documents as page_documents
+from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_tab import ChatTab
+from local_chat.ui.history import SavedChats
+from local_chat.ui.turns import kind_of
+
+pytestmark = pytest.mark.skipif(not (DEMO_MODEL / "config.json").exists(), reason="the demo model is not built")
+FACT = "The launch code is ZEBRA-42."
+NEEDLE = "The needle: the treasure lies under the old oak by the mill."
+BROWSER = "d" * 40
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return MetaModel.from_pretrained(str(DEMO_MODEL))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("documents")
+    big = folder / "atlas.txt"
+    big.write_text(long_text(500, NEEDLE, 321))
+    return {
+        "pdf": write_pdf(folder / "report.pdf", [["Quarterly report.", "Nothing here."], [FACT], ["The end."]]),
+        "docx": write_docx(folder / "notes.docx", ["Meeting notes.", "The budget is 1.5 million euros."]),
+        "long": big,
+        "scan": write_pdf(folder / "scan.pdf", [[], []]),
+        "encrypted": write_encrypted_pdf(folder / "locked.pdf"),
+        "broken": _written(folder / "broken.pdf", b"%PDF-1.4\nthis is not a PDF body"),
+        "bomb": write_docx_bomb(folder / "bomb.docx", 30),
+        "unknown": _written(folder / "program.exe", b"MZ\x90\x00"),
+    }
+
+
+def _written(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_each_kind_is_read_page_by_page(files):
+    pdf = extract(files["pdf"], 20)
+    assert pdf.paged and pdf.pages[1] == FACT and len(pdf.pages) == 3
+    assert extract(files["docx"], 20).pages == ("Meeting notes.\nThe budget is 1.5 million euros.",)
+    assert len(extract(files["long"], 20).pages) >= 500  # cut about a printed page apart
+
+
+@pytest.mark.parametrize(
+    "name, sentence",
+    [
+        ("scan", "no text found (a scan?); attach its pages as images instead"),
+        ("encrypted", "is encrypted; remove its password"),
+        ("broken", "cannot be read as a PDF"),
+        ("bomb", "unzips to 30 MB, far more than a document holds"),
+    ],
+)
+def test_a_bad_document_is_one_sentence(files, name, sentence):
+    with pytest.raises(UserError, match=sentence.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        extract(files[name], 0.2)
+
+
+def test_a_document_over_the_upload_limit_is_told(files):
+    with pytest.raises(UserError, match=r"over the 0.001 MB limit \(--max_upload_mb\)"):
+        extract(files["long"], 0.001)
+
+
+def test_the_needle_is_the_first_passage_bm25_finds_and_a_document_is_indexed_once(files):
+    shelf = Shelf()
+    atlas = extract(files["long"], 20)
+    shelf.put(atlas)
+    shelf.put(atlas)
+    found = shelf.search([atlas.sha256], "Where does the treasure lie?")
+    assert NEEDLE in found[0].text
+    count = shelf._db.execute("SELECT count(*) FROM passages WHERE sha256 = ?", (atlas.sha256,)).fetchone()[0]
+    assert count == len(passages_of(atlas))
+
+
+def page(demo, tmp_path, **kwargs):
+    store = Store(tmp_path / "conversations.db")
+    return ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(store), **kwargs), store
+
+
+def test_a_pdf_that_fits_goes_in_whole_and_its_sources_show_under_the_answer(demo, files, tmp_path, monkeypatch):
+    tab, store = page(demo, tmp_path)
+    box = {"text": "What is the launch code?", "files": [str(files["pdf"])]}
+    history, _, prompt, conversation, _ = submit(tab, box, browser_id=BROWSER)
+    assert '<document source="1" name="report.pdf">' in prompt and f"[page 2]\n{FACT}" in prompt
+    assert "cite them by number, as [1] or [2]" in prompt and prompt.index(FACT) < prompt.index("launch code?")
+    question, sources = history[0], next(e for e in history if kind_of(e) == "sources")
+    assert question["documents"] == [{"sha256": extract(files["pdf"], 20).sha256, "name": "report.pdf"}]
+    assert question["content"].startswith("📎 report.pdf (3 pages)")
+    assert sources["metadata"]["title"] == "Sources" and "**[1] report.pdf**, whole" in sources["content"]
+    assert [kind_of(e) for e in history][-2:] == ["sources", "stats"]
+
+    def read_again(*args):
+        raise AssertionError("the document was read again")
+
+    monkeypatch.setattr(page_documents, "extract_elsewhere", read_again)
+    owner = "browser:" + BROWSER
+    reopened = tab.saved.shown(owner, conversation, store.get(owner, conversation).messages)
+    history, _, prompt, _, _ = submit(tab, "And the report's last page?", reopened, conversation=conversation,
+                                      browser_id=BROWSER)  # fmt: skip
+    assert "[page 3]\nThe end." in prompt and prompt.count("<document ") == 1  # in the last question only
+    store.close()
+
+
+def test_a_word_document_goes_in_the_same_way(demo, files, tmp_path):
+    tab, store = page(demo, tmp_path)
+    _, _, prompt, _, _ = submit(tab, {"text": "What is the budget?", "files": [str(files["docx"])]}, browser_id=BROWSER)
+    assert '<document source="1" name="notes.docx">\n[part 1]\nMeeting notes.\nThe budget is 1.5 million' in prompt
+    store.close()
+
+
+def test_a_long_document_is_searched_and_the_needle_passage_goes_in(demo, files, tmp_path):
+    tab, store = page(demo, tmp_path)
+    box = {"text": "Where does the treasure lie?", "files": [str(files["long"])]}
+    history, _, prompt, _, _ = submit(tab, box, browser_id=BROWSER, max_gen_len=64)
+    sources = next(e for e in history if kind_of(e) == "sources")
+    assert NEEDLE in prompt and "[part " in prompt and len(prompt) < 2048 * 4
+    assert sources["sources"][0]["whole"] is False and NEEDLE in sources["content"]
+    store.close()
+
+
+def test_a_bad_file_is_taken_out_with_its_sentence_and_the_text_stays(demo, files, tmp_path):
+    tab, store = page(demo, tmp_path)
+    good, bad = str(files["pdf"]), str(files["encrypted"])
+    with pytest.warns(UserWarning, match="Taken out of the message") as warned:
+        history, box, *_ = submit(tab, {"text": "Summarise these.", "files": [good, bad]}, browser_id=BROWSER)
+    assert "locked.pdf is encrypted" in str(warned[0].message)
+    assert box == {"text": "Summarise these.", "files": [good]}  # only the bad one is taken out
+    history, *_ = submit(tab, box, browser_id=BROWSER)
+    assert history[0]["documents"][0]["name"] == "report.pdf"
+    store.close()
+
+
+def test_a_version_5_database_is_upgraded_and_the_old_app_refuses_the_new_one(tmp_path, monkeypatch):
+    from local_chat.history import store as store_module
+
+    path = tmp_path / "conversations.db"
+    with sqlite3.connect(path) as db:
+        db.executescript((Path(__file__).resolve().parent / "data" / "conversations-v5.sql").read_text())
+    store = Store(path)
+    found = store.get("browser:" + "e" * 32, "conversation-five")
+    assert found.messages[1]["approval"] == "done"  # schema 5's tool calls read as they were
+    shelf = Shelf(str(path))
+    assert shelf.search(["none"], "anything") == []  # the index's tables are there
+    shelf.close(), store.close()
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 5)
+    with pytest.raises(UserError, match="was written by a newer version of this app"):
+        Store(path)
