@@ -526,3 +526,42 @@ def choose(page, button: str) -> None:
     page.get_by_role("button", name=button, exact=True).wait_for()
     page.locator(".message button", has_text="Send").first.wait_for()
     page.get_by_role("button", name=button, exact=True).click()
+
+
+def test_a_pdf_attached_to_a_question_goes_in_whole_and_its_sources_show(browser, demo, tmp_path):
+    """A PDF attached in the message box: listed in the question, its text in "Prompt sent to the model", and a
+    folded Sources entry under the answer that names it; an encrypted one is taken out with its sentence."""
+    from documents_files import write_encrypted_pdf, write_pdf
+
+    from local_chat.history import Store
+
+    pdf = write_pdf(tmp_path / "report.pdf", [["Quarterly report."], ["The launch code is ZEBRA-42."]])
+    locked = write_encrypted_pdf(tmp_path / "locked.pdf")
+    store = Store(tmp_path / "conversations.db")
+    try:
+        with serve(demo, store=store) as (url, _):
+            page = open_page(browser, url)
+            page.locator(".message input[type=file]").set_input_files([str(pdf)])
+            page.locator(".message .thumbnail-item, .message [data-testid='file']").first.wait_for(timeout=10000)
+            send(page, "What is the launch code?")
+            page.get_by_text("Sources").first.wait_for(timeout=30000)
+            question = page.locator('[data-testid="user"]').last.inner_text()
+            page.get_by_text("Sources").first.click()
+            time.sleep(0.3)
+            sources = page.locator('[data-testid="bot"]', has_text="Sources").last.inner_text()
+            page.locator("button", has_text="Prompt sent to the model").first.click()
+            time.sleep(0.5)
+            prompt = page.locator(".prompt-view").first.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "document-sources.png"), full_page=True)
+
+            page.locator(".message input[type=file]").set_input_files([str(locked)])
+            page.locator(".message .thumbnail-item, .message [data-testid='file']").first.wait_for(timeout=10000)
+            send(page, "And this one?")
+            page.get_by_text("locked.pdf is encrypted").first.wait_for(timeout=15000)
+            box = page.locator(".message textarea").first.input_value()
+    finally:
+        store.close()
+    assert "report.pdf (2 pages)" in question and "What is the launch code?" in question
+    assert "[1] report.pdf" in sources and "whole" in sources
+    assert "The launch code is ZEBRA-42." in prompt and '<document source="1" name="report.pdf">' in prompt
+    assert box == "And this one?"  # the text stays

@@ -5,6 +5,8 @@ through the chat tab's handlers on the demo model; the sources under the answer;
 saved conversation with a document reopened without reading it again. tests/test_browser.py attaches one in
 Chromium."""
 
+import asyncio
+import base64
 import sqlite3
 from pathlib import Path
 
@@ -107,7 +109,8 @@ def test_a_pdf_that_fits_goes_in_whole_and_its_sources_show_under_the_answer(dem
     assert "cite them by number, as [1] or [2]" in prompt and prompt.index(FACT) < prompt.index("launch code?")
     question, sources = history[0], next(e for e in history if kind_of(e) == "sources")
     assert question["documents"] == [{"sha256": extract(files["pdf"], 20).sha256, "name": "report.pdf"}]
-    assert question["content"].startswith("📎 report.pdf (3 pages)")
+    assert question["content"].startswith("Attached: report.pdf (3 pages)")
+    assert store.get("browser:" + BROWSER, conversation).title == "What is the launch code?"
     assert sources["metadata"]["title"] == "Sources" and "**[1] report.pdf**, whole" in sources["content"]
     assert [kind_of(e) for e in history][-2:] == ["sources", "stats"]
 
@@ -167,3 +170,41 @@ def test_a_version_5_database_is_upgraded_and_the_old_app_refuses_the_new_one(tm
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", 5)
     with pytest.raises(UserError, match="was written by a newer version of this app"):
         Store(path)
+
+
+def file_part(path: Path) -> dict:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return {
+        "type": "file",
+        "file": {"file_data": f"data:application/octet-stream;base64,{data}", "filename": path.name},
+    }
+
+
+def test_v1_takes_a_file_part_the_same_way_and_refuses_a_bad_one_in_a_sentence(demo, files):
+    from app_server import serve
+    from openai import BadRequestError, OpenAI
+
+    from local_chat.api.documents import with_file_parts
+    from local_chat.engine import ChatOptions, Request
+    from local_chat.engine.chats import ChatEngine
+
+    question = {"type": "text", "text": "What is the launch code?"}
+    request = Request(messages=[{"role": "user", "content": [file_part(files["pdf"]), question]}],
+                      chat=ChatOptions(answer_tokens=64))  # fmt: skip
+    engine = ChatEngine(demo.engine, "default")
+    messages = asyncio.run(with_file_parts(engine, request, Shelf(), 20))
+    assert f"[page 2]\n{FACT}" in messages[0]["content"][-1]["text"] and "documents" not in messages[0]
+    with serve(demo) as (url, _):
+        client = OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        plain = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": [question]}],
+                                               max_tokens=8, temperature=0)  # fmt: skip
+        with_pdf = client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": [file_part(files["pdf"]), question]}], max_tokens=8,
+            temperature=0,
+        )  # fmt: skip
+        with pytest.raises(BadRequestError) as refused:
+            client.chat.completions.create(
+                model="demo", messages=[{"role": "user", "content": [file_part(files["encrypted"]), question]}]
+            )
+    assert with_pdf.usage.prompt_tokens > plain.usage.prompt_tokens + 20
+    assert "locked.pdf is encrypted" in str(refused.value)

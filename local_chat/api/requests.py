@@ -205,10 +205,30 @@ def chat_messages(body: dict) -> list[dict]:
             raise bad("A message's `content` must be a string or a list of parts.", "messages")
         for part in content if isinstance(content, list) else []:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in ("text", "image_url", "image"):
-                raise bad(f'A message part has type {json.dumps(kind)}; send "text" or "image_url" parts.', "messages")
+            if kind not in ("text", "image_url", "image", "file"):
+                raise bad(
+                    f'A message part has type {json.dumps(kind)}; send "text", "image_url" or "file" parts.', "messages"
+                )
+            if kind == "file":
+                _check_file(part, message)
         _check_tool_calls(message)
     return messages
+
+
+def _check_file(part: dict, message: dict) -> None:
+    """A document in a user message: OpenAI's {"type": "file", "file": {"file_data": "data:...;base64,...",
+    "filename": ...}} (this server keeps no files, so no `file_id`)."""
+    file = part.get("file")
+    if message.get("role") != "user":
+        raise bad("A file part can only be in a user message.", "messages")
+    if not isinstance(file, dict) or not isinstance(file.get("file_data"), str) or "file_id" in file:
+        raise bad(
+            'A file part needs {"file": {"file_data": "data:MIME;base64,...", "filename": NAME}}; this server keeps '
+            "no uploaded files, so send the document itself.",
+            "messages",
+        )
+    if not isinstance(file.get("filename"), str) or not file["filename"].strip():
+        raise bad('A file part needs its "filename" (with its extension: report.pdf), which says how to read it.')
 
 
 def _check_tool_calls(message: dict) -> None:

@@ -23,6 +23,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from local_chat.documents import Shelf
 from local_chat.engine import End, Engine, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.engine_models import EngineModels
@@ -31,6 +32,7 @@ from local_chat.engine.models import Models, NotLoaded
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 
+from .documents import with_file_parts
 from .replies import Reply, sse
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
 
@@ -87,6 +89,7 @@ class OpenAIAPI:
         self.name = name or model_name(engine)
         self.listed, self.loads = models, loads
         self.created = int(time.time())
+        self.shelf = Shelf()  # the documents of file parts, read once (documents/context.py)
 
     def routes(self) -> list[Route]:
         return [
@@ -263,6 +266,8 @@ class OpenAIAPI:
         try:
             call = parse_call(body, engine.generation_defaults(), engine.max_seq_len, chat)
             request = await run_in_threadpool(self._request, body, call, chat)  # prompt lengths ask the model
+            if chat:
+                request.messages = await with_file_parts(engine, request, self.shelf, self.max_upload_mb)
         except APIError as error:
             return error_response(error)
         except UserError as error:

@@ -1,7 +1,7 @@
 """Documents attached to a question: their text (documents/extract.py) and what of it goes in the prompt, whole or
 searched (documents/context.py)."""
 
-from .context import Context, Shelf, document_context
+from .context import Context, Shelf, conversation_documents, document_context, put_in_prompt
 from .extract import DOCUMENT_SUFFIXES, Document, extract, extract_elsewhere, is_document
 
 __all__ = [
@@ -9,6 +9,8 @@ __all__ = [
     "Context",
     "Document",
     "Shelf",
+    "conversation_documents",
+    "put_in_prompt",
     "document_context",
     "extract",
     "extract_elsewhere",

@@ -13,8 +13,11 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
+from local_chat.prompting.chat import message_text
+
 from .extract import Document
 
+ROOM_MARGIN = 16  # tokens kept free beside the documents, for the template's own
 PASSAGE_CHARS = 1200  # a passage: about a paragraph or two
 TABLES = [
     "CREATE TABLE IF NOT EXISTS documents (sha256 TEXT PRIMARY KEY, name TEXT NOT NULL, paged INTEGER NOT NULL, "
@@ -152,3 +155,39 @@ def _block(number: int, name: str, pages: list[tuple[int, str]], paged: bool) ->
 
 def _framed(blocks: list[str]) -> str:
     return INSTRUCTION + "\n\n" + "\n\n".join(blocks)
+
+
+def conversation_documents(messages: list[dict], shelf: Shelf) -> list[Document]:
+    """The documents attached to the conversation's questions so far, each once, in order."""
+    found: dict[str, Document] = {}
+    for message in messages:
+        for named in message.get("documents") or []:
+            if named["sha256"] not in found and (document := shelf.get(named["sha256"])) is not None:
+                found[named["sha256"]] = document
+    return list(found.values())
+
+
+def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf) -> tuple[list[dict], list[dict]]:
+    """`messages` with the conversation's documents before the last question's text (whole or searched, in the room
+    the rest leaves), and the sources that went in; messages without documents as they were."""
+    documents = conversation_documents(messages, shelf)
+    messages = [{k: v for k, v in m.items() if k != "documents"} for m in messages]
+    if not documents:
+        return messages, []
+    question = messages[-1]
+    asked = message_text(question["content"])
+    tokenizer = engine.tokenizer
+    used = sum(len(tokenizer.encode(message_text(m["content"]))) for m in messages)
+    room = engine.max_seq_len - min(answer_tokens, engine.max_seq_len // 2) - used - ROOM_MARGIN
+    context = document_context(documents, asked, room, lambda text: len(tokenizer.encode(text)), shelf)
+    if not context.text:
+        return messages, []
+    text = context.text + "\n\n" + asked
+    content = question["content"]
+    if isinstance(content, list):
+        content = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")] + [
+            {"type": "text", "text": text}
+        ]
+    else:
+        content = text
+    return [*messages[:-1], {**question, "content": content}], context.sources

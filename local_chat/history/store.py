@@ -140,7 +140,7 @@ def title_of(messages: list[dict]) -> str:
     for index, message in enumerate(messages):
         after = next((m for m in messages[index + 1 :] if m.get("kind") not in ("notice", "stats")), {})
         if message.get("role") == "user" and after.get("kind") != "error":
-            text = " ".join(text_of(message["content"]).split())
+            text = " ".join((message.get("text") or text_of(message["content"])).split())  # without its attachments
             if text:
                 return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
     return "New chat"

@@ -15,6 +15,7 @@ import functools
 import gradio as gr
 
 from local_chat.defaults import IMAGE_TRANSFORMS, MAX_TOOL_ROUNDS, MAX_UPLOAD_MB
+from local_chat.documents import put_in_prompt
 from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import session_key
@@ -26,7 +27,7 @@ from .chat import Cancels, answer_updates
 from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
 from .conversations import SavedConversations
 from .cut_answers import CutAnswer
-from .documents import put_in_prompt, read_documents, sources_entry, split_files, with_documents
+from .documents import read_documents, sources_entry, split_files, with_documents
 from .history import SavedChats, new_conversation_id
 from .layout import (
     EXAMPLES,

@@ -47,7 +47,6 @@ KEPT_KEYS = (
     "approval",
     "result",
     "options",
-    "text",
     "documents",
     "sources",
 )
@@ -178,6 +177,8 @@ class SavedChats:
             if message.get("metadata"):
                 entry["metadata"] = {k: v for k, v in message["metadata"].items() if v is not None}
             entry |= {k: message[k] for k in KEPT_KEYS if message.get(k) is not None}
+            if message.get("documents") and not message.get("images"):  # its text apart from the documents' list
+                entry["text"] = message["text"]
             stored.append(entry)
         return stored
 
