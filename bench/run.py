@@ -289,6 +289,22 @@ FIGURES = {
         "Qwen3 the demo model's size, a stdio MCP server, the call always allowed",
         ("<=", 50),
     ),
+    "documents_pdf_ms_per_page": (
+        "ms to read a page of a 50-page PDF with pypdfium2 (the app's), best of the repeats",
+        None,
+    ),
+    "documents_pypdf_ms_per_page": ("the same with pypdf (only where it is installed: the tests' tools)", None),
+    "documents_docx_ms_per_page": ("ms per page (3,000 characters) of the same text as a .docx, python-docx", None),
+    "documents_index_500_pages_ms": ("ms to cut a 500-page text into passages and index them (SQLite FTS5)", None),
+    "documents_search_500_pages_ms": (
+        "ms to find the passages of those 500 pages that answer a question (BM25), the needle's first",
+        ("<=", 100),
+    ),
+    "documents_ttft_attached_over_typed": (
+        "time to first piece of a question with a 5-page PDF attached (read, put in whole) over the same text typed "
+        "in, demo model",
+        None,
+    ),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -308,6 +324,7 @@ BENCHMARKS = (
     "structured",
     "models",
     "tools",
+    "documents",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -315,11 +332,13 @@ SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 def expected_figures(settings: Settings) -> set[str]:
     """The figures a run of every benchmark with `settings` writes (--smoke batches one shape only)."""
     with_xgrammar = importlib.util.find_spec("xgrammar") is not None  # bench/structured.py compares it if installed
+    with_pypdf = importlib.util.find_spec("pypdf") is not None  # and bench/documents.py pypdf
     return {
         name
         for name in FIGURES
         if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
         and (with_xgrammar or not name.startswith("xgrammar_"))
+        and (with_pypdf or name != "documents_pypdf_ms_per_page")
     }
 
 
@@ -383,6 +402,11 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
             from bench import tools
 
             results.update(tools.run(settings))
+        elif name == "documents":
+            from bench import documents
+
+            demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
+            results.update(documents.run(settings, demo))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

@@ -1,7 +1,8 @@
 """Documents attached to a question: their text, page by page, read with the libraries made for each kind (PDF:
-pypdf; Word: python-docx; text, Markdown, CSV, JSON, HTML and source files: decoded), in a process of its own
-(`extract_elsewhere`), so that a long PDF never holds the web server's loop. A file that cannot be read is one
-sentence (`UserError`) that says why and what to do.
+pypdfium2, PDFium's text, 3.7x faster than pypdf for the same text in bench/documents.py; Word: python-docx; text,
+Markdown, CSV, JSON, HTML and source files: decoded), in a process of its own (`extract_elsewhere`), so that a long PDF
+never holds the web server's loop. A file that cannot be read is one sentence (`UserError`) that says why and what to
+do.
 """
 
 from __future__ import annotations
@@ -69,18 +70,18 @@ def extract(path: str | Path, max_upload_mb: float, name: str | None = None) -> 
 
 
 def _pdf_pages(path: Path, name: str) -> tuple[str, ...]:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    import pypdfium2
 
     try:
-        reader = PdfReader(path)
-        if reader.is_encrypted:
+        document = pypdfium2.PdfDocument(str(path))
+    except pypdfium2.PdfiumError as error:
+        if "password" in str(error).lower():
             raise UserError(f"{name} is encrypted; remove its password (print it to a new PDF) and attach it again.")
-        pages = tuple(repaired(page.extract_text() or "") for page in reader.pages)
-    except UserError:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
         raise UserError(f"{name} cannot be read as a PDF ({error}); it may be damaged.")
+    try:
+        pages = tuple(repaired(page.get_textpage().get_text_range().replace("\r\n", "\n")) for page in document)
+    finally:
+        document.close()
     if not any(page.strip() for page in pages):
         raise UserError(f"{name}: no text found (a scan?); attach its pages as images instead.")
     return pages
