@@ -6,6 +6,7 @@ saved conversation with a document reopened without reading it again. tests/test
 Chromium."""
 
 import asyncio
+import json
 import base64
 import sqlite3
 from pathlib import Path
@@ -208,3 +209,20 @@ def test_v1_takes_a_file_part_the_same_way_and_refuses_a_bad_one_in_a_sentence(d
             )
     assert with_pdf.usage.prompt_tokens > plain.usage.prompt_tokens + 20
     assert "locked.pdf is encrypted" in str(refused.value)
+
+
+def test_a_conversation_with_a_document_exports_and_imports_with_it(demo, files, tmp_path):
+    tab, store = page(demo, tmp_path)
+    owner = "browser:" + BROWSER
+    box = {"text": "What is the launch code?", "files": [str(files["pdf"])]}
+    _, _, _, conversation, _ = submit(tab, box, browser_id=BROWSER)
+    exported = tab.saved.export(owner, conversation, "json")
+    question = json.loads(Path(exported).read_text())["messages"][0]
+    assert question["documents"] == [{"name": "report.pdf", "paged": True, "pages": ["Quarterly report.\nNothing here.",
+                                                                                     FACT, "The end."]}]  # fmt: skip
+    other, other_store = page(demo, tmp_path / "elsewhere")  # another app: its own database
+    imported = other.saved.import_file(owner, exported)
+    reopened = other.saved.shown(owner, imported, other_store.get(owner, imported).messages)
+    _, _, prompt, _, _ = submit(other, "Again: the launch code?", reopened, conversation=imported, browser_id=BROWSER)
+    assert f"[page 2]\n{FACT}" in prompt
+    store.close(), other_store.close()

@@ -7,6 +7,8 @@ the conversation, whole or searched (documents/context.py); the answer shows its
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 
 from local_chat.documents import Document, Shelf, extract_elsewhere, is_document
 from local_chat.errors import UserError
@@ -69,3 +71,24 @@ def sources_entry(sources: list[dict]) -> dict | None:
         lines += [turns.fenced(passage) for passage in source.get("passages", [])]
     return {"role": "assistant", "metadata": {"title": "Sources", "status": "done"}, "content": "\n\n".join(lines),
             "kind": "sources", "sources": sources}  # fmt: skip
+
+
+def exported_documents(named: list[dict], shelf: Shelf) -> list[dict]:
+    """A question's documents as an export holds them: each whole, its name and its pages' text."""
+    kept = [shelf.get(n["sha256"]) for n in named]
+    return [{"name": d.name, "paged": d.paged, "pages": list(d.pages)} for d in kept if d is not None]
+
+
+def imported_documents(listed, shelf: Shelf) -> list[dict]:
+    """An export's documents of a question put on `shelf`, named as a question names them."""
+    if not isinstance(listed, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("pages"), list) for d in listed
+    ):
+        raise UserError('A question\'s "documents" in the file are not {"name", "pages": [...]} objects.')
+    named = []
+    for entry in listed:
+        pages = tuple(str(page) for page in entry["pages"])
+        sha = hashlib.sha256(json.dumps([entry["name"], pages]).encode()).hexdigest()
+        shelf.put(Document(entry["name"], sha, pages, bool(entry.get("paged"))))
+        named.append({"sha256": sha, "name": entry["name"]})
+    return named

@@ -32,6 +32,7 @@ from local_chat.errors import UserError
 from local_chat.history.store import SavedConversation, Store, text_of, title_of
 from local_chat.prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
 
+from .documents import exported_documents, imported_documents
 from .turns import model_view, thinking, tool_call, tool_result
 
 IMAGE_ROUTE = "/history/image"
@@ -262,6 +263,8 @@ class SavedChats:
                 else {"type": "text", "text": p.get("text", "")}
                 for p in content
             ]
+        if message.get("documents"):  # each whole: an import needs no reading again
+            message = {**message, "documents": exported_documents(message["documents"], self.shelf)}
         return {**message, "content": content}
 
     def import_file(self, owner: str, path: str) -> str:
@@ -306,9 +309,11 @@ class SavedChats:
         content = self._imported_content(message.get("content"))
         if content or not message.get("tool_calls"):
             model = message.get("model") if message["role"] == "assistant" else None  # the model that gave it
-            entries.append(
-                {"role": message["role"], "content": content} | ({"model": model} if isinstance(model, str) else {})
-            )
+            entry = {"role": message["role"], "content": content} | ({"model": model} if isinstance(model, str) else {})
+            if message["role"] == "user" and message.get("documents"):
+                text = message.get("text") if isinstance(message.get("text"), str) else message_text(content)
+                entry |= {"documents": imported_documents(message["documents"], self.shelf), "text": text}
+            entries.append(entry)
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict) and isinstance(call.get("function"), dict):
                 called[call.get("id")] = call["function"].get("name")
