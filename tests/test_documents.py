@@ -6,8 +6,8 @@ saved conversation with a document reopened without reading it again. tests/test
 Chromium."""
 
 import asyncio
-import json
 import base64
+import json
 import sqlite3
 from pathlib import Path
 
@@ -226,3 +226,48 @@ def test_a_conversation_with_a_document_exports_and_imports_with_it(demo, files,
     _, _, prompt, _, _ = submit(other, "Again: the launch code?", reopened, conversation=imported, browser_id=BROWSER)
     assert f"[page 2]\n{FACT}" in prompt
     store.close(), other_store.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """(an embedding model, a cross-encoder): tiny random BERTs of the real classes with a WordPiece tokenizer."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("bert")
+    words = sorted({w.lower() for w in (long_text(3, NEEDLE, 2) + " where does lie").replace(".", " ").split()})
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
+    made = []
+    for name, model in (("embedder", BertModel(config)), ("reranker", BertForSequenceClassification(
+            BertConfig(**config.to_dict(), num_labels=1)))):  # fmt: skip
+        model.save_pretrained(folder / name)
+        BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder / name)
+        made.append(str(folder / name))
+    return made
+
+
+def test_an_embedding_model_and_a_reranker_help_the_search(files, tiny_bert, monkeypatch):
+    from local_chat.documents.vectors import Embedder, Reranker
+
+    embedder, reranker = Embedder(tiny_bert[0]), Reranker(tiny_bert[1])
+    scored = []
+    scores = reranker.scores
+    monkeypatch.setattr(reranker, "scores", lambda q, texts: scored.append(len(texts)) or scores(q, texts))
+    shelf = Shelf(":memory:", embedder, reranker)
+    atlas = extract(files["long"], 20)
+    shelf.put(atlas)
+    found = shelf.ranked([atlas.sha256], "Where does the treasure lie?")
+    vectors = shelf._db.execute("SELECT count(*) FROM passage_vectors WHERE model = 'embedder'").fetchone()[0]
+    assert vectors == len(passages_of(atlas))  # every passage embedded, once
+    assert scored == [20] and NEEDLE in " ".join(p.text for p in found[:20])  # BM25's best stays among the first
+
+
+def test_a_retrieval_model_folder_without_a_config_is_refused_in_one_sentence(tmp_path):
+    from local_chat.launchers.flags import parser
+    from local_chat.launchers.loading import check_serving_flags
+
+    args = parser("x").parse_args(["--embedding_model", str(tmp_path)])
+    with pytest.raises(UserError, match="--embedding_model .* has no config.json"):
+        check_serving_flags(args)

@@ -23,7 +23,11 @@ TABLES = [
     "CREATE TABLE IF NOT EXISTS documents (sha256 TEXT PRIMARY KEY, name TEXT NOT NULL, paged INTEGER NOT NULL, "
     "pages TEXT NOT NULL)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS passages USING fts5(sha256 UNINDEXED, page UNINDEXED, text)",
+    # with --embedding_model: each passage's vector, by the model that made it (documents/vectors.py)
+    "CREATE TABLE IF NOT EXISTS passage_vectors (passage INTEGER NOT NULL, model TEXT NOT NULL, vector BLOB NOT NULL, "
+    "PRIMARY KEY (passage, model))",
 ]
+RERANKED = 20  # the fused passages a --reranker orders
 INSTRUCTION = "Answer from these documents where they help, and cite them by number, as [1] or [2]."
 
 
@@ -56,7 +60,8 @@ class Shelf:
     """The documents' text and their passages' full-text index, in `path`'s SQLite database (":memory:": this
     process only)."""
 
-    def __init__(self, path: str = ":memory:"):
+    def __init__(self, path: str = ":memory:", embedder=None, reranker=None):
+        self.embedder, self.reranker = embedder, reranker  # documents/vectors.py's, where the flags give them
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         if path == ":memory:":
@@ -87,19 +92,71 @@ class Shelf:
         row = self._db.execute("SELECT name, paged, pages FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
         return Document(row[0], sha256, tuple(json.loads(row[2])), bool(row[1])) if row else None
 
+    def ranked(self, shas: list[str], question: str, limit: int = 50) -> list[Passage]:
+        """The passages of those documents for the question, the best first: BM25's, fused with the embedding
+        model's nearest (reciprocal rank), the first of them ordered by the reranker, where the flags give them."""
+        from .vectors import fused, nearest
+
+        found = self._rows(shas, question, limit)
+        if self.embedder is None and self.reranker is None:
+            return [row[1] for row in found]
+        by_id = dict(found)
+        rankings = [[row_id for row_id, _ in found]]
+        if self.embedder is not None:
+            vectors = self._vectors(shas)
+            close = nearest(self.embedder.embed([question])[0], vectors, limit)
+            by_id |= {row_id: passage for row_id, passage in self._passages(close)}
+            rankings.append(close)
+        order = fused(rankings)[:limit]
+        if self.reranker is not None:
+            head = order[:RERANKED]
+            scores = self.reranker.scores(question, [by_id[i].text for i in head])
+            order = [i for _, i in sorted(zip(scores, head), key=lambda pair: -pair[0])] + order[RERANKED:]
+        return [by_id[i] for i in order]
+
+    def _vectors(self, shas: list[str]) -> list[tuple[int, bytes]]:
+        """The embedding model's vector of each passage of those documents, made now where missing."""
+        marks, model = ",".join("?" * len(shas)), self.embedder.name
+        missing = self._db.execute(
+            f"SELECT rowid, text FROM passages WHERE sha256 IN ({marks}) AND rowid NOT IN "
+            "(SELECT passage FROM passage_vectors WHERE model = ?)",
+            (*shas, model),
+        ).fetchall()
+        if missing:
+            made = self.embedder.embed([text for _, text in missing])
+            with self._lock:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO passage_vectors (passage, model, vector) VALUES (?, ?, ?)",
+                    [(row_id, model, vector) for (row_id, _), vector in zip(missing, made)],
+                )
+        return self._db.execute(
+            f"SELECT v.passage, v.vector FROM passage_vectors v JOIN passages p ON p.rowid = v.passage "
+            f"WHERE p.sha256 IN ({marks}) AND v.model = ?",
+            (*shas, model),
+        ).fetchall()
+
+    def _passages(self, ids: list[int]) -> list[tuple[int, Passage]]:
+        rows = [
+            self._db.execute("SELECT sha256, page, text FROM passages WHERE rowid = ?", (i,)).fetchone() for i in ids
+        ]
+        return [(i, Passage(row[0], int(row[1]), row[2])) for i, row in zip(ids, rows) if row is not None]
+
     def search(self, shas: list[str], question: str, limit: int = 50) -> list[Passage]:
         """The passages of those documents that match the question's words, the best (BM25) first."""
+        return [passage for _, passage in self._rows(shas, question, limit)]
+
+    def _rows(self, shas: list[str], question: str, limit: int) -> list[tuple[int, Passage]]:
         words = {w.lower() for w in re.findall(r"\w+", question) if len(w) > 1}
         if not words or not shas:
             return []
         match = " OR ".join('"' + w.replace('"', "") + '"' for w in sorted(words))
         marks = ",".join("?" * len(shas))
         rows = self._db.execute(
-            f"SELECT sha256, page, text FROM passages WHERE passages MATCH ? AND sha256 IN ({marks}) "
+            f"SELECT rowid, sha256, page, text FROM passages WHERE passages MATCH ? AND sha256 IN ({marks}) "
             "ORDER BY bm25(passages) LIMIT ?",
             (match, *shas, limit),
         ).fetchall()
-        return [Passage(sha, int(page), text) for sha, page, text in rows]
+        return [(row_id, Passage(sha, int(page), text)) for row_id, sha, page, text in rows]
 
     def close(self) -> None:
         self._db.close()
@@ -125,7 +182,7 @@ def document_context(documents: list[Document], question: str, room: int, count,
         return Context(text, sources, searched=False)
     number = {d.sha256: n for n, d in enumerate(documents, 1)}
     chosen: dict[str, list[Passage]] = {}
-    for passage in shelf.search(list(number), question):
+    for passage in shelf.ranked(list(number), question):
         trial = {**chosen, passage.sha256: [*chosen.get(passage.sha256, []), passage]}
         if count(_passages_text(documents, trial)) > room:
             break

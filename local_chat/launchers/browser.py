@@ -134,6 +134,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     served until the process ends; both doors' answers wait in one queue, in arrival order (engine/in_order.py).
     With --models_dir, `engine` is the start-up model's of `models` (each with its own queue already)."""
     from local_chat.api import OpenAIAPI
+    from local_chat.documents import Shelf
     from local_chat.engine.in_order import InArrivalOrder
     from local_chat.ui import build_app
     from local_chat.ui.layout import PAGE
@@ -141,10 +142,10 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     store = open_history(args)
     admins = getattr(args, "admins", None)
-    tools = tool_servers(args)
+    tools, retrieval = tool_servers(args), retrieval_models(args)
     app = build_app(
         queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins,
-        tool_servers=tools, max_tool_rounds=args.max_tool_rounds,
+        tool_servers=tools, max_tool_rounds=args.max_tool_rounds, retrieval=retrieval,
     )  # fmt: skip
     app.queue(default_concurrency_limit=args.concurrency)
     keys = api_keys(args.api_key) if args.api_key else None
@@ -152,6 +153,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     if not api_off_reason(args):  # named as --models_dir found it (loading.py's choose_listed_model)
         name = getattr(args, "served_name", None)
         api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models, not admins)
+        api.shelf = Shelf(":memory:", *retrieval)  # its file parts' documents, searched as the page's are
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)
@@ -176,6 +178,18 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
         store.close()
         if tools is not None:
             tools.close()
+
+
+def retrieval_models(args) -> tuple:
+    """--embedding_model's and --reranker's models (documents/vectors.py), loaded now; None for each not given."""
+    from local_chat.documents.vectors import Embedder, Reranker
+
+    embedder = Embedder(args.embedding_model) if args.embedding_model else None
+    reranker = Reranker(args.reranker) if args.reranker else None
+    for flag, model in (("embedding model", embedder), ("reranker", reranker)):
+        if model is not None:
+            print(f"Documents: the {flag} {model.name} helps find passages.", file=sys.stderr, flush=True)
+    return embedder, reranker
 
 
 def tool_servers(args):

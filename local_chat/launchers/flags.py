@@ -107,6 +107,19 @@ def parser(description: str) -> argparse.ArgumentParser:
         "batch's paged cache (default: --concurrency contexts, at most a quarter of the free memory)",
     )
     add_tool_flags(p)
+    p.add_argument(
+        "--embedding_model",
+        default=None,
+        metavar="PATH",
+        help="a local sentence-transformers folder: a long document's passages are also found by meaning, fused with "
+        "the word search (default: word search only, BM25)",
+    )
+    p.add_argument(
+        "--reranker",
+        default=None,
+        metavar="PATH",
+        help="a local cross-encoder folder that orders the passages found for a question (default: none)",
+    )
     return p
 
 

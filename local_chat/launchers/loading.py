@@ -57,6 +57,10 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         from local_chat.tools import read_config
 
         read_config(args.mcp_config)  # a malformed file is told now
+    for flag in ("embedding_model", "reranker"):
+        folder = getattr(args, flag, None)
+        if folder is not None and not os.path.exists(os.path.join(folder, "config.json")):
+            raise UserError(f"--{flag} {folder} has no config.json; give a local transformers model's folder.")
     if getattr(args, "tool_timeout", 1) <= 0 or getattr(args, "max_tool_rounds", 1) < 1:
         raise UserError("--tool_timeout must be above 0 seconds and --max_tool_rounds 1 or more.")
 

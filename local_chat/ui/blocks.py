@@ -37,6 +37,7 @@ def build_app(
     admins: list[str] | None = None,
     tool_servers=None,
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
+    retrieval: tuple = (None, None),
 ) -> gr.Blocks:
     """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
@@ -44,10 +45,10 @@ def build_app(
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route. With a model
     picker (--models_dir), `admins`: the only logins that load models (None: everyone). `tool_servers`: the tools the
     model may call on the chat (tools/servers.py's `ToolServers`, --mcp_config), at most `max_tool_rounds` rounds a
-    question."""
+    question. `retrieval`: the documents' embedding model and reranker (documents/vectors.py), where given."""
     template = default_template(engine, template)
     cancels = Cancels()
-    saved = SavedChats(store, max_upload_mb)
+    saved = SavedChats(store, max_upload_mb, retrieval)
     tabs = tuple(dict.fromkeys(FORMER_TABS.get(tab, tab) for tab in tabs))
     # --models_dir: a picker, each session with its own model (the chat tabs follow it)
     picker = (

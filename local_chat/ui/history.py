@@ -71,8 +71,8 @@ def file_paths(content) -> list[str]:
 class SavedChats:
     """The page's side of saved conversations over `store` (None: --no_history, nothing is saved)."""
 
-    def __init__(self, store: Store | None, max_upload_mb: float = MAX_UPLOAD_MB):
-        self.store = store
+    def __init__(self, store: Store | None, max_upload_mb: float = MAX_UPLOAD_MB, retrieval: tuple = (None, None)):
+        self.store, self.retrieval = store, retrieval  # (embedding model, reranker) of documents/vectors.py
         self.max_upload_mb = max_upload_mb
         self._read: dict[tuple[str, str], int] = {}  # (page, conversation id): the revision that page read or wrote
         self._saving = threading.Lock()  # one page's saves one after the other (Stop's beside its answer's)
@@ -100,7 +100,7 @@ class SavedChats:
     @functools.cached_property
     def shelf(self) -> Shelf:
         """The documents attached to questions (documents/context.py): in the database, else in memory."""
-        return Shelf(str(self.store.path)) if self.store is not None else Shelf()
+        return Shelf(str(self.store.path) if self.store is not None else ":memory:", *self.retrieval)
 
     def browser_state(self, kind: str = "") -> gr.BrowserState:
         """A value kept in the browser's local storage (the browser's id; with `kind` "open", the conversation open
