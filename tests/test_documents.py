@@ -271,3 +271,18 @@ def test_a_retrieval_model_folder_without_a_config_is_refused_in_one_sentence(tm
     args = parser("x").parse_args(["--embedding_model", str(tmp_path)])
     with pytest.raises(UserError, match="--embedding_model .* has no config.json"):
         check_serving_flags(args)
+
+
+def test_mojibake_and_ligatures_are_mended(tmp_path):
+    broken = tmp_path / "menu.txt"
+    broken.write_text("CafÃ© naÃ¯ve, the ﬁrst “best” dish.")
+    assert extract(broken, 1).pages == ("Café naïve, the first “best” dish.",)
+
+
+def test_a_pdf_can_go_to_a_model_that_sees_images_as_pictures_of_its_pages(demo, files, tmp_path):
+    tab, store = page(demo, tmp_path)
+    box = {"text": "What do these pages show?", "files": [str(files["pdf"])]}
+    history, _, prompt, _, _ = submit(tab, box, browser_id=BROWSER, pdf_pictures=True)
+    question = history[0]
+    assert len(question["images"]) == 3 and "documents" not in question and "<document" not in prompt
+    store.close()

@@ -2,7 +2,7 @@
 searched (documents/context.py)."""
 
 from .context import Context, Shelf, conversation_documents, document_context, put_in_prompt
-from .extract import DOCUMENT_SUFFIXES, Document, extract, extract_elsewhere, is_document
+from .extract import DOCUMENT_SUFFIXES, Document, extract, extract_elsewhere, is_document, render_elsewhere
 
 __all__ = [
     "DOCUMENT_SUFFIXES",
@@ -15,4 +15,5 @@ __all__ = [
     "extract",
     "extract_elsewhere",
     "is_document",
+    "render_elsewhere",
 ]

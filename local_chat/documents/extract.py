@@ -58,11 +58,11 @@ def extract(path: str | Path, max_upload_mb: float, name: str | None = None) -> 
     if suffix == ".pdf":
         return Document(name, sha, _pdf_pages(path, name), paged=True)
     if suffix == ".docx":
-        return Document(name, sha, cut_pages(_docx_text(path, name, max_upload_mb)))
+        return Document(name, sha, cut_pages(mended(_docx_text(path, name, max_upload_mb))))
     if suffix in HTML_SUFFIXES:
-        return Document(name, sha, cut_pages(html_text(decoded(data, name))))
+        return Document(name, sha, cut_pages(mended(html_text(decoded(data, name)))))
     if suffix in TEXT_SUFFIXES:
-        return Document(name, sha, cut_pages(decoded(data, name)))
+        return Document(name, sha, cut_pages(mended(decoded(data, name))))
     raise UserError(
         f"{name}: this kind of file cannot be read; attach a PDF, a Word (.docx), text, Markdown, CSV, JSON, HTML or "
         "source file, or an image."
@@ -122,11 +122,18 @@ def decoded(data: bytes, name: str) -> str:
         return str(best)
 
 
+def mended(text: str) -> str:
+    """Text with mojibake undone (UTF-8 read as Latin-1 or Windows-1252: "CafÃ©"), ligatures spelled out: ftfy's
+    repairs, quotes left as they are."""
+    import ftfy
+
+    return ftfy.fix_text(text, uncurl_quotes=False)
+
+
 def repaired(text: str) -> str:
-    """A PDF page's text with what extraction leaves behind mended: ligatures spelled out, hyphenated line ends
-    joined, runs of blank lines made one."""
-    text = text.translate({0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0x00AD: ""})
-    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+    """A PDF page's text with what extraction leaves behind mended: mojibake and ligatures (`mended`), soft hyphens
+    dropped and hyphenated line ends joined, runs of blank lines made one."""
+    text = re.sub(r"(\w)-\n(\w)", r"\1\2", mended(text).replace("\u00ad", ""))
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
@@ -170,8 +177,40 @@ def cut_pages(text: str) -> tuple[str, ...]:
     return tuple(pages) or ("",)
 
 
+def rendered_pages(path: str | Path, pages: int, scale: float = 1.5) -> list[str]:
+    """PNG files of a PDF's first `pages` pages (beside it, in a folder of their own), as pictures of 108 dpi."""
+    import tempfile
+
+    import pypdfium2
+
+    path = Path(path)
+    try:
+        document = pypdfium2.PdfDocument(str(path))
+    except pypdfium2.PdfiumError as error:
+        raise UserError(f"{path.name} cannot be shown as pictures ({error}).")
+    folder = Path(tempfile.mkdtemp(prefix="pdf-pages-"))
+    try:
+        made = []
+        for number in range(min(pages, len(document))):
+            picture = folder / f"{path.stem}-page-{number + 1}.png"
+            document[number].render(scale=scale).to_pil().save(picture)
+            made.append(str(picture))
+        return made
+    finally:
+        document.close()
+
+
 def extract_elsewhere(path: str, max_upload_mb: float, name: str | None = None) -> Document:
     """`extract` in a process of its own (one kept for the app), so that the web server's loop goes on serving."""
+    return _elsewhere(extract, path, max_upload_mb, name)
+
+
+def render_elsewhere(path: str, pages: int) -> list[str]:
+    """`rendered_pages` in the same process as the reading."""
+    return _elsewhere(rendered_pages, path, pages)
+
+
+def _elsewhere(work, path: str, *args):
     import concurrent.futures
 
     global _POOL
@@ -180,10 +219,10 @@ def extract_elsewhere(path: str, max_upload_mb: float, name: str | None = None) 
 
         _POOL = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
-        return _POOL.submit(extract, path, max_upload_mb, name).result()
+        return _POOL.submit(work, path, *args).result()
     except concurrent.futures.process.BrokenProcessPool:
         _POOL = None
-        raise UserError(f"{name or Path(path).name} made the reader fail; it may be damaged or too large.")
+        raise UserError(f"{Path(path).name} made the reader fail; it may be damaged or too large.")
 
 
 _POOL = None

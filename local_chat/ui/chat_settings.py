@@ -29,6 +29,7 @@ class ChatSettings:
     thinking: object = None  # the thinking switch's value (ui/thinking.py), where the page has one
     model: str | None = None  # this session's model, where the page has a picker (ui/model_picker.py)
     tools: list[str] | None = None  # the tools switched on, where the page has tools (ui/tool_rounds.py)
+    pdf_pictures: bool = False  # a PDF's pages go to a model that sees images as pictures (ui/documents.py)
 
     @property
     def sampling(self) -> Sampling:

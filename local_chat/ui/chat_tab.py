@@ -27,7 +27,7 @@ from .chat import Cancels, answer_updates
 from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
 from .conversations import SavedConversations
 from .cut_answers import CutAnswer
-from .documents import read_documents, sources_entry, split_files, with_documents
+from .documents import PAGE_PICTURES, as_pictures, read_documents, sources_entry, split_files, with_documents
 from .history import SavedChats, new_conversation_id
 from .layout import (
     EXAMPLES,
@@ -226,6 +226,8 @@ class ChatTab(SavedConversations, ToolRounds):
             yield history, message, gr.skip(), gr.skip(), gr.skip()
             return
         image_files, document_files = split_files(files)
+        if settings.pdf_pictures and self.engine_of(settings.model).sees_images:  # its pages, as images
+            image_files, document_files = await as_pictures(image_files, document_files)
         images, refused = attached_images(image_files, self.engine_of(settings.model), self.max_upload_mb)
         documents, unread = await read_documents(document_files, self.max_upload_mb, self.saved.shelf)
         if refused or unread:  # the files taken out of the box, the text left in it: the next Send works
@@ -328,18 +330,20 @@ class ChatTab(SavedConversations, ToolRounds):
             template = gr.Dropdown(names, value=self.template, label="Template")
             given = default_system(engine, self.template) if self.picker is None else self.picker.system_of(None)
             system = gr.Textbox(given, label="System prompt", lines=2)
-        transform = gr.State(self.image_transform)
+        transform, pictures = gr.State(self.image_transform), gr.State(False)
         if engine.sees_images:
-            with gr.Accordion("Image transform", open=False):
+            with gr.Accordion("Images", open=False):
                 transform = gr.Radio(
                     IMAGE_TRANSFORMS, value=self.image_transform, label="Image transform (auto: the model's own)"
                 )
+                pictures = gr.Checkbox(False, label=f"Send a PDF's pages as pictures (the first {PAGE_PICTURES})")
         sampling = sampling_controls(self.picker.sampling_of(None) if self.picker is not None else None)
         prompt_view = prompt_panel()
 
         entries = gr.State([])  # the chat as the page keeps it (ui/turns.py); the Chatbot shows its view
         model = model if model is not None else gr.State(None)
         settings = [conversation_id, browser_id, template, system, transform, *sampling, thinking, model, tools]
+        settings.append(pictures)
         chats = self.sidebar_list if self.saving else gr.State(None)
         outputs = [chatbot, entries, prompt_view, conversation_id, chats]
         common = dict(**GENERATION, show_progress="hidden", api_visibility=UI_ONLY)

@@ -10,11 +10,29 @@ import asyncio
 import hashlib
 import json
 
-from local_chat.documents import Document, Shelf, extract_elsewhere, is_document
+from local_chat.documents import Document, Shelf, extract_elsewhere, is_document, render_elsewhere
 from local_chat.errors import UserError
 from local_chat.prompting import message_text
 
 from . import turns
+
+PAGE_PICTURES = 8  # a PDF's pages sent as pictures, at most
+
+
+async def as_pictures(images: list[str], documents: list[str]) -> tuple[list[str], list[str]]:
+    """The PDFs among `documents` as pictures of their first `PAGE_PICTURES` pages (PNG files, rendered by pypdfium2
+    in the extraction's process), added to `images`; the other documents as they were. A PDF that cannot be
+    rendered stays a document, whose reading then says why."""
+    pictures, kept = list(images), []
+    for path in documents:
+        if not path.lower().endswith(".pdf"):
+            kept.append(path)
+            continue
+        try:
+            pictures += await asyncio.to_thread(render_elsewhere, path, PAGE_PICTURES)
+        except UserError:
+            kept.append(path)
+    return pictures, kept
 
 
 def split_files(files: list[str]) -> tuple[list[str], list[str]]:
