@@ -141,6 +141,7 @@ def test_a_long_document_is_searched_and_the_needle_passage_goes_in(demo, files,
     sources = next(e for e in history if kind_of(e) == "sources")
     assert NEEDLE in prompt and "[part " in prompt and len(prompt) < 2048 * 4
     assert sources["sources"][0]["whole"] is False and NEEDLE in sources["content"]
+    assert "atlas.txt did not fit whole beside the conversation" in sources["content"]
     store.close()
 
 
@@ -286,3 +287,15 @@ def test_a_pdf_can_go_to_a_model_that_sees_images_as_pictures_of_its_pages(demo,
     question = history[0]
     assert len(question["images"]) == 3 and "documents" not in question and "<document" not in prompt
     store.close()
+
+
+def test_a_document_larger_than_any_room_says_so(files):
+    from local_chat.documents import document_context
+
+    shelf = Shelf()
+    atlas = extract(files["long"], 20)
+    shelf.put(atlas)
+    context = document_context([atlas], "Where does the treasure lie?", 10, len, shelf)
+    assert context.text == "" and context.sources == []
+    assert context.note == ("atlas.txt did not fit beside the conversation (10 tokens left), so none of it went in; "
+                            "start a new chat with it, or ask with a model of a longer context.")  # fmt: skip

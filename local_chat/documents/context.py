@@ -169,6 +169,7 @@ class Context:
     text: str
     sources: list[dict]  # {"number", "name", "pages": [..], "passages": [..], "whole": bool}
     searched: bool
+    note: str = ""  # where they did not fit whole: how much went in
 
 
 def document_context(documents: list[Document], question: str, room: int, count, shelf: Shelf) -> Context:
@@ -176,7 +177,7 @@ def document_context(documents: list[Document], question: str, room: int, count,
     else the best passages that fit."""
     whole = [_block(n, d.name, list(enumerate(d.pages, 1)), d.paged) for n, d in enumerate(documents, 1)]
     text = _framed(whole)
-    if count(text) <= room:
+    if (whole_tokens := count(text)) <= room:
         sources = [{"number": n, "name": d.name, "pages": list(range(1, len(d.pages) + 1)), "whole": True,
                     "paged": d.paged} for n, d in enumerate(documents, 1)]  # fmt: skip
         return Context(text, sources, searched=False)
@@ -192,7 +193,16 @@ def document_context(documents: list[Document], question: str, room: int, count,
          "passages": [p.text for p in chosen[d.sha256]], "whole": False, "paged": d.paged}
         for d in documents if d.sha256 in chosen
     ]  # fmt: skip
-    return Context(_passages_text(documents, chosen) if chosen else "", sources, searched=True)
+    names = ", ".join(d.name for d in documents)
+    passages = sum(len(found) for found in chosen.values())
+    note = (
+        f"{names} did not fit whole beside the conversation ({whole_tokens:,} tokens, {max(room, 0):,} left), so the "
+        f"{passages} passage{'s' if passages != 1 else ''} that best match the question went in."
+        if chosen
+        else f"{names} did not fit beside the conversation ({max(room, 0):,} tokens left), so none of it went in; "
+        "start a new chat with it, or ask with a model of a longer context."
+    )
+    return Context(_passages_text(documents, chosen) if chosen else "", sources, searched=True, note=note)
 
 
 def _passages_text(documents: list[Document], chosen: dict[str, list[Passage]]) -> str:
@@ -224,13 +234,13 @@ def conversation_documents(messages: list[dict], shelf: Shelf) -> list[Document]
     return list(found.values())
 
 
-def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf) -> tuple[list[dict], list[dict]]:
+def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf) -> tuple[list[dict], Context | None]:
     """`messages` with the conversation's documents before the last question's text (whole or searched, in the room
-    the rest leaves), and the sources that went in; messages without documents as they were."""
+    the rest leaves), and what went in (None: no documents); messages without documents as they were."""
     documents = conversation_documents(messages, shelf)
     messages = [{k: v for k, v in m.items() if k != "documents"} for m in messages]
     if not documents:
-        return messages, []
+        return messages, None
     question = messages[-1]
     asked = message_text(question["content"])
     tokenizer = engine.tokenizer
@@ -238,7 +248,7 @@ def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf
     room = engine.max_seq_len - min(answer_tokens, engine.max_seq_len // 2) - used - ROOM_MARGIN
     context = document_context(documents, asked, room, lambda text: len(tokenizer.encode(text)), shelf)
     if not context.text:
-        return messages, []
+        return messages, context
     text = context.text + "\n\n" + asked
     content = question["content"]
     if isinstance(content, list):
@@ -247,4 +257,4 @@ def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf
         ]
     else:
         content = text
-    return [*messages[:-1], {**question, "content": content}], context.sources
+    return [*messages[:-1], {**question, "content": content}], context

@@ -94,7 +94,7 @@ class ChatTab(SavedConversations, ToolRounds):
         history = [dict(m) for m in history or []]
         conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
-        listed, first, sources = gr.skip(), None, []
+        listed, first, sources = gr.skip(), None, None
         try:
             engine = self.engine_of(settings.model, request)
             owner = self._owner(browser_id, request)
@@ -108,7 +108,7 @@ class ChatTab(SavedConversations, ToolRounds):
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return
         cut = CutAnswer(self.saved, request, owner, conversation_id, question_first)
-        cut.sources = sources if first is not None else []
+        cut.documents = sources if first is not None else None
         try:
             yield history, gr.skip(), conversation_id, listed
             async for shown in self._rounds(engine, first, history, settings, request, cut, cancel):
@@ -177,7 +177,7 @@ class ChatTab(SavedConversations, ToolRounds):
                 gr.skip(),
             )
             cut.now_and_then(history)
-        if (sources := sources_entry(cut.sources)) and not failed:
+        if (sources := sources_entry(cut.documents)) and not failed:
             history.append(sources)  # under the answer, folded
         if line and not failed:
             history.append(turns.stats(line))

@@ -29,7 +29,7 @@ class CutAnswer:
         self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
         self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
         self.stopped = False  # it ended cancelled: marked so under its figures
-        self.sources: list[dict] = []  # the documents the answer read (ui/documents.py), shown under it
+        self.documents = None  # what the answer read of the documents (documents/context.py's Context), shown under it
 
     def now_and_then(self, history: list[dict]) -> None:
         """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the

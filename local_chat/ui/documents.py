@@ -76,11 +76,13 @@ def with_documents(question: dict, documents: list[Document]) -> dict:
     return {**question, "content": addresses + listed + text, "text": text, "documents": named}
 
 
-def sources_entry(sources: list[dict]) -> dict | None:
-    """The answer's sources, folded under it: each document, the pages that went in, and the passages searched."""
-    if not sources:
+def sources_entry(context) -> dict | None:
+    """The answer's sources (`context`: documents/context.py's `Context`), folded under it: each document, the pages
+    that went in, and the passages searched; first, where they did not fit whole, how much went in."""
+    if context is None:
         return None
-    lines = []
+    sources = context.sources
+    lines = [f"*{context.note}*"] if context.note else []
     for source in sources:
         unit = "pages" if source.get("paged") else "parts"
         pages = ", ".join(str(p) for p in source["pages"])

@@ -187,7 +187,9 @@ class ToolRounds:
                 async for _ in self.run_calls(history, cut.owner, cut.conversation_id):
                     yield history, cut.prompt, cut.conversation_id, gr.skip()
                 try:
-                    answer, cut.sources = self._request(engine, history, settings, request, cut.conversation_id, cancel)
+                    answer, cut.documents = self._request(
+                        engine, history, settings, request, cut.conversation_id, cancel
+                    )
                 except UserError as error:
                     history.append(turns.error(str(error)))
                     return
