@@ -227,13 +227,14 @@ def test_an_attached_image_is_answered_and_shown_in_the_message(browser, demo, t
         assert page.locator('[data-testid="user"] img').count() == 1  # the image shows in the user's message
 
 
-def test_no_attachments_for_a_text_only_model(browser, byte_model):
+def test_a_text_only_model_takes_documents_but_no_images(browser, byte_model):
     with serve(byte_model) as (url, _):
         page = open_page(browser, url)
         tabs = page.get_by_role("tab").all_inner_texts()
         page.screenshot(path=str(ARTIFACTS / "text-only.png"), full_page=True)
         assert "Chat" in tabs and "Single-turn" in tabs and "Vision chat" not in tabs
-        assert page.locator("[data-testid=upload-button]").count() == 0
+        accepted = page.locator(".message input[type=file]").first.get_attribute("accept")
+        assert ".pdf" in accepted and "image" not in accepted  # documents only
 
 
 ATTACK = '<img src=x onerror="window.attacked=(window.attacked||0)+1"> <script>window.attacked=99</script> **bold**'

@@ -121,9 +121,11 @@ def test_a_pdf_that_fits_goes_in_whole_and_its_sources_show_under_the_answer(dem
     monkeypatch.setattr(page_documents, "extract_elsewhere", read_again)
     owner = "browser:" + BROWSER
     reopened = tab.saved.shown(owner, conversation, store.get(owner, conversation).messages)
+    first_prompt = store.get(owner, conversation).options["prompt"]
     history, _, prompt, _, _ = submit(tab, "And the report's last page?", reopened, conversation=conversation,
                                       browser_id=BROWSER)  # fmt: skip
-    assert "[page 3]\nThe end." in prompt and prompt.count("<document ") == 1  # in the last question only
+    assert "[page 3]\nThe end." in prompt and prompt.count("<document ") == 1
+    assert prompt.startswith(first_prompt)  # before its own question: the conversation's start (and cache) kept
     store.close()
 
 

@@ -11,7 +11,7 @@ import json
 import re
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from local_chat.prompting.chat import message_text
 
@@ -170,6 +170,7 @@ class Context:
     sources: list[dict]  # {"number", "name", "pages": [..], "passages": [..], "whole": bool}
     searched: bool
     note: str = ""  # where they did not fit whole: how much went in
+    blocks: dict[str, str] = field(default_factory=dict)  # whole: each document's block, by its SHA-256
 
 
 def document_context(documents: list[Document], question: str, room: int, count, shelf: Shelf) -> Context:
@@ -180,7 +181,8 @@ def document_context(documents: list[Document], question: str, room: int, count,
     if (whole_tokens := count(text)) <= room:
         sources = [{"number": n, "name": d.name, "pages": list(range(1, len(d.pages) + 1)), "whole": True,
                     "paged": d.paged} for n, d in enumerate(documents, 1)]  # fmt: skip
-        return Context(text, sources, searched=False)
+        blocks = {d.sha256: block for d, block in zip(documents, whole)}
+        return Context(text, sources, searched=False, blocks=blocks)
     number = {d.sha256: n for n, d in enumerate(documents, 1)}
     chosen: dict[str, list[Passage]] = {}
     for passage in shelf.ranked(list(number), question):
@@ -235,9 +237,11 @@ def conversation_documents(messages: list[dict], shelf: Shelf) -> list[Document]
 
 
 def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf) -> tuple[list[dict], Context | None]:
-    """`messages` with the conversation's documents before the last question's text (whole or searched, in the room
-    the rest leaves), and what went in (None: no documents); messages without documents as they were."""
+    """`messages` with the conversation's documents in the room the rest leaves: whole, each before the question it
+    came with; else the passages that best match the last question, before it. And what went in (None: no
+    documents); messages without documents as they were."""
     documents = conversation_documents(messages, shelf)
+    attached = [m.get("documents") or [] for m in messages]
     messages = [{k: v for k, v in m.items() if k != "documents"} for m in messages]
     if not documents:
         return messages, None
@@ -249,12 +253,24 @@ def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf
     context = document_context(documents, asked, room, lambda text: len(tokenizer.encode(text)), shelf)
     if not context.text:
         return messages, context
-    text = context.text + "\n\n" + asked
-    content = question["content"]
-    if isinstance(content, list):
-        content = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")] + [
-            {"type": "text", "text": text}
-        ]
-    else:
-        content = text
-    return [*messages[:-1], {**question, "content": content}], context
+    if context.searched:  # the passages for this question, before it
+        return [*messages[:-1], _with_text_before(question, context.text)], context
+    # whole: each document before the question it came with, so that the conversation's start stays as it was (its
+    # KV cache kept from turn to turn)
+    placed, first = [], True
+    for message, named in zip(messages, attached):
+        blocks = [context.blocks.pop(n["sha256"]) for n in named if n["sha256"] in context.blocks]
+        if blocks:
+            message = _with_text_before(message, (INSTRUCTION + "\n\n" if first else "") + "\n\n".join(blocks))
+            first = False
+        placed.append(message)
+    return placed, context
+
+
+def _with_text_before(message: dict, text: str) -> dict:
+    """`message` with `text` before its own (its images, where it has some, still first)."""
+    content = message["content"]
+    if not isinstance(content, list):
+        return {**message, "content": f"{text}\n\n{content}"}
+    kept = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+    return {**message, "content": [*kept, {"type": "text", "text": f"{text}\n\n{message_text(content)}"}]}
