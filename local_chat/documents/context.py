@@ -89,7 +89,7 @@ class Shelf:
                 raise
 
     def get(self, sha256: str) -> Document | None:
-        row = self._db.execute("SELECT name, paged, pages FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
+        row = next(iter(self._query("SELECT name, paged, pages FROM documents WHERE sha256 = ?", (sha256,))), None)
         return Document(row[0], sha256, tuple(json.loads(row[2])), bool(row[1])) if row else None
 
     def ranked(self, shas: list[str], question: str, limit: int = 50) -> list[Passage]:
@@ -117,11 +117,11 @@ class Shelf:
     def _vectors(self, shas: list[str]) -> list[tuple[int, bytes]]:
         """The embedding model's vector of each passage of those documents, made now where missing."""
         marks, model = ",".join("?" * len(shas)), self.embedder.name
-        missing = self._db.execute(
+        missing = self._query(
             f"SELECT rowid, text FROM passages WHERE sha256 IN ({marks}) AND rowid NOT IN "
             "(SELECT passage FROM passage_vectors WHERE model = ?)",
             (*shas, model),
-        ).fetchall()
+        )
         if missing:
             made = self.embedder.embed([text for _, text in missing])
             with self._lock:
@@ -129,15 +129,15 @@ class Shelf:
                     "INSERT OR IGNORE INTO passage_vectors (passage, model, vector) VALUES (?, ?, ?)",
                     [(row_id, model, vector) for (row_id, _), vector in zip(missing, made)],
                 )
-        return self._db.execute(
+        return self._query(
             f"SELECT v.passage, v.vector FROM passage_vectors v JOIN passages p ON p.rowid = v.passage "
             f"WHERE p.sha256 IN ({marks}) AND v.model = ?",
             (*shas, model),
-        ).fetchall()
+        )
 
     def _passages(self, ids: list[int]) -> list[tuple[int, Passage]]:
         rows = [
-            self._db.execute("SELECT sha256, page, text FROM passages WHERE rowid = ?", (i,)).fetchone() for i in ids
+            next(iter(self._query("SELECT sha256, page, text FROM passages WHERE rowid = ?", (i,))), None) for i in ids
         ]
         return [(i, Passage(row[0], int(row[1]), row[2])) for i, row in zip(ids, rows) if row is not None]
 
@@ -151,12 +151,17 @@ class Shelf:
             return []
         match = " OR ".join('"' + w.replace('"', "") + '"' for w in sorted(words))
         marks = ",".join("?" * len(shas))
-        rows = self._db.execute(
+        rows = self._query(
             f"SELECT rowid, sha256, page, text FROM passages WHERE passages MATCH ? AND sha256 IN ({marks}) "
             "ORDER BY bm25(passages) LIMIT ?",
             (match, *shas, limit),
-        ).fetchall()
+        )
         return [(row_id, Passage(sha, int(page), text)) for row_id, sha, page, text in rows]
+
+    def _query(self, statement: str, values: tuple) -> list[tuple]:
+        """Rows read under the lock: one connection, shared by the page's threads."""
+        with self._lock:
+            return self._db.execute(statement, values).fetchall()
 
     def close(self) -> None:
         self._db.close()

@@ -10,6 +10,7 @@ takes the `gr.Request` (and an edit its `gr.EditData`) first, where Gradio puts 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import gradio as gr
@@ -88,9 +89,7 @@ class ChatTab(SavedConversations, ToolRounds):
         reasoning model's thought streams into a Thinking entry above the answer, folded once the answer begins.
         `question_first`: the question is saved before it is answered (a new message); an edit or a regeneration is
         saved only with its answer, so the conversation keeps its earlier turns until one comes. An answer cut by
-        Stop, a new message, a closed or reloaded tab or a lost connection is saved as far as it went, marked
-        stopped; while it streams it is saved so as it begins and every few seconds, so that even a crash of the
-        server keeps it."""
+        Stop, a new message, a closed tab or a crash is saved as far as it went, marked stopped (ui/cut_answers.py)."""
         history = [dict(m) for m in history or []]
         conversation_id, browser_id, thinking = settings.conversation_id, settings.browser_id, settings.thinking
         cancel = self.cancels.fresh(session_key(request.session_hash, self.name))
@@ -103,7 +102,8 @@ class ChatTab(SavedConversations, ToolRounds):
             elif owner is not None and conversation_id is None:
                 conversation_id = new_conversation_id()
             if not unanswered_calls(history):  # else the calls run first (ToolRounds.decide)
-                first, sources = self._request(engine, history, settings, request, conversation_id, cancel)
+                first, sources = await asyncio.to_thread(  # off the loop: images, documents
+                    self._request, engine, history, settings, request, conversation_id, cancel)  # fmt: skip
         except UserError as error:
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return

@@ -11,6 +11,7 @@ for at most `max_tool_rounds` rounds of calls per question. Stop cancels the run
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import gradio as gr
@@ -187,8 +188,8 @@ class ToolRounds:
                 async for _ in self.run_calls(history, cut.owner, cut.conversation_id):
                     yield history, cut.prompt, cut.conversation_id, gr.skip()
                 try:
-                    answer, cut.documents = self._request(
-                        engine, history, settings, request, cut.conversation_id, cancel
+                    answer, cut.documents = await asyncio.to_thread(
+                        self._request, engine, history, settings, request, cut.conversation_id, cancel
                     )
                 except UserError as error:
                     history.append(turns.error(str(error)))
