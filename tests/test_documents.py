@@ -301,3 +301,18 @@ def test_a_document_larger_than_any_room_says_so(files):
     assert context.text == "" and context.sources == []
     assert context.note == ("atlas.txt did not fit beside the conversation (10 tokens left), so none of it went in; "
                             "start a new chat with it, or ask with a model of a longer context.")  # fmt: skip
+
+
+def test_a_question_with_an_image_and_a_document_reopens_listing_both(demo, files, tmp_path):
+    from PIL import Image
+
+    tab, store = page(demo, tmp_path)
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(picture)
+    box = {"text": "Compare them.", "files": [str(picture), str(files["pdf"])]}
+    history, _, _, conversation, _ = submit(tab, box, browser_id=BROWSER)
+    owner = "browser:" + BROWSER
+    reopened = tab.saved.shown(owner, conversation, store.get(owner, conversation).messages)
+    assert reopened[0]["content"] == history[0]["content"] and "Attached: report.pdf (3 pages)" in history[0]["content"]
+    assert reopened[0]["documents"] == history[0]["documents"] and len(reopened[0]["images"]) == 1
+    store.close()

@@ -32,7 +32,7 @@ from local_chat.errors import UserError
 from local_chat.history.store import SavedConversation, Store, text_of, title_of
 from local_chat.prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
 
-from .documents import exported_documents, imported_documents
+from .documents import exported_documents, imported_documents, with_documents
 from .turns import model_view, thinking, tool_call, tool_result
 
 IMAGE_ROUTE = "/history/image"
@@ -161,7 +161,9 @@ class SavedChats:
             content = message["content"]
             if isinstance(content, list):
                 digests = [p["sha256"] for p in content if p.get("type") == "image"]
-                shown.append({**message, **self._question(owner, conversation_id, text_of(content), digests)})
+                question = {**message, **self._question(owner, conversation_id, text_of(content), digests)}
+                named = [self.shelf.get(n["sha256"]) for n in message.get("documents") or []]
+                shown.append(with_documents(question, [d for d in named if d is not None]))  # listed again
             else:
                 shown.append(dict(message))
         return shown
