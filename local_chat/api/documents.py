@@ -28,7 +28,7 @@ async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb:
         for file in files:
             document = await asyncio.to_thread(read_file_part, file, max_upload_mb)
             shelf.put(document)
-            named.append({"sha256": document.sha256, "name": document.name})
+            named.append(document.named)
         kept = [p for p in parts if p.get("type") != "file"] or [{"type": "text", "text": ""}]
         messages.append({**message, "content": kept, "documents": named})
     if not any("documents" in m for m in messages):

@@ -37,8 +37,9 @@ class Document:
     paged: bool = False
 
     @property
-    def chars(self) -> int:
-        return sum(len(page) for page in self.pages)
+    def named(self) -> dict:
+        """How a question names it (its "documents" entries)."""
+        return {"sha256": self.sha256, "name": self.name}
 
 
 def is_document(path: str | Path) -> bool:

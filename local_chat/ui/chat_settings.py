@@ -70,6 +70,9 @@ def attached_images(files, engine, max_upload_mb: float) -> tuple[list[tuple[str
             images.append((path, open_upload(path, max_upload_mb)))
         except UserError as error:
             refused.append(str(error))
-    if not refused:
-        return images, ""
-    return images, "Taken out of the message (your text is still there): " + " ".join(refused)
+    return images, taken_out(refused)
+
+
+def taken_out(refused: list[str]) -> str:
+    """The sentence for the attachments taken out of the message box (empty when none): each one's reason."""
+    return "Taken out of the message (your text is still there): " + " ".join(refused) if refused else ""

@@ -108,7 +108,7 @@ class ChatTab(SavedConversations, ToolRounds):
             yield history + [turns.error(str(error))], "", conversation_id, listed
             return
         cut = CutAnswer(self.saved, request, owner, conversation_id, question_first)
-        cut.documents = sources if first is not None else None
+        cut.documents = sources
         try:
             yield history, gr.skip(), conversation_id, listed
             async for shown in self._rounds(engine, first, history, settings, request, cut, cancel):

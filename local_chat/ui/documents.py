@@ -15,6 +15,7 @@ from local_chat.errors import UserError
 from local_chat.prompting import message_text
 
 from . import turns
+from .chat_settings import taken_out
 
 PAGE_PICTURES = 8  # a PDF's pages sent as pictures, at most
 
@@ -46,20 +47,12 @@ async def read_documents(paths: list[str], max_upload_mb: float, shelf: Shelf) -
     documents, refused = [], []
     for path in paths:
         try:
-            document = await asyncio.to_thread(extract_elsewhere, path, max_upload_mb, _upload_name(path))
+            document = await asyncio.to_thread(extract_elsewhere, path, max_upload_mb)  # named as its file is
             shelf.put(document)
             documents.append((path, document))
         except UserError as error:
             refused.append(str(error))
-    if not refused:
-        return documents, ""
-    return documents, "Taken out of the message (your text is still there): " + " ".join(refused)
-
-
-def _upload_name(path: str) -> str:
-    from pathlib import Path
-
-    return Path(path).name
+    return documents, taken_out(refused)
 
 
 def with_documents(question: dict, documents: list[Document]) -> dict:
@@ -67,7 +60,7 @@ def with_documents(question: dict, documents: list[Document]) -> dict:
     if not documents:
         return question
     listed = "".join(f"Attached: {d.name} ({len(d.pages)} {'pages' if d.paged else 'parts'})\n\n" for d in documents)
-    named = [{"sha256": d.sha256, "name": d.name} for d in documents]
+    named = [d.named for d in documents]
     shown = question["content"]
     text = question.get("text", message_text(shown))
     if isinstance(shown, list):  # Gradio's upload files, then the text
@@ -109,6 +102,7 @@ def imported_documents(listed, shelf: Shelf) -> list[dict]:
     for entry in listed:
         pages = tuple(str(page) for page in entry["pages"])
         sha = hashlib.sha256(json.dumps([entry["name"], pages]).encode()).hexdigest()
-        shelf.put(Document(entry["name"], sha, pages, bool(entry.get("paged"))))
-        named.append({"sha256": sha, "name": entry["name"]})
+        document = Document(entry["name"], sha, pages, bool(entry.get("paged")))
+        shelf.put(document)
+        named.append(document.named)
     return named
