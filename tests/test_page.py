@@ -89,7 +89,7 @@ def test_a_delete_confirmation_never_deletes_another_conversation(browser, demo,
         wait_for_answer(page, lambda t: t.endswith("Tokyo."))
         wait_for_list(page, ["What is the capital of Japan?", "What is the capital of France?"])
 
-        page.get_by_role("button", name="Delete").click()  # asked for Japan ...
+        page.get_by_role("button", name="Delete", exact=True).click()  # asked for Japan ...
         confirm = page.get_by_role("button", name="Yes, delete it")
         confirm.wait_for()
         page.locator(".chat-list label", has_text="France").click()  # ... then France opened
@@ -97,7 +97,7 @@ def test_a_delete_confirmation_never_deletes_another_conversation(browser, demo,
         confirm.wait_for(state="hidden")  # the confirmation went with the conversation it was asked for
         assert len(saved(store)) == 2
 
-        page.get_by_role("button", name="Delete").click()
+        page.get_by_role("button", name="Delete", exact=True).click()
         confirm.click()
         wait_for_list(page, ["What is the capital of Japan?"])
         assert list(saved(store)) == ["What is the capital of Japan?"]
@@ -148,7 +148,7 @@ def test_a_reload_reopens_the_conversation_that_was_open(browser, demo, tmp_path
         assert [content for role, content in messages if role == "user"] == ["What is 23 plus 45?", "Add 10 to that."]
         page.get_by_role("button", name="New chat").click()
         page.get_by_text("This conversation").click()
-        assert eventually(lambda: page.get_by_role("button", name="Delete").is_disabled())  # no conversation open
+        assert eventually(lambda: page.get_by_role("button", name="Delete", exact=True).is_disabled())  # no conversation open
         page.reload()  # after New chat, a reload shows the new, empty chat
         page.wait_for_selector(READY)
         time.sleep(1.5)

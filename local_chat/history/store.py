@@ -8,6 +8,10 @@
   titles and text). An answer carries the "model" that gave it where the page picks among models (schema 4): the
   latest one is the conversation's model, which reopening it offers. A conversation's page options
   (its thinking switch) are kept beside its messages.
+- A conversation is a tree of messages (schema 7, history/tree.py): a regenerated answer or an edited question is a
+  sibling of the one before, and the page shows one branch, from the first message to the conversation's `leaf`.
+  `save` writes the branch on screen (its nodes added or changed, the others kept); history/branches.py switches,
+  deletes and forks branches, pins conversations and searches them (SQLite FTS5).
 - Images are PNG files named by the SHA-256 of their bytes, in a folder beside the database: the same image is never
   stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
   against the conversation's owner), never through Gradio's file serving.
@@ -26,7 +30,6 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import secrets
 import sqlite3
 import threading
@@ -35,64 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from local_chat.documents.context import TABLES as DOCUMENT_TABLES
 from local_chat.errors import UserError
 
+from .branches import NO_SUCH, Branches
+from .migrations import MIGRATIONS
+from .tree import Node, Point, Shape, flat_entries, path_nodes, searchable, text_of
+
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 6
-# schema 1's page conventions, which schema 2 turns into kinds
-V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
-V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
-
-
-def typed_v1_messages(db: sqlite3.Connection) -> None:
-    """Schema 2: every saved message gets its kind (from schema 1's titles and error mark), and an answer's leading
-    <think>...</think> becomes its own thinking message before it."""
-    for conversation_id, data in db.execute("SELECT id, messages FROM conversations").fetchall():
-        typed = []
-        for message in json.loads(data):
-            typed.extend(_typed_v1(message))
-        db.execute("UPDATE conversations SET messages = ? WHERE id = ?", (json.dumps(typed, ensure_ascii=False),
-                                                                           conversation_id))  # fmt: skip
-
-
-def _typed_v1(message: dict) -> list[dict]:
-    title = (message.get("metadata") or {}).get("title")
-    content = message.get("content")
-    if message.get("role") != "assistant":
-        return [message]
-    if title:
-        return [{**message, "kind": V1_TITLES.get(title, "stats")}]
-    if isinstance(content, str) and content.startswith(V1_ERROR_MARK):
-        return [{**message, "kind": "error"}]
-    thought = V1_THOUGHT.match(content) if isinstance(content, str) else None
-    if thought is None:
-        return [message]
-    thinking = {"role": "assistant", "content": thought[1].strip(), "kind": "thinking",
-                "metadata": {"title": "Thinking", "status": "done"}}  # fmt: skip
-    return [thinking, {**message, "content": content[thought.end() :]}]
-
-
-# the steps that bring a database from version N-1 to N: SQL statements, or functions of the connection
-MIGRATIONS: dict[int, list] = {
-    1: [
-        "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, title TEXT NOT NULL, "
-        "created REAL NOT NULL, updated REAL NOT NULL, messages TEXT NOT NULL)",
-        "CREATE INDEX conversations_by_owner ON conversations (owner, updated DESC)",
-    ],
-    2: ["ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'", typed_v1_messages],
-    3: ["ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0"],
-    # answers carry their "model" (nothing to change in the tables): an app of schema 3, which would drop it when it
-    # saves the conversation again, refuses the database instead
-    4: [],
-    # the tools each owner always allows (the page's tool calls, ui/tool_rounds.py); tool calls saved with their
-    # approvals, which an app of schema 4 would show as plain calls
-    5: ["CREATE TABLE tool_approvals (owner TEXT NOT NULL, tool TEXT NOT NULL, PRIMARY KEY (owner, tool))"],
-    # the documents attached to questions (their text, stored once by SHA-256) and their passages' full-text index
-    # (documents/context.py); a question names its documents, which an app of schema 5 would drop
-    6: DOCUMENT_TABLES,
-}
+SCHEMA_VERSION = 7
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
 
@@ -115,6 +68,7 @@ class SavedConversation:
     options: dict = field(default_factory=dict)  # the page's choices for it (its thinking switch)
     revision: int = 0  # one more at each save: a page that read an older one saves nothing (`Changed`)
     model: str | None = None  # its latest answer's model, where the answers name theirs (a page with a picker)
+    points: list[Point] = field(default_factory=list)  # the nodes of the branch on screen, with their siblings
 
 
 class Saved(NamedTuple):
@@ -146,12 +100,6 @@ def title_of(messages: list[dict]) -> str:
     return "New chat"
 
 
-def text_of(content) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
-
-
 def image_hashes(messages: list[dict]) -> set[str]:
     return {
         part["sha256"]
@@ -162,7 +110,7 @@ def image_hashes(messages: list[dict]) -> set[str]:
     }
 
 
-class Store:
+class Store(Branches):
     """The conversations of every owner, in one SQLite file that several apps on one machine may share (WAL mode;
     each save checks the revision its page read)."""
 
@@ -260,21 +208,42 @@ class Store:
     # ----- conversations -----
 
     def titles(self, owner: str) -> list[tuple[str, str]]:
-        """(title, id) of `owner`'s conversations, the latest changed first."""
+        """(title, id) of `owner`'s conversations: the pinned ones first, then the latest changed first."""
+        return [(title, id_) for title, id_, _ in self.listing(owner)]
+
+    def listing(self, owner: str) -> list[tuple[str, str, bool]]:
+        """(title, id, pinned) of `owner`'s conversations, in `titles`' order."""
         rows = self._db.execute(
-            "SELECT title, id FROM conversations WHERE owner = ? ORDER BY updated DESC", (owner,)
+            "SELECT title, id, pinned FROM conversations WHERE owner = ? ORDER BY pinned DESC, updated DESC", (owner,)
         ).fetchall()
-        return [(title, id_) for title, id_ in rows]
+        return [(title, id_, bool(pinned)) for title, id_, pinned in rows]
 
     def get(self, owner: str, conversation_id: str) -> SavedConversation:
+        """`owner`'s conversation, with the branch on screen as its messages."""
         row = self._db.execute(
-            "SELECT id, title, updated, messages, options, revision FROM conversations WHERE id = ? AND owner = ?",
+            "SELECT id, title, updated, options, revision, leaf FROM conversations WHERE id = ? AND owner = ?",
             (str(conversation_id), owner),
         ).fetchone()
         if row is None:
-            raise UserError("There is no such conversation among yours; it may have been deleted.")
-        messages = json.loads(row[3])
-        return SavedConversation(row[0], row[1], row[2], messages, json.loads(row[4]), row[5], latest_model(messages))
+            raise UserError(NO_SUCH)
+        shape = self._shape(row[0])
+        path = self._nodes(row[0], shape.path_to(row[5]))
+        messages = flat_entries(path)
+        options, points = json.loads(row[3]), shape.points(path)
+        return SavedConversation(row[0], row[1], row[2], messages, options, row[4], latest_model(messages), points)
+
+    def _shape(self, conversation_id: str) -> Shape:
+        return Shape(self._db.execute("SELECT id, parent, made FROM nodes WHERE conversation = ?", (conversation_id,)))
+
+    def _nodes(self, conversation_id: str, ids: list[str]) -> list[Node]:
+        """The nodes `ids` of a conversation, in that order."""
+        places = ", ".join("?" * len(ids))
+        rows = self._db.execute(
+            f"SELECT id, parent, entries, made FROM nodes WHERE conversation = ? AND id IN ({places})",
+            (conversation_id, *ids),
+        )
+        found = {id_: Node(id_, parent, json.loads(entries), made) for id_, parent, entries, made in rows}
+        return [found[id_] for id_ in ids]
 
     def save(
         self,
@@ -285,44 +254,60 @@ class Store:
         options: dict | None = None,
         read: int | None = None,
     ) -> Saved:
-        """Write `messages` (and `options`, where given) as the conversation `conversation_id` of `owner` (a new one
-        when None); its id and its revision now. `read`: the revision the saving page read (None: no check); where
-        the conversation has another by now, nothing is written (`Changed`)."""
+        """Write `messages` (the branch on screen, history/tree.py; and `options`, where given) into the conversation
+        `conversation_id` of `owner` (a new one when None): its nodes added or changed, the other branches kept, the
+        last node the leaf on screen. Its id and its revision now. `read`: the revision the saving page read (None:
+        no check); where the conversation has another by now, nothing is written (`Changed`)."""
         now = time.time()
-        data = json.dumps(messages, ensure_ascii=False)
+        nodes = path_nodes(messages)
+        leaf = nodes[-1].id if nodes else None
         kept = json.dumps(options or {})
         with self._transaction():
             if conversation_id is not None:
                 row = self._db.execute(
-                    "SELECT owner, revision, title, messages FROM conversations WHERE id = ?", (conversation_id,)
+                    "SELECT owner, revision, title, leaf FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
                 if row is not None and row[0] != owner:
-                    raise UserError("There is no such conversation among yours; it may have been deleted.")
+                    raise UserError(NO_SUCH)
                 if row is not None:
                     if read is not None and row[1] != read:
                         raise Changed()
                     # a title the user never changed follows the messages (a refused first message gives none)
-                    kept_title = row[2] if title is None and row[2] != title_of(json.loads(row[3])) else None
+                    start = self._nodes(conversation_id, self._shape(conversation_id).path_to(row[3])[:3])
+                    kept_title = row[2] if title is None and row[2] != title_of(flat_entries(start)) else None
+                    self._put_nodes(conversation_id, nodes, now)
                     self._db.execute(
-                        "UPDATE conversations SET messages = ?, updated = ?, revision = revision + 1, title = ?, "
+                        "UPDATE conversations SET updated = ?, revision = revision + 1, title = ?, leaf = ?, "
                         "options = CASE WHEN ? THEN ? ELSE options END WHERE id = ?",
-                        (
-                            data,
-                            now,
-                            title or kept_title or title_of(messages),
-                            options is not None,
-                            kept,
-                            conversation_id,
-                        ),
-                    )
+                        (now, title or kept_title or title_of(messages), leaf, options is not None, kept,
+                         conversation_id),
+                    )  # fmt: skip
                     return Saved(conversation_id, row[1] + 1)
             conversation_id = conversation_id or secrets.token_urlsafe(16)
             self._db.execute(
-                "INSERT INTO conversations (id, owner, title, created, updated, messages, options) "
+                "INSERT INTO conversations (id, owner, title, created, updated, options, leaf) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, owner, title or title_of(messages), now, now, data, kept),
+                (conversation_id, owner, title or title_of(messages), now, now, kept, leaf),
             )
+            self._put_nodes(conversation_id, nodes, now)
         return Saved(conversation_id, 0)
+
+    def _put_nodes(self, conversation_id: str, nodes: list[Node], now: float) -> None:
+        """Add `nodes` to the conversation's tree, or change those it has (only those whose messages changed)."""
+        ids = [node.id for node in nodes]
+        places = ", ".join("?" * len(ids))
+        had = dict(self._db.execute(
+            f"SELECT id, entries FROM nodes WHERE conversation = ? AND id IN ({places})", (conversation_id, *ids)
+        ))  # fmt: skip
+        for order, node in enumerate(nodes):
+            data = json.dumps(node.entries, ensure_ascii=False)
+            if had.get(node.id) != data:
+                self._db.execute(
+                    "INSERT INTO nodes (conversation, id, parent, made, entries, text) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (conversation, id) DO UPDATE SET parent = excluded.parent, "
+                    "entries = excluded.entries, text = excluded.text",
+                    (conversation_id, node.id, node.parent, now + order * 1e-6, data, searchable(node.entries)),
+                )
 
     def rename(self, owner: str, conversation_id: str, title: str) -> None:
         title = " ".join((title or "").split())[:200]
@@ -331,12 +316,12 @@ class Store:
         self._change(owner, conversation_id, "UPDATE conversations SET title = ? WHERE id = ? AND owner = ?", title)
 
     def delete(self, owner: str, conversation_id: str) -> None:
-        self._change(owner, conversation_id, "DELETE FROM conversations WHERE id = ? AND owner = ?")
+        self._change(owner, conversation_id, "DELETE FROM conversations WHERE id = ? AND owner = ?")  # its nodes too
 
     def _change(self, owner: str, conversation_id: str, statement: str, *values) -> None:
         with self._transaction():
             if not self._db.execute(statement, (*values, str(conversation_id), owner)).rowcount:
-                raise UserError("There is no such conversation among yours; it may have been deleted.")
+                raise UserError(NO_SUCH)
 
     # ----- the tools an owner always allows -----
 
@@ -379,9 +364,11 @@ class Store:
         return hmac.compare_digest(self.image_signature(owner, conversation_id, digest), signature)
 
     def image_for_owner_of(self, conversation_id: str, digest: str, signature: str) -> Path | None:
-        """The image `digest` of conversation `conversation_id` when `signature` is the one its owner was given."""
-        row = self._db.execute("SELECT owner, messages FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-        if row is None or digest not in image_hashes(json.loads(row[1])):
+        """The image `digest` of conversation `conversation_id` (on any of its branches) when `signature` is the one
+        its owner was given."""
+        row = self._db.execute("SELECT owner FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        rows = self._db.execute("SELECT entries FROM nodes WHERE conversation = ?", (conversation_id,))
+        if row is None or digest not in image_hashes([e for (data,) in rows for e in json.loads(data)]):
             return None
         if not self.signed(row[0], conversation_id, digest, signature):
             return None

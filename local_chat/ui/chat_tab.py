@@ -21,9 +21,11 @@ from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import session_key
 from local_chat.errors import UserError
+from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
 
 from . import turns
+from .branches import Branching
 from .chat import Cancels, answer_updates
 from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
 from .conversations import SavedConversations
@@ -34,8 +36,8 @@ from .layout import (
     EXAMPLES,
     IMAGE_EXAMPLES,
     busy_box,
+    chat_box,
     idle_box,
-    message_box_images,
     prompt_panel,
     sampling_controls,
     shown_prompt,
@@ -46,7 +48,7 @@ from .turns import kind_of, model_view, unanswered_calls, up_to_last_question, w
 from .wiring import GENERATION, UI_ONLY, with_view
 
 
-class ChatTab(SavedConversations, ToolRounds):
+class ChatTab(SavedConversations, Branching, ToolRounds):
     """The chat: text and images in one conversation, each image going to the model with the message it was
     attached to; saved as it goes where saved conversations are on (`saved`); or single questions (`single_turn`),
     each answered alone. `history` is Gradio's list of {"role", "content"} messages."""
@@ -240,7 +242,7 @@ class ChatTab(SavedConversations, ToolRounds):
             if owner is not None and conversation_id is None:
                 conversation_id = settings.conversation_id = new_conversation_id()
             question = self.saved.user_message(owner, conversation_id, text, images)
-            question = with_documents(question, [document for _, document in documents])
+            question = with_ids(with_documents(question, [document for _, document in documents]))
         except UserError as error:
             failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
             yield failed, typed, "", conversation_id, gr.skip()
@@ -254,19 +256,26 @@ class ChatTab(SavedConversations, ToolRounds):
             box = gr.skip()
 
     async def regenerate(self, request: gr.Request, history, *settings):
+        """Answer the last question again: the new answer is a sibling of the one before (history/tree.py)."""
         settings, history = ChatSettings(*settings), up_to_last_question(history)
         if not history:
             yield history, "", settings.conversation_id, gr.skip()
             return
+        history[-1] = answered_again(history[-1])
         async for update in self.respond(history, settings, request, question_first=False):
             yield update
 
     async def edit(self, request: gr.Request, edited: gr.EditData, history, *settings):
-        """A past user message was edited: drop what followed it and answer it again (its images stay)."""
+        """A past user message was edited: answer the edited one (its images stay), a sibling of the question before
+        (history/tree.py), which keeps what followed it."""
         history = list(history or [])[: edited.index + 1]
-        history[-1] = edited_question(history[-1], message_text(edited.value))
+        history[-1] = with_ids(edited_question(history[-1], message_text(edited.value)))
         async for update in self.respond(history, ChatSettings(*settings), request, question_first=False):
             yield update
+
+    def finished(self, conversation_id, browser_id, request: gr.Request):
+        """Once an answer, Stop or Undo is over: the message box's Send, and the controls under the messages."""
+        return idle_box(), self.points_of(conversation_id, browser_id, request)
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, self.name))
@@ -279,12 +288,20 @@ class ChatTab(SavedConversations, ToolRounds):
         return self._commit_shown(request, self._owner(browser_id, request), conversation_id, history)
 
     def undo(self, history, conversation_id, browser_id, request: gr.Request):
+        """Take the last question back into the message box: it and its answers are deleted."""
         history = up_to_last_question(history)
         last = history.pop() if history else None
         text = (last.get("text") or message_text(last["content"])) if last else ""
         if conversation_id is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation_id, gr.skip()
-        shown, *saved = self._commit_shown(request, self._owner(browser_id, request), conversation_id, history)
+        owner = self._owner(browser_id, request)
+        if last is not None and last.get("node"):
+            try:
+                self.saved.store.delete_branch(owner, conversation_id, last["node"])
+                self.saved.opened(request.session_hash, owner, conversation_id)  # this page's read revision
+            except UserError:  # never saved (a refused message), or deleted in another window
+                pass
+        shown, *saved = self._commit_shown(request, owner, conversation_id, history)
         return shown, {"text": text, "files": []}, *saved  # the question back in the box, saved or not
 
     # ----- the model, where the page has a picker -----
@@ -300,26 +317,7 @@ class ChatTab(SavedConversations, ToolRounds):
         """The tab's layout and wiring; `model`: the picker's state (this session's model), where there is one."""
         engine = self.engine
         conversation_id = gr.State(None)
-        chatbot = gr.Chatbot(
-            label="Conversation",
-            height="58vh",
-            min_height=260,
-            buttons=["copy", "copy_all"],
-            editable="user",
-            placeholder="Ask something" + (", or attach an image" if engine.sees_images else "") + ".",
-            elem_classes="conversation",
-        )
-        message = gr.MultimodalTextbox(
-            show_label=False,
-            **message_box_images(engine.sees_images),
-            file_count="multiple",
-            max_lines=6,
-            autofocus=True,
-            submit_btn="Send",
-            stop_btn=False,
-            elem_classes="message",
-            interactive=not self.saving,  # with saved conversations, once the page's first load gave it its id
-        )
+        chatbot, message = chat_box(engine, interactive=not self.saving)
         tools = self.build_tools(engine)  # --mcp_config: the tools switched on for this conversation
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         examples = gr.Examples(  # a click sends the example, as Enter does
@@ -373,20 +371,23 @@ class ChatTab(SavedConversations, ToolRounds):
             chatbot.edit(with_view(self.edit), [entries, *settings], outputs, **common),
             chatbot.option_select(with_view(self.decide), [entries, *settings], outputs, **common),  # a tool call's
         ]
+        # the box back to Send, and the controls under the messages drawn again (ui/branches.py)
+        nav = self.nav if self.saving else gr.State(None)
+        finished = dict(fn=self.finished, inputs=[conversation_id, browser_id], outputs=[message, nav], **toggle)
         for run in runs:
-            run.then(idle_box, None, message, **toggle)
+            run.then(**finished)
         message.stop(self.stop, None, None, cancels=runs, **toggle).then(
             with_view(self.mark_stopped),
             [entries, conversation_id, browser_id],
             [chatbot, entries, conversation_id, chats],
             **quiet,
-        ).then(idle_box, None, message, **toggle)
+        ).then(**finished)
         chatbot.undo(self.stop, None, None, cancels=runs, queue=False, **quiet).then(
             with_view(self.undo),
             [entries, conversation_id, browser_id],
             [chatbot, entries, message, conversation_id, chats],
             **quiet,
-        ).then(idle_box, None, message, **toggle)
+        ).then(**finished)
         template.input(
             lambda name, chosen: default_system(self.engine_of(chosen), name), [template, model], system, **quiet
         )

@@ -71,10 +71,13 @@ class SavedConversations:
         return kept if fits else first
 
     def switches_of(self, conversation_id, browser_id, model, request: gr.Request):
-        """The open conversation's thinking switch and Tools control, as it left them."""
-        return self.thinking_of(conversation_id, browser_id, model, request), self.tools_of(
-            conversation_id, browser_id, request
+        """The open conversation's thinking switch and Tools control, as it left them, and the controls under its
+        messages (ui/branches.py)."""
+        thinking, tools = (
+            self.thinking_of(conversation_id, browser_id, model, request),
+            self.tools_of(conversation_id, browser_id, request),
         )
+        return thinking, tools, self.points_of(conversation_id, browser_id, request)
 
     @staticmethod
     def new_chat():
@@ -86,7 +89,7 @@ class SavedConversations:
         that need one (enabled only then), and a delete confirmation, which belonged to the one before."""
         needs_one = gr.update(interactive=conversation_id is not None)
         # in a dict: the browser keeps no empty value, and a reload after New chat must find "none open"
-        return {"conversation": conversation_id}, *[needs_one] * 5, gr.update(visible=False), None
+        return {"conversation": conversation_id}, *[needs_one] * 6, gr.update(visible=False), None
 
     def rename(self, conversation_id, title, browser_id, request: gr.Request):
         try:
@@ -139,11 +142,13 @@ class SavedConversations:
         """New chat and this owner's conversations, newest first (reopen, rename, delete, export, import)."""
         with gr.Sidebar(label="Conversations", open=True, elem_classes="conversations"):
             self.new_button = gr.Button("New chat", variant="primary", size="sm")
+            self.build_search()  # ui/branches.py
             self.sidebar_list = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
             with gr.Accordion("This conversation", open=False):
                 none_open = dict(interactive=False)  # until a conversation is open (`conversation_actions`)
                 self.title = gr.Textbox(label="Title", max_lines=1, **none_open)
                 self.rename_button = gr.Button("Rename", size="sm", **none_open)
+                self.pinned = gr.Checkbox(False, label="Pinned to the top of the list", **none_open)
                 with gr.Row():
                     self.export_json = gr.Button("Export JSON", size="sm", **none_open)
                     self.export_markdown = gr.Button("Export Markdown", size="sm", **none_open)
@@ -154,6 +159,7 @@ class SavedConversations:
                     self.keep = gr.Button("Keep it", size="sm")
             self.import_button = gr.UploadButton("Import", file_types=[".json", ".md"], size="sm")
             self.note = gr.Markdown(elem_classes="stats")
+            self.build_nav()
 
     def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
         quiet = dict(api_visibility=UI_ONLY)
@@ -164,7 +170,7 @@ class SavedConversations:
         restore = dict(
             fn=self.switches_of,
             inputs=[conversation_id, browser_id, self.model_state],
-            outputs=[self.thinking, self.tools_box],
+            outputs=[self.thinking, self.tools_box, self.nav],
             **quiet,
         )
         loaded = app.load(
@@ -178,7 +184,8 @@ class SavedConversations:
         if self.always_box is not None:  # this login's always-allowed tools
             restored.then(self.always_of, browser_id, self.always_box, **quiet)
         loaded.failure(**takes_text)  # the message box takes text even so: a message then says what is wrong
-        actions = [self.title, self.rename_button, self.export_json, self.export_markdown, self.delete_button]
+        actions = [self.title, self.rename_button, self.pinned, self.export_json, self.export_markdown]
+        actions.append(self.delete_button)
         conversation_id.change(
             self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
         )
@@ -211,6 +218,7 @@ class SavedConversations:
             [*chat, conversation_id, chats, self.title, self.note],
             **quiet,
         ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet).then(**restore)
+        self.wire_branches(browser_id, restore)
         self.import_button.upload(
             with_view(self.import_file),
             [self.import_button, browser_id],

@@ -14,12 +14,8 @@ uploads, shown as file parts.
 from __future__ import annotations
 
 import functools
-import json
-import re
 import secrets
-import tempfile
 import threading
-from pathlib import Path
 
 import gradio as gr
 from starlette.requests import Request as HTTPRequest
@@ -29,15 +25,14 @@ from starlette.routing import Route
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.documents import Shelf
 from local_chat.errors import UserError
-from local_chat.history.store import SavedConversation, Store, text_of, title_of
-from local_chat.prompting import image_from_data_url, message_text, open_upload, png_bytes, png_data_url
+from local_chat.history.store import SavedConversation, Store, text_of
+from local_chat.prompting import message_text, open_upload, png_bytes
 
-from .documents import exported_documents, imported_documents, with_documents
-from .turns import model_view, thinking, tool_call, tool_result
+from .documents import with_documents
+from .exports import Exports
 
 IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
-EXPORT_ROLES = ("system", "user", "assistant", "tool")
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
 KEPT_KEYS = (
     "kind",
@@ -50,10 +45,9 @@ KEPT_KEYS = (
     "options",
     "documents",
     "sources",
+    "node",
+    "reply",
 )
-THOUGHT_MD = re.compile(r"\A<details><summary>Thinking</summary>\n\n(.*?)\n\n</details>\n\n", re.DOTALL)
-MD_IMAGE = re.compile(r"^!\[image\]\((data:image/[^)\s]+)\)$", re.MULTILINE)  # an image, as markdown_turn writes it
-MD_TURN = re.compile(r"^## (System|User|Assistant|Tool)(?: · ([^\n]+))?\n\n", re.MULTILINE)  # an answer's model
 
 
 def file_paths(content) -> list[str]:
@@ -68,7 +62,7 @@ def file_paths(content) -> list[str]:
     return paths
 
 
-class SavedChats:
+class SavedChats(Exports):
     """The page's side of saved conversations over `store` (None: --no_history, nothing is saved)."""
 
     def __init__(self, store: Store | None, max_upload_mb: float = MAX_UPLOAD_MB, retrieval: tuple = (None, None)):
@@ -222,7 +216,9 @@ class SavedChats:
         return saved.id
 
     def choices(self, owner: str | None) -> list[tuple[str, str]]:
-        return self.store.titles(owner) if self.on and owner else []
+        """The sidebar's list: this owner's conversations, the pinned ones first and marked."""
+        listing = self.store.listing(owner) if self.on and owner else []
+        return [(f"📌 {title}" if pinned else title, id_) for title, id_, pinned in listing]
 
     # ----- the image route -----
 
@@ -237,159 +233,6 @@ class SavedChats:
 
         return Route(IMAGE_ROUTE + "/{conversation}/{digest}", image, methods=["GET"])
 
-    # ----- export and import -----
-
-    def export(self, owner: str, conversation_id: str, kind: str) -> str:
-        """A file holding the conversation as JSON (OpenAI-style messages, images as data: URLs, a thought as its
-        answer's `reasoning_content`) or Markdown (a thought folded in `<details>`)."""
-        conversation = self.store.get(owner, conversation_id)
-        messages = [self._exported(m) for m in model_view(conversation.messages, for_export=True)]
-        if kind == "json":
-            data = json.dumps({"title": conversation.title, "messages": messages}, ensure_ascii=False, indent=1)
-        else:
-            data = f"# {conversation.title}\n\n" + "".join(markdown_turn(m) for m in messages)
-        folder = Path(tempfile.mkdtemp(prefix="export-"))
-        path = folder / f"{safe_name(conversation.title)}.{'json' if kind == 'json' else 'md'}"
-        path.write_text(data)
-        return str(path)
-
-    def _exported(self, message: dict) -> dict:
-        content = message["content"]
-        if isinstance(content, list):
-            content = [
-                {
-                    "type": "image_url",
-                    "image_url": {"url": png_data_url(self.store.image_path(p["sha256"]).read_bytes())},
-                }
-                if p.get("type") == "image"
-                else {"type": "text", "text": p.get("text", "")}
-                for p in content
-            ]
-        if message.get("documents"):  # each whole: an import needs no reading again
-            message = {**message, "documents": exported_documents(message["documents"], self.shelf)}
-        return {**message, "content": content}
-
-    def import_file(self, owner: str, path: str) -> str:
-        """A JSON or Markdown export made a new conversation of `owner` (its images checked as uploads are); its id."""
-        size = Path(path).stat().st_size
-        limit = self.max_upload_mb * 1e6 * 4  # a few images at the upload cap, as base64
-        if size > limit:
-            raise UserError(f"The file is {size / 1e6:.1f} MB; import one under {limit / 1e6:.0f} MB.")
-        try:
-            text = Path(path).read_text()
-        except UnicodeDecodeError:
-            raise UserError("The file is not text; import a conversation exported as JSON or Markdown by this app.")
-        title, messages = (None, None)
-        if Path(path).suffix.lower() == ".md":
-            title, messages = markdown_messages(text)
-        else:
-            try:
-                data = json.loads(text)
-            except ValueError:
-                raise UserError("The file is not JSON; import a conversation exported as JSON by this app.")
-            messages = data.get("messages") if isinstance(data, dict) else data
-            title = data.get("title") if isinstance(data, dict) and isinstance(data.get("title"), str) else None
-        if not isinstance(messages, list) or not messages:
-            raise UserError('The file holds no messages; import a JSON export ({"title", "messages": [...]}).')
-        called: dict = {}  # the tools its calls named, by call id (to title their results)
-        stored = [entry for message in messages for entry in self._imported(message, called)]
-        return self.store.save(owner, new_conversation_id(), stored, title=title or title_of(stored)).id
-
-    def _imported(self, message, called: dict) -> list[dict]:
-        """A message of an export as the page's entries: a thought before its answer, calls and results folded."""
-        if not isinstance(message, dict) or message.get("role") not in EXPORT_ROLES:
-            raise UserError(
-                "A message of the file has no role user, assistant, system or tool; import a JSON export of this app."
-            )
-        if message["role"] == "tool":
-            name = called.get(message.get("tool_call_id"))
-            return [tool_result(message_text(message.get("content")), message.get("tool_call_id"), name)]
-        entries = []
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if message["role"] == "assistant" and isinstance(reasoning, str) and reasoning.strip():
-            entries.append(thinking(reasoning.strip(), True))
-        content = self._imported_content(message.get("content"))
-        if content or not message.get("tool_calls"):
-            model = message.get("model") if message["role"] == "assistant" else None  # the model that gave it
-            entry = {"role": message["role"], "content": content} | ({"model": model} if isinstance(model, str) else {})
-            if message["role"] == "user" and message.get("documents"):
-                text = message.get("text") if isinstance(message.get("text"), str) else message_text(content)
-                entry |= {"documents": imported_documents(message["documents"], self.shelf), "text": text}
-            entries.append(entry)
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, dict) and isinstance(call.get("function"), dict):
-                called[call.get("id")] = call["function"].get("name")
-                entries.append(tool_call(call))
-        return entries
-
-    def _imported_content(self, content):
-        if not isinstance(content, list):
-            return message_text(content)
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
-                url = part.get("image_url", part.get("url"))
-                url = url.get("url") if isinstance(url, dict) else url
-                image = image_from_data_url(url, self.max_upload_mb)
-                parts.append({"type": "image", "sha256": self.store.put_image(png_bytes(image))})
-            else:
-                parts.append({"type": "text", "text": message_text(part)})
-        return parts
-
 
 def new_conversation_id() -> str:
     return secrets.token_urlsafe(16)
-
-
-def markdown_turn(message: dict) -> str:
-    content = message["content"]
-    if isinstance(content, str):
-        body = content
-    else:
-        body = "\n\n".join(
-            f"![image]({p['image_url']['url']})" if p["type"] == "image_url" else p["text"] for p in content
-        )
-    if message.get("reasoning_content"):
-        body = f"<details><summary>Thinking</summary>\n\n{message['reasoning_content']}\n\n</details>\n\n{body}"
-    for call in message.get("tool_calls") or []:
-        function = call["function"]
-        body += f"\n\n**Called `{function['name']}`** with `{function['arguments']}`"
-    by = f" · {message['model']}" if message.get("model") else ""
-    return f"## {message['role'].capitalize()}{by}\n\n{body}\n\n"
-
-
-def markdown_messages(text: str) -> tuple[str | None, list[dict]]:
-    """(title, messages) of a Markdown export: its `# title`, then a message per `## Role` section, its images as
-    image parts, a folded Thinking before an answer as its `reasoning_content` (calls stay text)."""
-    first = text.split("\n", 1)[0]
-    title = first[2:].strip() if first.startswith("# ") else None
-    pieces = MD_TURN.split(text)[1:]
-    messages = []
-    for role, model, body in zip(pieces[::3], pieces[1::3], pieces[2::3]):
-        body = body.strip("\n")
-        message = {"role": role.lower(), "content": markdown_content(body)} | ({"model": model} if model else {})
-        thought = THOUGHT_MD.match(body + "\n\n") if role == "Assistant" else None
-        if thought:
-            answer = markdown_content(body[thought.end() :].strip("\n"))
-            message = {**message, "content": answer, "reasoning_content": thought[1]}
-        messages.append(message)
-    return title, messages
-
-
-def markdown_content(body: str) -> str | list[dict]:
-    """A Markdown export's message body as its content: the text, or where it holds images (`markdown_turn`'s
-    `![image](data:...)` lines), image and text parts in their order."""
-    pieces = MD_IMAGE.split(body)
-    if len(pieces) == 1:
-        return body
-    parts = []
-    for index, piece in enumerate(pieces):
-        if index % 2:
-            parts.append({"type": "image_url", "image_url": {"url": piece}})
-        elif piece.strip("\n"):
-            parts.append({"type": "text", "text": piece.strip("\n")})
-    return parts
-
-
-def safe_name(title: str) -> str:
-    return re.sub(r"[^\w -]", "", title)[:40].strip() or "conversation"

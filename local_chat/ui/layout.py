@@ -29,6 +29,14 @@ CSS = """
 .conversation [role="button"][aria-busy="true"] .arrow { display: none; }
 /* the prompt panel as tall as its text (Gradio's wrapped code box keeps max_lines' height even when empty) */
 .prompt-view .cm-scroller { min-height: 0 !important; }
+/* under a message: its other versions (‹ 2/3 ›), and Fork and Remove on hover (ui/branches.py) */
+.conversation .branch-bar { display: flex; align-items: center; gap: 4px; font-size: var(--text-sm);
+  color: var(--body-text-color-subdued); margin-top: 2px; }
+.conversation .branch-bar button { padding: 0 6px; border-radius: 4px; }
+.conversation .branch-bar button:hover:not(:disabled) { background: var(--background-fill-secondary); }
+.conversation .branch-bar button:disabled { opacity: 0.35; }
+.conversation .branch-bar .on-hover { opacity: 0; }
+.conversation .message-row:hover .branch-bar .on-hover, .conversation .branch-bar:focus-within .on-hover { opacity: 1; }
 @media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
 /* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
 @media (max-width: 768px) {
@@ -85,6 +93,32 @@ def model_panel(engine: Engine) -> str:
             + f" · batching: {escape(facts.batching)}"
         )
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
+
+
+def chat_box(engine: Engine, interactive: bool) -> tuple[gr.Chatbot, gr.MultimodalTextbox]:
+    """The chat and its message box; `interactive`: the box takes text at once (with saved conversations, only once
+    the page's first load gave it its id)."""
+    chatbot = gr.Chatbot(
+        label="Conversation",
+        height="58vh",
+        min_height=260,
+        buttons=["copy", "copy_all"],
+        editable="user",
+        placeholder="Ask something" + (", or attach an image" if engine.sees_images else "") + ".",
+        elem_classes="conversation",
+    )
+    message = gr.MultimodalTextbox(
+        show_label=False,
+        **message_box_images(engine.sees_images),
+        file_count="multiple",
+        max_lines=6,
+        autofocus=True,
+        submit_btn="Send",
+        stop_btn=False,
+        elem_classes="message",
+        interactive=interactive,
+    )
+    return chatbot, message
 
 
 def message_box_images(sees_images: bool) -> dict:
