@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 START = "start"
+IDS = ("node", "reply")  # a question's, on the page
 
 
 def new_node_id() -> str:
@@ -74,19 +75,23 @@ def answered_again(question: dict) -> dict:
 
 
 def path_nodes(entries: list[dict]) -> list[Node]:
-    """The page's flat list cut into its nodes, each with its parent (the node before it). A question without ids
-    (an entry made before ids, or by a test) gets them in place, so the caller's list keeps them."""
+    """The page's flat list cut into its nodes, each with its parent (the node before it); the nodes' entries
+    without the ids. A question without ids (an entry made before ids, or by a test) gets them in place, so the
+    caller's list keeps them."""
     nodes: list[Node] = []
+    reply = START  # the id of the entries that follow the last question
     for entry in entries:
         parent = nodes[-1].id if nodes else None
         if entry.get("role") == "user":
             entry.setdefault("node", new_node_id())
             entry.setdefault("reply", new_node_id())
-            nodes.append(Node(entry["node"], parent, [entry]))
+            kept = {key: value for key, value in entry.items() if key not in IDS}  # the ids are the tree's
+            nodes.append(Node(entry["node"], parent, [kept]))
+            reply = entry["reply"]
         elif nodes and not nodes[-1].is_question:
             nodes[-1].entries.append(entry)
         else:
-            nodes.append(Node(nodes[-1].entries[0]["reply"] if nodes else START, parent, [entry]))
+            nodes.append(Node(reply, parent, [entry]))
     return nodes
 
 
@@ -110,7 +115,8 @@ class Shape:
     """The tree's structure (ids, parents, times), without the messages: which branch a node is on, and its
     siblings."""
 
-    def __init__(self, rows: list[tuple[str, str | None, float]]):
+    def __init__(self, rows):
+        rows = list(rows)  # (id, parent, made)
         self.parent = {node: parent for node, parent, _ in rows}
         self.children: dict[str | None, list[str]] = {}
         for node, parent, _ in sorted(rows, key=lambda row: row[2]):

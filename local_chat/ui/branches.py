@@ -209,7 +209,10 @@ class Branching:
         self.nav.branch(**stop).then(
             with_view(self.on_branch), [self.nav, conversation_id, browser_id], [*opened, self.note], **quiet
         ).then(**restore)
-        self.search_box.input(self.search, [self.search_box, browser_id], [self.found_list, chats], **quiet)
+        self.search_box.change(  # as typed, a cleared box too; what was typed meanwhile, once the last ends
+            self.search, [self.search_box, browser_id], [self.found_list, chats], trigger_mode="always_last",
+            show_progress="hidden", **quiet,
+        )  # fmt: skip
         self.found_list.input(**stop).then(
             with_view(self.open_found), [self.found_list, browser_id], [*opened, self.note], **quiet
         ).then(**restore)

@@ -70,7 +70,9 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
 def stats_line(end: End) -> str:
     first_text = f" · first token {end.time_to_first_token:.2f} s" if end.completion_tokens else ""
     cut = " · cut at the length limit" if end.finish_reason == "length" else ""
-    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{cut}"
+    # how much of the prompt the conversation's KV cache held (a new turn, or a branch shown again: up to the fork)
+    cached = f" · prompt {end.prompt_tokens} tokens, {end.cached_tokens} from the cache" if end.cached_tokens else ""
+    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{cached}{cut}"
 
 
 def queue_line(queued: Queued) -> str:

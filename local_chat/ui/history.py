@@ -33,6 +33,7 @@ from .exports import Exports
 
 IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
+PIN = "★"  # before a pinned conversation's title (in every font, where an emoji may not be)
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
 KEPT_KEYS = (
     "kind",
@@ -218,7 +219,7 @@ class SavedChats(Exports):
     def choices(self, owner: str | None) -> list[tuple[str, str]]:
         """The sidebar's list: this owner's conversations, the pinned ones first and marked."""
         listing = self.store.listing(owner) if self.on and owner else []
-        return [(f"📌 {title}" if pinned else title, id_) for title, id_, pinned in listing]
+        return [(f"{PIN} {title}" if pinned else title, id_) for title, id_, pinned in listing]
 
     # ----- the image route -----
 
