@@ -59,6 +59,7 @@ class Settings:
     structured_big_vocab: int = 151_936  # Qwen's
     models_tokens: int = 16
     models_repeats: int = 8
+    history_conversations: int = 10_000
     warmups: int = 1  # rounds before the interleaved repeats count
 
 
@@ -106,6 +107,7 @@ SMOKE = Settings(
     structured_big_vocab=4096,
     models_tokens=4,
     models_repeats=1,
+    history_conversations=200,
     warmups=0,
 )
 
@@ -305,6 +307,24 @@ FIGURES = {
         "in, demo model",
         None,
     ),
+    "history_fill_s": ("seconds to save those conversations (three turns each, one at a time)", None),
+    "history_search_ms": (
+        "the sidebar's search over 10,000 saved conversations of one login (three turns each): ms, the median of the "
+        "slowest kind of query (a rare word or a common one, each whole or its first letters as typed, two words)",
+        ("<=", 50),
+    ),
+    "history_search_rare_ms": ("the same for a word of one conversation only", None),
+    "history_open_200_handler_ms": (
+        "opening a conversation of 200 messages with 20 branches: ms of the page's handler (read, entries, view, "
+        "list, the controls under the messages)",
+        None,
+    ),
+    "history_open_200_paint_ms": (
+        "the same in Chromium: ms from the click in the sidebar to its last message painted, the first paint "
+        "(where Chromium is installed)",
+        ("<=", 100),
+    ),
+    "history_open_200_all_ms": ("the same to all its 200 messages painted (the rest comes right after)", None),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -325,6 +345,7 @@ BENCHMARKS = (
     "models",
     "tools",
     "documents",
+    "history",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -333,12 +354,16 @@ def expected_figures(settings: Settings) -> set[str]:
     """The figures a run of every benchmark with `settings` writes (--smoke batches one shape only)."""
     with_xgrammar = importlib.util.find_spec("xgrammar") is not None  # bench/structured.py compares it if installed
     with_pypdf = importlib.util.find_spec("pypdf") is not None  # and bench/documents.py pypdf
+    from bench.history import chromium_path
+
+    with_chromium = chromium_path() is not None  # bench/history.py's page figure
     return {
         name
         for name in FIGURES
         if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
         and (with_xgrammar or not name.startswith("xgrammar_"))
         and (with_pypdf or name != "documents_pypdf_ms_per_page")
+        and (with_chromium or name not in ("history_open_200_paint_ms", "history_open_200_all_ms"))
     }
 
 
@@ -407,6 +432,11 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
 
             demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
             results.update(documents.run(settings, demo))
+        elif name == "history":
+            from bench import history
+
+            demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
+            results.update(history.run(settings, demo))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

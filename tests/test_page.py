@@ -148,7 +148,8 @@ def test_a_reload_reopens_the_conversation_that_was_open(browser, demo, tmp_path
         assert [content for role, content in messages if role == "user"] == ["What is 23 plus 45?", "Add 10 to that."]
         page.get_by_role("button", name="New chat").click()
         page.get_by_text("This conversation").click()
-        assert eventually(lambda: page.get_by_role("button", name="Delete", exact=True).is_disabled())  # no conversation open
+        delete = page.get_by_role("button", name="Delete", exact=True)
+        assert eventually(lambda: delete.is_disabled())  # no conversation open
         page.reload()  # after New chat, a reload shows the new, empty chat
         page.wait_for_selector(READY)
         time.sleep(1.5)

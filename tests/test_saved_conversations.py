@@ -254,6 +254,7 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     file.write_text(json.dumps(exported))
     imported = saved.import_file(owner, str(file))
     before, after = store.get(owner, conversation), store.get(owner, imported)
+
     def strip(messages):  # figures are not exported, and a Markdown file holds no node ids (history/tree.py)
         return [{k: v for k, v in m.items() if k not in ("node", "reply")} for m in messages if not m.get("metadata")]
 

@@ -4,8 +4,9 @@
   under it, `fork` makes a new conversation of the branch down to a message, `put_tree` writes a whole tree (an
   import).
 - `search` finds an owner's conversations by the words of their titles and messages (SQLite FTS5, kept by triggers,
-  history/migrations.py): the last word as a prefix (results as the user types), titles first, then messages newest
-  first, one result per conversation, each with the message that matched and its words in their context.
+  history/migrations.py): the last word as a prefix (results as the user types), titles first, then messages, each
+  newest first (the index's own order: no sort of every match), one result per conversation, each with the message
+  that matched and its words in their context.
 """
 
 from __future__ import annotations
@@ -122,6 +123,12 @@ class Branches:
         """Keep the conversation at the top of `owner`'s list (`pinned`), or not."""
         self._change(owner, conversation_id, "UPDATE conversations SET pinned = ? WHERE id = ? AND owner = ?", pinned)
 
+    def pinned(self, owner: str, conversation_id: str) -> bool:
+        row = self._db.execute(
+            "SELECT pinned FROM conversations WHERE id = ? AND owner = ?", (str(conversation_id), owner)
+        ).fetchone()
+        return bool(row and row[0])
+
     def search(self, owner: str, text: str, limit: int = 20, marks=("[", "]")) -> list[Found]:
         """`owner`'s conversations whose title or messages hold the words of `text` (the last one as a prefix)."""
         query = match_query(text)
@@ -131,7 +138,7 @@ class Branches:
         titles = self._db.execute(
             "SELECT t.conversation, c.title, highlight(title_text, 0, ?, ?) FROM title_text t "
             "JOIN conversations c ON c.id = t.conversation WHERE title_text MATCH ? AND c.owner = ? "
-            "ORDER BY c.pinned DESC, c.updated DESC LIMIT ?",
+            "ORDER BY t.rowid DESC LIMIT ?",
             (*marks, query, owner, limit),
         )
         for conversation, title, marked in titles:

@@ -211,10 +211,11 @@ class Store(Branches):
         """(title, id) of `owner`'s conversations: the pinned ones first, then the latest changed first."""
         return [(title, id_) for title, id_, _ in self.listing(owner)]
 
-    def listing(self, owner: str) -> list[tuple[str, str, bool]]:
-        """(title, id, pinned) of `owner`'s conversations, in `titles`' order."""
+    def listing(self, owner: str, limit: int = -1) -> list[tuple[str, str, bool]]:
+        """(title, id, pinned) of `owner`'s conversations, in `titles`' order (the first `limit`; -1: all)."""
         rows = self._db.execute(
-            "SELECT title, id, pinned FROM conversations WHERE owner = ? ORDER BY pinned DESC, updated DESC", (owner,)
+            "SELECT title, id, pinned FROM conversations WHERE owner = ? ORDER BY pinned DESC, updated DESC LIMIT ?",
+            (owner, limit),
         ).fetchall()
         return [(title, id_, bool(pinned)) for title, id_, pinned in rows]
 

@@ -133,7 +133,7 @@ class Branching:
         """(chat, conversation, list, title, prompt, nav) of a conversation opened again, and the page's read
         revision of it."""
         found = self.saved.opened(request.session_hash, owner, conversation_id)
-        listed = gr.update(choices=self.saved.choices(owner), value=found.id)
+        listed = self.saved.listed(owner, found.id)
         shown = self.saved.shown(owner, found.id, found.messages)
         return shown, found.id, listed, found.title, found.options.get("prompt", ""), nav_value(found)
 
@@ -174,13 +174,12 @@ class Branching:
             self.saved.store.pin(owner, conversation_id, bool(pinned))
         except UserError as error:
             return gr.skip(), str(error)
-        return gr.update(choices=self.saved.choices(owner), value=conversation_id), ""
+        return self.saved.listed(owner, conversation_id), ""
 
     def pinned_of(self, conversation_id, browser_id, request: gr.Request) -> bool:
         if not conversation_id:
             return False
-        owner = self._owner(browser_id, request)
-        return any(id_ == conversation_id and pinned for _, id_, pinned in self.saved.store.listing(owner))
+        return self.saved.store.pinned(self._owner(browser_id, request), conversation_id)
 
     # ----- layout and wiring -----
 

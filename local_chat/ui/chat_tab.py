@@ -202,7 +202,7 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         given = {"thinking": thinking, "prompt": prompt if isinstance(prompt, str) else None, "tools_off": tools_off}
         options = {key: value for key, value in given.items() if value is not None} or None
         conversation_id = self.saved.save(request.session_hash, owner, conversation_id, history, options)
-        return conversation_id, gr.update(choices=self.saved.choices(owner), value=conversation_id)
+        return conversation_id, self.saved.listed(owner, conversation_id)
 
     def _commit_shown(self, request: gr.Request, owner, conversation_id, history, *options) -> tuple:
         """(the chat as shown, conversation id, the list's update) once `history` is saved (with `_commit`'s

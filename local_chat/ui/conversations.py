@@ -10,7 +10,7 @@ import gradio as gr
 from local_chat.errors import UserError
 
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices
-from .wiring import UI_ONLY, with_view
+from .wiring import FIRST_PAINT, UI_ONLY, whole_view, with_view
 
 
 class SavedConversations:
@@ -28,11 +28,13 @@ class SavedConversations:
                 prompt = found.options.get("prompt", "")
             except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
                 pass
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation_id)
+        listed = self.saved.listed(owner, conversation_id)
         return browser_id, listed, shown, conversation_id, title, prompt
 
     def open(self, chosen, browser_id, request: gr.Request):
-        """Reopen one of this owner's conversations: (chat, conversation, title, note, its last prompt)."""
+        """Reopen one of this owner's conversations (the answer that streams stopped): (chat, conversation, title,
+        note, its last prompt)."""
+        self.stop(request)
         if not chosen:
             return gr.skip(), gr.skip(), gr.skip(), "", gr.skip()
         try:
@@ -99,7 +101,7 @@ class SavedConversations:
             self.saved.store.rename(owner, conversation_id, title)
         except UserError as error:
             return gr.skip(), str(error)
-        return gr.update(choices=self.saved.choices(owner), value=conversation_id), "Renamed."
+        return self.saved.listed(owner, conversation_id), "Renamed."
 
     def delete(self, asked_for, conversation_id, browser_id, request: gr.Request):
         """Delete the conversation the confirmation was asked for (`asked_for`), only while it is the one open."""
@@ -110,7 +112,7 @@ class SavedConversations:
             self.saved.store.delete(owner, conversation_id)
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
-        return [], None, gr.update(choices=self.saved.choices(owner), value=None), "", "Deleted."
+        return [], None, self.saved.listed(owner, None), "", "Deleted."
 
     def export(self, kind: str):
         def export(conversation_id, browser_id, request: gr.Request):
@@ -133,7 +135,7 @@ class SavedConversations:
         except UserError as error:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
         shown = self.saved.shown(owner, conversation_id, found.messages)
-        listed = gr.update(choices=self.saved.choices(owner), value=conversation_id)
+        listed = self.saved.listed(owner, conversation_id)
         return shown, conversation_id, listed, found.title, "Imported."
 
     # ----- the sidebar -----
@@ -200,12 +202,15 @@ class SavedConversations:
                 [*chat, conversation_id, chats, self.title, self.note, self.download, self.prompt_view],
                 **quiet,
             ).then(**restore)  # fmt: skip
-        chats.input(**stop).then(
-            with_view(self.open),
+        # at once (no queue, one request): the answer that streams stops, the conversation opens, its end first
+        chats.input(
+            with_view(self.open, tail=FIRST_PAINT),
             [chats, browser_id],
             [*chat, conversation_id, self.title, self.note, self.prompt_view],
+            cancels=self.runs,
+            queue=False,
             **quiet,
-        ).then(**restore)
+        ).then(whole_view, entries, chatbot, queue=False, **quiet).then(**restore)
         self.rename_button.click(self.rename, [conversation_id, self.title, browser_id], [chats, self.note], **quiet)
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
             button.click(self.export(kind), [conversation_id, browser_id], [self.download, self.note], **quiet)

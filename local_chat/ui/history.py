@@ -33,6 +33,7 @@ from .exports import Exports
 
 IMAGE_ROUTE = "/history/image"
 BROWSER_ID_BYTES = 24  # 192 bits
+LISTED = 200  # the conversations the sidebar lists (the pinned ones, then the latest); the search finds the others
 PIN = "★"  # before a pinned conversation's title (in every font, where an emoji may not be)
 # what the page's entries carry besides Gradio's keys (ui/turns.py)
 KEPT_KEYS = (
@@ -216,10 +217,17 @@ class SavedChats(Exports):
             self._read[(page, saved.id)] = saved.revision
         return saved.id
 
-    def choices(self, owner: str | None) -> list[tuple[str, str]]:
-        """The sidebar's list: this owner's conversations, the pinned ones first and marked."""
-        listing = self.store.listing(owner) if self.on and owner else []
+    def choices(self, owner: str | None, open_id: str | None = None) -> list[tuple[str, str]]:
+        """The sidebar's list: this owner's conversations, the pinned ones first and marked, then the `LISTED` latest
+        (older ones are found by the search), and the one open (`open_id`) wherever it is."""
+        listing = self.store.listing(owner, LISTED) if self.on and owner else []
+        if open_id is not None and all(id_ != open_id for _, id_, _ in listing):
+            listing += [entry for entry in self.store.listing(owner) if entry[1] == open_id]
         return [(f"{PIN} {title}" if pinned else title, id_) for title, id_, pinned in listing]
+
+    def listed(self, owner: str | None, open_id: str | None):
+        """The sidebar list's update: `choices`, `open_id` chosen."""
+        return gr.update(choices=self.choices(owner, open_id), value=open_id)
 
     # ----- the image route -----
 
