@@ -118,15 +118,16 @@ class Shape:
     def __init__(self, rows):
         rows = list(rows)  # (id, parent, made)
         self.parent = {node: parent for node, parent, _ in rows}
+        self.made = {node: made for node, _, made in rows}
         self.children: dict[str | None, list[str]] = {}
         for node, parent, _ in sorted(rows, key=lambda row: row[2]):
             self.children.setdefault(parent, []).append(node)
 
     def latest_leaf(self, node: str | None) -> str | None:
-        """The end of the newest branch under `node` (each step down takes the newest child)."""
-        while self.children.get(node):
-            node = self.children[node][-1]
-        return node
+        """The newest message under `node` (`node` itself where it has none; under None: of the whole tree): a leaf,
+        since a message is always newer than the one it follows."""
+        under = [n for top in self.children.get(node, ()) for n in self.below(top)]
+        return max(under, key=self.made.get, default=node)
 
     def path_to(self, node: str | None) -> list[str]:
         """The ids from the first message down to `node`."""

@@ -242,7 +242,8 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
             if owner is not None and conversation_id is None:
                 conversation_id = settings.conversation_id = new_conversation_id()
             question = self.saved.user_message(owner, conversation_id, text, images)
-            question = with_ids(with_documents(question, [document for _, document in documents]))
+            question = with_documents(question, [document for _, document in documents])
+            question = with_ids(question) if self.saving else question  # its place in the saved tree
         except UserError as error:
             failed = list(history or []) + [{"role": "user", "content": text}, turns.error(str(error))]
             yield failed, typed, "", conversation_id, gr.skip()
@@ -261,7 +262,7 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         if not history:
             yield history, "", settings.conversation_id, gr.skip()
             return
-        history[-1] = answered_again(history[-1])
+        history[-1] = answered_again(history[-1]) if self.saving else history[-1]
         async for update in self.respond(history, settings, request, question_first=False):
             yield update
 
@@ -269,7 +270,8 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         """A past user message was edited: answer the edited one (its images stay), a sibling of the question before
         (history/tree.py), which keeps what followed it."""
         history = list(history or [])[: edited.index + 1]
-        history[-1] = with_ids(edited_question(history[-1], message_text(edited.value)))
+        edited = edited_question(history[-1], message_text(edited.value))
+        history[-1] = with_ids(edited) if self.saving else edited
         async for update in self.respond(history, ChatSettings(*settings), request, question_first=False):
             yield update
 
@@ -295,12 +297,7 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         if conversation_id is None:  # nothing saved yet, nothing to save
             return history, {"text": text, "files": []}, conversation_id, gr.skip()
         owner = self._owner(browser_id, request)
-        if last is not None and last.get("node"):
-            try:
-                self.saved.store.delete_branch(owner, conversation_id, last["node"])
-                self.saved.opened(request.session_hash, owner, conversation_id)  # this page's read revision
-            except UserError:  # never saved (a refused message), or deleted in another window
-                pass
+        self.saved.take_back(request.session_hash, owner, conversation_id, last)
         shown, *saved = self._commit_shown(request, owner, conversation_id, history)
         return shown, {"text": text, "files": []}, *saved  # the question back in the box, saved or not
 

@@ -217,6 +217,17 @@ class SavedChats(Exports):
             self._read[(page, saved.id)] = saved.revision
         return saved.id
 
+    def take_back(self, page: str, owner: str, conversation_id: str, question: dict | None) -> None:
+        """Undo: `question` and its answers deleted from the saved conversation (history/branches.py), the page's
+        read revision the new one."""
+        if question is None or not question.get("node"):
+            return
+        try:
+            self.store.delete_branch(owner, conversation_id, question["node"])
+            self.opened(page, owner, conversation_id)
+        except UserError:  # never saved (a refused message), or deleted in another window
+            pass
+
     def choices(self, owner: str | None, open_id: str | None = None) -> list[tuple[str, str]]:
         """The sidebar's list: this owner's conversations, the pinned ones first and marked, then the `LISTED` latest
         (older ones are found by the search), and the one open (`open_id`) wherever it is."""
