@@ -5,7 +5,6 @@ The scripts in guide_examples/ are the guide's code with the import lines edited
 this test only fills in the paths.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -50,23 +49,6 @@ def run_example(name: str, paths: dict, folder: Path | None = None) -> subproces
 def test_text_examples_run(example, fmt, checkpoints, capsys):
     printed = run_here(example, {"/path/to/pretrained": checkpoints[fmt]}, capsys)
     assert len(printed.splitlines()) >= 2  # both ways of generating printed their answer
-
-
-def test_legacy_example_names_the_unsupported_llama_peft(tmp_path, checkpoints, sp_model_file):
-    peft_config = tmp_path / "llamaPeft_normBiasLora.json"
-    peft_config.write_text(json.dumps({"lora_rank": 16, "bias_tuning": True}))
-    result = run_example(
-        "legacy",
-        {
-            "/path/to/llama/7B/params.json": checkpoints["meta"] / "params.json",
-            "configs/model/finetune/sg/llamaPeft_normBiasLora.json": peft_config,
-            "/path/to/tokenizer.model": sp_model_file,
-            "/path/to/pretrained": checkpoints["accessory"],
-        },
-    )
-    assert result.returncode != 0
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert "llama_type 'llama_peft' is not supported" in last_line and "LLaVA" in last_line
 
 
 def test_multi_modal_example_runs(tmp_path, llava_dir, capsys):

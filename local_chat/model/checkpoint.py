@@ -19,7 +19,19 @@ from local_chat.errors import UserError
 ACCESSORY_SHARD = re.compile(r"^consolidated\.(\d+)-of-(\d+)\.model\.pth$")
 META_SHARD = re.compile(r"^consolidated\.(\d+)\.pth$")
 HF_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-SUPPORTED_LLAMA_TYPES = ("llama",)
+SUPPORTED_LLAMA_TYPES = ("llama", "llama_peft")
+# LLaMA2-Accessory's other model types (accessory/model/LLM/), each refused with why
+MULTIMODAL_TYPES = ("llama_qformerv2", "llama_qformerv2_peft", "llama_ens", "llama_ens5", "llama_ens5p2", "llama_ens10",
+                    "llama_ens_peft", "llama_ens_light", "llama_ens5_light", "llama_interleave",
+                    "llama_media_generation_template", "mistral_sparse_ens", "mixtral_sparse_ens",
+                    "mixtral_sparse_ens5")  # fmt: skip
+# its Mixtral ("mistral" is its Mixtral: experts), InternLM, Falcon and LLaMA-Adapter, not renamed to transformers here
+UNMAPPED_TYPES = ("mistral", "mistral_peft", "mistral_sparse", "mixtral", "mixtral_peft", "mixtral_sparse", "internlm",
+                  "falcon", "llama_adapter")  # fmt: skip
+# llama_peft's linears (accessory/model/peft.py): column-parallel ones split their outputs across model-parallel
+# ranks (weight, bias and lora_b by rows), row-parallel ones their inputs (weight and lora_a by columns; the bias
+# whole, added after the ranks' sum)
+COLUMN_PARALLEL, ROW_PARALLEL = ("wq", "wk", "wv", "w1", "w3"), ("wo", "w2")
 
 # Dimension along which Accessory/Meta (fairscale) model parallelism split each weight; None: replicated.
 _SPLIT_DIM = {
@@ -147,6 +159,17 @@ def find_llama_type(folders: list[Path], checkpoints: list[ConsolidatedCheckpoin
 
 
 def check_llama_type(llama_type: str) -> None:
+    if llama_type in MULTIMODAL_TYPES:
+        raise UserError(
+            f"llama_type {llama_type!r} is one of LLaMA2-Accessory's multimodal models (SPHINX, Q-Former), "
+            "which this app does not load; for image chat pass a Hugging Face vision folder (LLaVA-style, or any "
+            "image-text-to-text model) as --pretrained_path."
+        )
+    if llama_type in UNMAPPED_TYPES:
+        raise UserError(
+            f"llama_type {llama_type!r} is not read from Accessory's format: this loader reads llama and llama_peft "
+            "(whose layers map onto transformers' Llama); pass the model as a Hugging Face folder instead."
+        )
     if llama_type not in SUPPORTED_LLAMA_TYPES:
         raise UserError(
             f"llama_type {llama_type!r} is not supported: this loader reads {', '.join(SUPPORTED_LLAMA_TYPES)} "
@@ -175,15 +198,48 @@ def pickled_objects_error(path: Path) -> UserError:
     )
 
 
+def split_dim(key: str) -> int | None:
+    """The dimension along which model parallelism split the tensor `key` (None: every rank holds it whole)."""
+    parts = key.split(".")
+    owner, linear = parts[-2], parts[-3] if len(parts) > 2 else ""
+    if owner in ("lora_a", "lora_b"):  # llama_peft's LoRA pair of `linear`
+        if linear in COLUMN_PARALLEL:
+            return 0 if owner == "lora_b" else None
+        return 1 if owner == "lora_a" else None
+    if parts[-1] == "bias":
+        return 0 if owner in COLUMN_PARALLEL else None
+    return _SPLIT_DIM.get(owner)
+
+
 def _merge_shards(shard_states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     merged = {}
     for key in shard_states[0]:
         if key in _IGNORED_KEYS:
             continue
-        split_dim = _SPLIT_DIM.get(key.split(".")[-2])
+        dim = split_dim(key)
         parts = [state[key] for state in shard_states]
-        merged[key] = parts[0] if split_dim is None or len(parts) == 1 else torch.cat(parts, dim=split_dim)
+        merged[key] = parts[0] if dim is None or len(parts) == 1 else torch.cat(parts, dim=dim)
     return merged
+
+
+def fold_peft(weights: dict[str, torch.Tensor], params: dict) -> bool:
+    """llama_peft's tensors (accessory/model/LLM/llama_peft.py) folded into plain llama weights: each LoRA pair
+    merged into its linear's weight, W + B A (Accessory adds lora_b(lora_a(x)), unscaled); with `bias_tuning`
+    (Accessory's default), a bias on every linear, zero where the checkpoints hold none. Whether the linears have
+    biases."""
+    for key in [k for k in weights if k.endswith(".lora_a.weight")]:
+        linear = key.removesuffix(".lora_a.weight")
+        lora_a, lora_b = weights.pop(key), weights.pop(f"{linear}.lora_b.weight", None)
+        if lora_b is None or f"{linear}.weight" not in weights:
+            raise UserError(f"{key} has no linear weight or lora_b beside it; a checkpoint file is missing.")
+        weight = weights[f"{linear}.weight"]
+        weights[f"{linear}.weight"] = (weight.float() + lora_b.float() @ lora_a.float()).to(weight.dtype)
+    if not params.get("bias_tuning", True):
+        return False
+    for key in [k for k in weights if k.endswith(".weight") and k.split(".")[-2] in COLUMN_PARALLEL + ROW_PARALLEL]:
+        weight = weights[key]
+        weights.setdefault(key.removesuffix("weight") + "bias", torch.zeros(weight.shape[0], dtype=weight.dtype))
+    return True
 
 
 def load_consolidated_weights(checkpoints: list[ConsolidatedCheckpoint]) -> dict[str, torch.Tensor]:
@@ -209,13 +265,16 @@ def _hf_name(key: str) -> str:
     elif len(parts) == 2 and parts[0] in _HF_TOP_NAMES:
         return f"{_HF_TOP_NAMES[parts[0]]}.{parts[1]}"
     raise UserError(
-        f"Unexpected tensor {key!r} in the checkpoint: it is not a plain llama model (a llama_peft or other "
-        "Accessory type?); this loader reads llama checkpoints only."
+        f"Unexpected tensor {key!r} in the checkpoint: it is not a llama or llama_peft model (another Accessory "
+        "type?); pass --llama_type with the type it was trained as."
     )
 
 
-def llama_config_from_params(params: dict, weights: dict[str, torch.Tensor], max_seq_len: int, tokenizer):
-    """A `LlamaConfig` from Accessory/Meta model arguments; sizes the params leave open come from the weights."""
+def llama_config_from_params(
+    params: dict, weights: dict[str, torch.Tensor], max_seq_len: int, tokenizer, biased: bool = False
+):
+    """A `LlamaConfig` from Accessory/Meta model arguments; sizes the params leave open come from the weights.
+    `biased`: every linear has a bias (llama_peft's bias tuning)."""
     from transformers import LlamaConfig
 
     for required in ("dim", "n_layers", "n_heads"):
@@ -239,6 +298,8 @@ def llama_config_from_params(params: dict, weights: dict[str, torch.Tensor], max
         rope_theta=params.get("rope_theta", 10000.0),
         max_position_embeddings=max_seq_len,
         tie_word_embeddings=False,
+        attention_bias=biased,
+        mlp_bias=biased,
         bos_token_id=tokenizer.bos_id,
         eos_token_id=tokenizer.eos_id,
         pad_token_id=tokenizer.pad_id,
@@ -280,6 +341,8 @@ def to_hf_state_dict(weights: dict[str, torch.Tensor], config, dtype: torch.dtyp
             )
         if name.endswith(("q_proj.weight", "k_proj.weight")):
             tensor = _permute_for_hf_rotary(tensor, tensor.shape[0] // head_dim)
+        elif name.endswith(("q_proj.bias", "k_proj.bias")):  # its rows follow the weight's
+            tensor = _permute_for_hf_rotary(tensor[:, None], tensor.shape[0] // head_dim)[:, 0]
         state[name] = tensor.to(dtype)
     missing = sorted(set(expected) - set(state))
     if missing:

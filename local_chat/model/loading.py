@@ -347,7 +347,8 @@ def _load_consolidated(
     params = ckpt.merged_params(config_files)
     tokenizer = load_tokenizer(tokenizer_path or _find_tokenizer(folders), always_bos=True)
     weights = ckpt.load_consolidated_weights(formats)
-    config = ckpt.llama_config_from_params(params, weights, max_seq_len, tokenizer)
+    biased = ckpt.fold_peft(weights, params) if llama_type == "llama_peft" else False
+    config = ckpt.llama_config_from_params(params, weights, max_seq_len, tokenizer, biased)
     check_heads_divide(config, tp_size)
     state = ckpt.to_hf_state_dict(weights, config, dtype)
     model = LlamaForCausalLM.from_pretrained(
