@@ -142,8 +142,10 @@ def test_an_edited_question_is_a_sibling_and_the_old_branch_comes_back_whole(cha
     assert texts(history) == ["What is the capital of Italy?", "Answer 3. The capital of Italy is Rome."]
     first, *_ = store.get(OWNER, conversation).points
     assert len(first.siblings) == 2 and first.at == 1  # "2/2" under the first question
+    assert store.titles(OWNER) == [("What is the capital of Italy?", conversation)]  # a title never set follows
     entries, *_ = click(tab, conversation, first.siblings[0])
     assert texts(entries) == old  # the old branch, with its second turn
+    assert store.titles(OWNER) == [("What is the capital of Japan?", conversation)]  # ... the branch shown
 
 
 def test_switching_branches_reuses_the_cache_up_to_where_they_part(chat):
@@ -203,7 +205,7 @@ def test_search_finds_a_word_of_an_old_branch_and_opens_it_there_but_not_another
     assert label == "What is the capital of Kenya? — Answer 1. The capital of Peru is [Lima]."  # the title follows
     entries, opened, *_, note = tab.open_found(choice, ME, REQUEST)
     assert opened == peru and note == "" and texts(entries)[-1] == "Answer 1. The capital of Peru is Lima."
-    found, _ = tab.search("capital kenya", ME, REQUEST)
+    found, _ = tab.search("capital peru", ME, REQUEST)  # its title followed the branch opened
     assert [c for _, c in found["choices"]] == [f"{peru}/"]  # the title matched: the conversation, once
     assert tab.search("Lima", "c" * 32, REQUEST)[0]["choices"] == []  # another login's page finds nothing
     assert tab.search("Lima", "c" * 32, REQUEST)[0]["info"] == NO_RESULT

@@ -53,10 +53,18 @@ class Branches:
         return shape
 
     def switch(self, owner: str, conversation_id: str, node: str) -> None:
-        """Show the branch through `node`, down to its newest message."""
+        """Show the branch through `node`, down to its newest message (a title the user never set follows it)."""
         with self._transaction():
-            leaf = self._owned_shape(owner, conversation_id, node).latest_leaf(node)
-            self._db.execute("UPDATE conversations SET leaf = ? WHERE id = ?", (leaf, conversation_id))
+            shape = self._owned_shape(owner, conversation_id, node)
+            leaf = shape.latest_leaf(node)
+            title, shown = self._db.execute(
+                "SELECT title, leaf FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if title == self.branch_title(conversation_id, shape, shown):
+                title = self.branch_title(conversation_id, shape, leaf)
+            self._db.execute(
+                "UPDATE conversations SET leaf = ?, title = ? WHERE id = ?", (leaf, title, conversation_id)
+            )
 
     def delete_branch(self, owner: str, conversation_id: str, node: str) -> None:
         """Delete `node` and everything under it; where the branch on screen went with it, the newest branch left

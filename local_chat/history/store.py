@@ -274,8 +274,8 @@ class Store(Branches):
                     if read is not None and row[1] != read:
                         raise Changed()
                     # a title the user never changed follows the messages (a refused first message gives none)
-                    start = self._nodes(conversation_id, self._shape(conversation_id).path_to(row[3])[:3])
-                    kept_title = row[2] if title is None and row[2] != title_of(flat_entries(start)) else None
+                    shown = self.branch_title(conversation_id, self._shape(conversation_id), row[3])
+                    kept_title = row[2] if title is None and row[2] != shown else None
                     self._put_nodes(conversation_id, nodes, now)
                     self._db.execute(
                         "UPDATE conversations SET updated = ?, revision = revision + 1, title = ?, leaf = ?, "
@@ -292,6 +292,10 @@ class Store(Branches):
             )
             self._put_nodes(conversation_id, nodes, now)
         return Saved(conversation_id, 0)
+
+    def branch_title(self, conversation_id: str, shape: Shape, leaf: str | None) -> str:
+        """The title the branch down to `leaf` gives (its first question's start)."""
+        return title_of(flat_entries(self._nodes(conversation_id, shape.path_to(leaf)[:3])))
 
     def _put_nodes(self, conversation_id: str, nodes: list[Node], now: float) -> None:
         """Add `nodes` to the conversation's tree, or change those it has (only those whose messages changed)."""
