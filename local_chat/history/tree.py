@@ -64,9 +64,15 @@ def searchable(entries: list[dict]) -> str:
     return "\n".join(texts)
 
 
+def first_answer(node: str) -> str:
+    """The id a question's first answer has (the same wherever it is made: the page, an import, a read)."""
+    return f"{node}.answer"
+
+
 def with_ids(question: dict) -> dict:
     """A new question with its own node id and the id its answer will have."""
-    return {**question, "node": new_node_id(), "reply": new_node_id()}
+    node = new_node_id()
+    return {**question, "node": node, "reply": first_answer(node)}
 
 
 def answered_again(question: dict) -> dict:
@@ -84,7 +90,7 @@ def path_nodes(entries: list[dict]) -> list[Node]:
         parent = nodes[-1].id if nodes else None
         if entry.get("role") == "user":
             entry.setdefault("node", new_node_id())
-            entry.setdefault("reply", new_node_id())
+            entry.setdefault("reply", first_answer(entry["node"]))
             kept = {key: value for key, value in entry.items() if key not in IDS}  # the ids are the tree's
             nodes.append(Node(entry["node"], parent, [kept]))
             reply = entry["reply"]
@@ -104,9 +110,8 @@ def flat_entries(path: list[Node]) -> list[dict]:
             entry = dict(entry)
             if entry.get("role") == "user":
                 entry["node"] = node.id
-                if after is not None and not after.is_question:
-                    entry["reply"] = after.id
-                entry.setdefault("reply", new_node_id())
+                # the answer shown after it, else the id its first answer will have (the same at every read)
+                entry["reply"] = after.id if after is not None and not after.is_question else first_answer(node.id)
             entries.append(entry)
     return entries
 

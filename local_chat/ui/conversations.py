@@ -10,7 +10,10 @@ import gradio as gr
 from local_chat.errors import UserError
 
 from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices
-from .wiring import FIRST_PAINT, UI_ONLY, whole_view, with_view
+from .turns import view
+from .wiring import UI_ONLY, with_view
+
+FIRST_PAINT = 16  # the entries a reopened conversation shows at once, before the page has opened it
 
 
 class SavedConversations:
@@ -31,10 +34,19 @@ class SavedConversations:
         listed = self.saved.listed(owner, conversation_id)
         return browser_id, listed, shown, conversation_id, title, prompt
 
-    def open(self, chosen, browser_id, request: gr.Request):
-        """Reopen one of this owner's conversations (the answer that streams stopped): (chat, conversation, title,
-        note, its last prompt)."""
+    def peek(self, chosen, browser_id, request: gr.Request):
+        """The chosen conversation's last entries (`FIRST_PAINT`), shown at once while `open` (queued) opens it, and
+        the answer that streams stopped: the Chatbot's value."""
         self.stop(request)
+        try:
+            owner = self._owner(browser_id, request)
+            found = self.saved.store.get(owner, chosen)
+        except UserError:
+            return gr.skip()
+        return view(self.saved.shown(owner, found.id, found.messages[-FIRST_PAINT:]))
+
+    def open(self, chosen, browser_id, request: gr.Request):
+        """Reopen one of this owner's conversations: (chat, conversation, title, note, its last prompt)."""
         if not chosen:
             return gr.skip(), gr.skip(), gr.skip(), "", gr.skip()
         try:
@@ -202,15 +214,16 @@ class SavedConversations:
                 [*chat, conversation_id, chats, self.title, self.note, self.download, self.prompt_view],
                 **quiet,
             ).then(**restore)  # fmt: skip
-        # at once (no queue, one request): the answer that streams stops, the conversation opens, its end first
-        chats.input(
-            with_view(self.open, tail=FIRST_PAINT),
+        # at once (no queue): the answer that streams stops, the conversation's end shows; then the page opens it
+        # (always_last: a click while the one before is still opening is not dropped)
+        at_once = dict(cancels=self.runs, queue=False, show_progress="hidden", trigger_mode="always_last", **quiet)
+        chats.input(self.peek, [chats, browser_id], chatbot, **at_once).then(
+            with_view(self.open),
             [chats, browser_id],
             [*chat, conversation_id, self.title, self.note, self.prompt_view],
-            cancels=self.runs,
-            queue=False,
+            show_progress="hidden",
             **quiet,
-        ).then(whole_view, entries, chatbot, queue=False, **quiet).then(**restore)
+        ).then(**restore)
         self.rename_button.click(self.rename, [conversation_id, self.title, browser_id], [chats, self.note], **quiet)
         for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
             button.click(self.export(kind), [conversation_id, browser_id], [self.download, self.note], **quiet)

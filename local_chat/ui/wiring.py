@@ -6,8 +6,6 @@ from __future__ import annotations
 import functools
 import inspect
 
-import gradio as gr
-
 from .turns import view
 
 # every event that runs the model: no Gradio limit, the engine queues them with the /v1 API's (engine/in_order.py)
@@ -15,18 +13,14 @@ GENERATION = dict(concurrency_id="generation", concurrency_limit=None)
 UI_ONLY = "undocumented"  # the page's own events stay out of the API docs: /chat and /single_turn are the API
 
 
-FIRST_PAINT = 16  # the entries a reopened conversation shows first (ui/conversations.py), the rest right after
-
-
-def with_view(handler, at: int = 0, tail: int | None = None):
+def with_view(handler, at: int = 0):
     """`handler`, whose output `at` is the chat's typed list (ui/turns.py), with the Chatbot's view of it before it:
-    wired to outputs [..., chatbot, entries, ...]. `tail`: the view shows only the list's last `tail` entries (a
-    long conversation's end paints at once; `whole_view` then shows it all)."""
+    wired to outputs [..., chatbot, entries, ...]."""
 
     def split(out):
         out = list(out)
         entries = out[at]
-        shown = view(entries[-tail:] if tail else entries) if isinstance(entries, list) else entries  # or a skip
+        shown = view(entries) if isinstance(entries, list) else entries  # else gr.skip(): both skipped
         return (*out[:at], shown, *out[at:])
 
     if inspect.isasyncgenfunction(handler):
@@ -43,8 +37,3 @@ def with_view(handler, at: int = 0, tail: int | None = None):
         return split(handler(*args, **kwargs))
 
     return returned
-
-
-def whole_view(entries):
-    """The Chatbot's view of the whole list, after `with_view(..., tail=...)` showed its end."""
-    return view(entries) if isinstance(entries, list) and len(entries) > FIRST_PAINT else gr.skip()
