@@ -108,8 +108,8 @@ def test_startup_matrix(start_output, tmp_path, checkpoints, byte_llama_dir, bus
         (["--pretrained_path", str(missing_shard)], "consolidated.01-of-02.model.pth absent"),
         (["--pretrained_path", str(wrong_params)], "does not match these weights"),
         (
-            ["--pretrained_path", str(checkpoints["accessory"]), "--llama_type", "llama_peft"],
-            "llama_type 'llama_peft' is not supported",
+            ["--pretrained_path", str(checkpoints["accessory"]), "--llama_type", "llama_ens5"],
+            "llama_type 'llama_ens5' is one of LLaMA2-Accessory's multimodal models",
         ),
         (
             ["--pretrained_path", str(remote)],

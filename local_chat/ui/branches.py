@@ -109,7 +109,7 @@ class Branching:
 
     def on_branch(self, value, conversation_id, browser_id, request: gr.Request):
         """A click under a message: show a sibling ("go"), fork there, or delete it; (chat, conversation, list,
-        title, note, prompt, nav)."""
+        title, prompt, nav, note)."""
         action = (value or {}).get("action") or {}
         what, node = action.get("do"), action.get("node")
         try:
