@@ -200,20 +200,21 @@ def submit(
     sampling = dict(max_gen_len=64, temperature=0.0, top_p=0.75, top_k=0, repetition_penalty=1.0) | settings
     box = message if isinstance(message, dict) else {"text": message, "files": [image] if image else []}
 
-    async def last_update():
+    settings = ChatSettings(conversation, browser_id, template, None, "padded_resize", **sampling, thinking=thinking)
+    request = SimpleNamespace(session_hash=session, username=username)
+    return last_of(tab.submit(request, box, list(history), *astuple(settings)))
+
+
+def last_of(updates):
+    """The last update a page handler (an async generator) yields, run to its end."""
+
+    async def drain():
         update = None
-        async for update in tab.submit(
-            SimpleNamespace(session_hash=session, username=username),
-            box,
-            list(history),
-            *astuple(
-                ChatSettings(conversation, browser_id, template, None, "padded_resize", **sampling, thinking=thinking)
-            ),
-        ):
+        async for update in updates:
             pass
         return update
 
-    return asyncio.run(last_update())
+    return asyncio.run(drain())
 
 
 @contextmanager

@@ -2,7 +2,6 @@
 was there as sibling branches, "‹ 2/3 ›" shows them, fork, remove, search, pins, the schema's upgrade and exports of
 the whole tree; on the demo model, through the chat tab's handlers and in Chromium."""
 
-import asyncio
 import json
 import sqlite3
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import answer_of, serve_engine, submit
+from app_server import answer_of, last_of, serve_engine, submit
 from test_browser import ARTIFACTS, READY, browser, send, wait_for_answer  # noqa: F401
 from test_saved_conversations import only_owner
 
@@ -75,27 +74,17 @@ def settings(conversation) -> tuple:
     return astuple(ChatSettings(conversation, ME, "default", None, "padded_resize", 64, 0.0, 0.75, 0, 1.0))
 
 
-def last(updates):
-    async def drain():
-        update = None
-        async for update in updates:
-            pass
-        return update
-
-    return asyncio.run(drain())
-
-
 def ask(tab, text, history=(), conversation=None):
     history, _, _, conversation, _ = submit(tab, text, history, None, conversation, ME, "s")
     return history, conversation
 
 
 def regenerate(tab, history, conversation) -> list[dict]:
-    return last(tab.regenerate(REQUEST, history, *settings(conversation)))[0]
+    return last_of(tab.regenerate(REQUEST, history, *settings(conversation)))[0]
 
 
 def edit(tab, history, index, text, conversation) -> list[dict]:
-    return last(tab.edit(REQUEST, SimpleNamespace(index=index, value=text), history, *settings(conversation)))[0]
+    return last_of(tab.edit(REQUEST, SimpleNamespace(index=index, value=text), history, *settings(conversation)))[0]
 
 
 def click(tab, conversation, node, do="go"):

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import tiny_models
+from app_server import last_of
 
 from local_chat.errors import UserError
 from local_chat.history import Store
@@ -101,16 +102,6 @@ REQUEST = SimpleNamespace(session_hash="tab", username=None)
 def settings(conversation=None, tools=None) -> tuple:
     return astuple(ChatSettings(conversation, BROWSER, "chat_template", None, "padded_resize", 300, 0.0, 0.75, 0, 1.0,
                                 None, None, tools))  # fmt: skip
-
-
-def last_of(updates) -> tuple:
-    async def run():
-        last = None
-        async for last in updates:
-            pass
-        return last
-
-    return asyncio.run(run())
 
 
 def ask(tab, text, history=(), conversation=None, tools=None) -> tuple[list, str | None]:

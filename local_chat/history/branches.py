@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from local_chat.errors import UserError
 
-from .tree import START, Node, Shape, searchable
+from .tree import START, Node, Shape
 
 NO_SUCH = "There is no such conversation among yours; it may have been deleted."
 GONE = "That message is no longer in this conversation (deleted in another window?); reopen the conversation."
@@ -103,17 +103,7 @@ class Branches:
         conversation_id, now = secrets.token_urlsafe(16), time.time()
         leaf = leaf if leaf is not None else (nodes[-1].id if nodes else None)
         with self._transaction():
-            self._db.execute(
-                "INSERT INTO conversations (id, owner, title, created, updated, options, leaf) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, owner, title, now, now, json.dumps(options or {}), leaf),
-            )
-            for order, node in enumerate(nodes):
-                self._db.execute(
-                    "INSERT INTO nodes (conversation, id, parent, made, entries, text) VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, node.id, node.parent, node.made or now + order * 1e-6,
-                     json.dumps(node.entries, ensure_ascii=False), searchable(node.entries)),
-                )  # fmt: skip
+            self._insert(conversation_id, owner, title, json.dumps(options or {}), nodes, leaf, now)
         return conversation_id
 
     def tree(self, owner: str, conversation_id: str) -> tuple[list[Node], str | None]:

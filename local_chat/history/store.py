@@ -285,20 +285,25 @@ class Store(Branches):
                     )  # fmt: skip
                     return Saved(conversation_id, row[1] + 1)
             conversation_id = conversation_id or secrets.token_urlsafe(16)
-            self._db.execute(
-                "INSERT INTO conversations (id, owner, title, created, updated, options, leaf) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, owner, title or title_of(messages), now, now, kept, leaf),
-            )
-            self._put_nodes(conversation_id, nodes, now)
+            self._insert(conversation_id, owner, title or title_of(messages), kept, nodes, leaf, now)
         return Saved(conversation_id, 0)
+
+    def _insert(self, conversation_id: str, owner: str, title: str, options: str, nodes, leaf, now: float) -> None:
+        """A new conversation and its `nodes`, `leaf` on screen (in the caller's transaction)."""
+        self._db.execute(
+            "INSERT INTO conversations (id, owner, title, created, updated, options, leaf) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, owner, title, now, now, options, leaf),
+        )
+        self._put_nodes(conversation_id, nodes, now)
 
     def branch_title(self, conversation_id: str, shape: Shape, leaf: str | None) -> str:
         """The title the branch down to `leaf` gives (its first question's start)."""
         return title_of(flat_entries(self._nodes(conversation_id, shape.path_to(leaf)[:3])))
 
     def _put_nodes(self, conversation_id: str, nodes: list[Node], now: float) -> None:
-        """Add `nodes` to the conversation's tree, or change those it has (only those whose messages changed)."""
+        """Add `nodes` to the conversation's tree (made now, in their order, where they name no time), or change those
+        it has (only those whose messages changed)."""
         ids = [node.id for node in nodes]
         places = ", ".join("?" * len(ids))
         had = dict(self._db.execute(
@@ -311,7 +316,14 @@ class Store(Branches):
                     "INSERT INTO nodes (conversation, id, parent, made, entries, text) VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (conversation, id) DO UPDATE SET parent = excluded.parent, "
                     "entries = excluded.entries, text = excluded.text",
-                    (conversation_id, node.id, node.parent, now + order * 1e-6, data, searchable(node.entries)),
+                    (
+                        conversation_id,
+                        node.id,
+                        node.parent,
+                        node.made or now + order * 1e-6,
+                        data,
+                        searchable(node.entries),
+                    ),
                 )
 
     def rename(self, owner: str, conversation_id: str, title: str) -> None:
