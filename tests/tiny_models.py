@@ -282,3 +282,24 @@ def save_tiny_llava(
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "down_proj")
+
+
+def save_lora(base, folder: Path, seed: int, targets=LORA_TARGETS, rank: int = 4) -> Path:
+    """A PEFT LoRA adapter over `base` (a copy of it is wrapped; `base` stays as it is), as PEFT's save_pretrained
+    writes it: random pairs strong enough that greedy answers differ from the base's."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets), init_lora_weights=False)
+    adapted = get_peft_model(copy.deepcopy(base), config)
+    with torch.no_grad():
+        for name, weight in adapted.named_parameters():
+            if "lora_B" in name:
+                weight.mul_(30)
+    adapted.save_pretrained(folder)
+    return folder

@@ -164,8 +164,11 @@ class OpenAIAPI:
         )
 
     def _model_card(self, model_id: str | None = None, state: str | None = None) -> dict:
-        """A model's card: with --models_dir, its state; else the one model's, with its context."""
+        """A model's card: with --models_dir, its state; else the one model's, with its context. An adapter's
+        (--lora) names its base as its `parent`, as vLLM's do."""
         card = {"id": model_id or self.name, "object": "model", "created": self.created, "owned_by": "local-chat"}
+        if self.listed is not None and (parent := self.listed.parent_of(card["id"])) is not None:
+            card["parent"] = parent
         if state is not None:
             context = self.listed.context_of(card["id"])
             return {**card, "state": state} | ({"max_model_len": context, "context_length": context} if context else {})

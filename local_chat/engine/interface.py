@@ -81,6 +81,19 @@ class Sampling:
         """This sampling with some settings changed (checked again)."""
         return replace(self, **changes)
 
+    @staticmethod
+    def chosen_for(chosen: dict) -> Sampling:
+        """The chat's sampling, with the temperature, top_p, top_k and repetition penalty of `chosen` (a
+        checkpoint's generation_config: what its authors chose for it); a value outside every door's limits keeps
+        the chat's."""
+        sampling = Sampling()
+        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            try:
+                sampling = sampling.but(**{name: chosen[name]}) if chosen.get(name) is not None else sampling
+            except UserError:
+                pass
+        return sampling
+
 
 CHAT_SAMPLING = Sampling()  # the chat's: the page's controls and the /chat and /single_turn API start from it
 ACCESSORY_SAMPLING = Sampling(max_new_tokens=512, temperature=0.0, top_p=0.95)
@@ -141,6 +154,7 @@ class Request:
     chat: ChatOptions | None = None  # with `messages`
     special_tokens: bool = False  # the text keeps the tokenizer's special tokens (what a response parser reads)
     answer_format: AnswerFormat | None = None  # the answer must follow it (JSON, a schema); None: free text
+    adapter: str | None = None  # a LoRA adapter loaded over the model (--lora): its name; None: the model alone
 
     def portable(self) -> Request:
         """This request as another process can receive it: without the cancel flag (it is passed on separately)."""
@@ -305,6 +319,9 @@ class EngineSummary:
     batching: str = "off"
     image_marker: str = ""  # what stands for an image in a prompt whose template has no marker of its own
     image_token: str = ""
+    adapters: tuple[str, ...] = ()  # the LoRA adapters loaded over the model (--lora), which a request may name
+    adapter: str = ""  # the adapter its answers run with: the view's of one (engine/adapter_choices.py), or merged
+    adapter_problems: tuple[tuple[str, str], ...] = ()  # (name, why) of each --lora adapter that did not load
 
     @property
     def remote(self) -> bool:
@@ -334,8 +351,10 @@ def in_session(key: SessionKey | str, browser_session: str) -> bool:
 
 
 def checkpoint_name(summary: EngineSummary) -> str:
-    """The loaded checkpoint's folder name(s), from `Engine.summary()`'s path: nothing else of the server's disk."""
-    return ", ".join(Path(folder).name for folder in summary.path.split(", "))
+    """The loaded checkpoint's folder name(s), from `Engine.summary()`'s path: nothing else of the server's disk;
+    with the adapter its answers run with (--lora), "BASE + NAME"."""
+    name = ", ".join(Path(folder).name for folder in summary.path.split(", "))
+    return f"{name} + {summary.adapter}" if summary.adapter else name
 
 
 def add_call_piece(calls: list[ToolCallDelta], piece: ToolCallDelta) -> None:

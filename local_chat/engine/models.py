@@ -106,6 +106,10 @@ class ModelChoices:
         """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
         raise NotImplementedError
 
+    def parent_of(self, model_id: str) -> str | None:
+        """The model an adapter's model runs over (--lora), else None."""
+        return None
+
 
 class Models(ModelChoices):
     """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,

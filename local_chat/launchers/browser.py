@@ -140,6 +140,12 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     from local_chat.ui.layout import PAGE
 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
+    if models is None and (engine.summary().adapters or engine.summary().adapter_problems):  # --lora's, as models
+        from local_chat.engine.adapter_choices import AdapterChoices
+        from local_chat.engine.model_engine import ModelEngine
+
+        models = AdapterChoices(queue, template)
+        queue = ModelEngine(models, models.base)
     store = open_history(args)
     admins = getattr(args, "admins", None)
     tools, retrieval = tool_servers(args), retrieval_models(args)

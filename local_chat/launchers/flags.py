@@ -288,6 +288,19 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         help="run the Python code a Hugging Face checkpoint ships (auto_map in its config.json); only "
         "for checkpoints whose authors you trust",
     )
+    p.add_argument(
+        "--lora",
+        nargs="+",
+        default=None,
+        metavar="NAME=DIR",
+        help='PEFT LoRA adapter folders to serve beside the model, each chosen as the model "BASE + NAME" (the '
+        "page's picker, /v1's `model`); DIR alone takes its folder's name",
+    )
+    p.add_argument(
+        "--merge_lora",
+        action="store_true",
+        help='fold the one --lora adapter into the model\'s weights: the fastest decode, served as "BASE + NAME"',
+    )
 
 
 def logins(auth: str) -> list[tuple[str, str]]:

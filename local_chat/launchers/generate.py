@@ -13,12 +13,13 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from local_chat.errors import UserError
 
 from .flags import FlagParser, add_model_flags, fail
-from .loading import check_serving_flags, compile_before_answering, load_engine
+from .loading import check_serving_flags, compile_before_answering, load_engine, lora_adapters
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help='a JSON file of tools the model may call (OpenAI\'s list of {"type": "function", ...}): calls are '
         "printed and written as tool_calls, and only of these tools",
+    )
+    p.add_argument(
+        "--adapter", default=None, metavar="NAME", help="the --lora adapter that answers (default: the model alone)"
     )
     p.add_argument("--output", type=Path, default=None, help="write one json object per prompt to this .jsonl file")
     p.add_argument("--config", type=Path, default=None, help="a YAML file holding any of these flags")
@@ -136,6 +140,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.batch_size < 1:
         raise UserError(f"--batch_size is {args.batch_size}; give 1 or more.")
     check_system(args.template, args.system)  # before the model takes minutes to load, where it can be told
+    if args.adapter is not None and args.adapter not in lora_adapters(args.lora):
+        raise UserError(f"--adapter {args.adapter!r} names no --lora adapter; load it with --lora {args.adapter}=DIR.")
     engine = load_engine(args)
     batches = range(0, len(prompts), args.batch_size)
     if args.api_base is None:  # so --compile's figures leave the compilation out
@@ -147,7 +153,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     started = time.perf_counter()
     for start in progress(batches, len(prompts) > 8 and args.batch_size < len(prompts)):
         batch = prompts[start : start + args.batch_size]
-        answers = chats.complete([prompt_request(template, p, args.system, sampling, shape, tools) for p in batch])
+        requests = [prompt_request(template, p, args.system, sampling, shape, tools) for p in batch]
+        answers = chats.complete([replace(request, adapter=args.adapter) for request in requests])
         refused = next((a.end.error for a in answers if a.end.caller_error), None)
         if refused:
             raise UserError(refused)

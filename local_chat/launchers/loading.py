@@ -9,6 +9,8 @@ import os
 import socket
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL, MAX_CACHED_SESSIONS
@@ -34,6 +36,8 @@ MODEL_FLAGS = (
     "no_cuda_graphs",
     "gpu_ids",
     "trust_remote_code",
+    "lora",
+    "merge_lora",
 )
 
 
@@ -45,6 +49,7 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         choose_listed_model(args)
     if args.api_base is None:
         parallel_plan(args)
+        check_lora(args)
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
     if getattr(args, "api_key", None) is not None:
@@ -63,6 +68,34 @@ def check_serving_flags(args: argparse.Namespace) -> None:
             raise UserError(f"--{flag} {folder} has no config.json; give a local transformers model's folder.")
     if getattr(args, "tool_timeout", 1) <= 0 or getattr(args, "max_tool_rounds", 1) < 1:
         raise UserError("--tool_timeout must be above 0 seconds and --max_tool_rounds 1 or more.")
+
+
+def check_lora(args: argparse.Namespace) -> None:
+    """--lora's names, --merge_lora with one of them, and what they cannot go with yet. (An adapter folder that does
+    not fit is told once the model has loaded, and left out: model/adapters.py.)"""
+    adapters = lora_adapters(getattr(args, "lora", None))
+    if getattr(args, "merge_lora", False) and len(adapters) != 1:
+        raise UserError(
+            f"--merge_lora folds one --lora adapter into the model; give one (--lora names {len(adapters)})."
+        )
+    if adapters and getattr(args, "models_dir", None):
+        raise UserError("--lora goes with --pretrained_path; with --models_dir, put the adapter folders in it.")
+    if adapters and parallel_plan(args)[0] > 1:
+        raise UserError("--lora works on one device for now; leave out --n_gpus (or --gpu_ids) or --lora.")
+
+
+def lora_adapters(values: list[str] | None) -> dict[str, str]:
+    """--lora's adapters, {name: folder}: NAME=DIR, or DIR named after its folder."""
+    adapters: dict[str, str] = {}
+    for value in values or ():
+        name, _, folder = value.partition("=") if "=" in value else (Path(value).name, "", value)
+        name = name.strip()
+        if not name or not folder or "+" in name:
+            raise UserError(f"--lora {value!r}: give NAME=DIR (a name without '+') or the adapter's folder.")
+        if name in adapters:
+            raise UserError(f"--lora names {name!r} twice; give each adapter a name of its own (NAME=DIR).")
+        adapters[name] = folder
+    return adapters
 
 
 def check_before_the_server(args: argparse.Namespace) -> None:
@@ -277,7 +310,7 @@ def load_shard(
 
     paths = checkpoint_paths(args)
     max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
-    return MetaModel.from_pretrained(
+    engine = MetaModel.from_pretrained(
         paths if len(paths) > 1 else paths[0],
         llama_type=args.llama_type,
         llama_config=args.llama_config,
@@ -291,12 +324,29 @@ def load_shard(
         cuda_graphs=not getattr(args, "no_cuda_graphs", False),
         mp_group=mp_group,
         trust_remote_code=args.trust_remote_code,
+        lora=lora_adapters(getattr(args, "lora", None)),
+        merge_lora=getattr(args, "merge_lora", False),
         prefix_caches=PrefixCaches(
             getattr(args, "max_cached_sessions", MAX_CACHED_SESSIONS),
             None if max_cache_mb is None else int(max_cache_mb * 2**20),
         ),
         followers=followers,
     ).engine
+    tell_adapters(engine.summary())
+    return engine
+
+
+def tell_adapters(summary) -> None:
+    """--lora: the terminal names the models the adapters are chosen as ("BASE + NAME"), or the merged one."""
+    from local_chat.engine.interface import checkpoint_name
+
+    if summary.adapter:
+        print(f"LoRA adapter merged into the weights: serving {checkpoint_name(summary)}.", file=sys.stderr)
+    elif summary.adapters:
+        named = [checkpoint_name(replace(summary, adapter=name)) for name in summary.adapters]
+        print(f"LoRA adapters: {', '.join(named)} (each chosen as a model).", file=sys.stderr)
+    for name, why in summary.adapter_problems:
+        print(f"warning: {why} It is left out; the others are served.", file=sys.stderr)
 
 
 def compile_before_answering(engine: LocalEngine, batch_sizes: Iterable[int] = (1,)) -> None:
@@ -322,6 +372,7 @@ def start_batching(engine: LocalEngine, args: argparse.Namespace) -> None:
     places = args.concurrency or BATCH_PLACES
     cache_bytes = None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20)
     print("Batching: " + engine.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
+
     if args.concurrency is None:
         args.concurrency = places if engine.batcher is not None else 1
 

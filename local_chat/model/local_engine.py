@@ -29,6 +29,7 @@ from local_chat.engine.interface import (
 )
 from local_chat.errors import UserError, described, failure_sentence
 
+from .adapters import Adapters, Cancelled, adapter_session, holding
 from .answer_stream import AnswersInFlight, AnswerStream, batch_decider, logprob_recorder
 from .batching import answer_once, paged_cache_tokens
 from .constraints import Grammars, grammars_for, token_mask
@@ -53,7 +54,8 @@ class LocalEngine:
     """Answers from the transformers model `llma` (with `tokenizer`, and `max_seq_len` tokens of context); `info`:
     what the model panel says of it (path, format, dtype, device, quantization, speed-ups). `lockstep` and
     `followers`: tensor parallel's (model/parallel.py): the ranks that decide each step together, and on rank 0 of
-    the launchers' layout the other ranks each generation is announced to."""
+    the launchers' layout the other ranks each generation is announced to. `adapters`: LoRA adapters over `llma`
+    (model/adapters.py), one of which a request may name."""
 
     def __init__(
         self,
@@ -66,12 +68,14 @@ class LocalEngine:
         info: dict,
         lockstep: Lockstep | None = None,
         followers=None,
+        adapters: Adapters | None = None,
     ):
         self.llma, self.tokenizer, self.encoder, self.sessions = llma, tokenizer, encoder, sessions
         self.decoding, self.max_seq_len, self.lockstep, self.followers = decoding, max_seq_len, lockstep, followers
         self.info = {**info, **decoding.info, "batching": "off"}
         self.batcher = None  # see `start_batching`: a ContinuousBatcher or a StepBatcher
         self.in_flight = AnswersInFlight()
+        self.adapters = adapters
 
     # ----- what the model is -----
 
@@ -130,20 +134,15 @@ class LocalEngine:
             # the processor puts it in front of a prompt whose template has no image marker
             image_marker=image_marker(processor) if self.sees_images else "",
             image_token=getattr(processor, "image_token", "") if self.sees_images else "",
+            adapters=self.adapters.names if self.adapters is not None else (),
+            adapter_problems=tuple(self.adapters.problems.items()) if self.adapters is not None else (),
+            adapter=str(info.get("adapter", "")),
         )
 
     def generation_defaults(self) -> Sampling:
-        """The chat's sampling, with the temperature, top_p, top_k and repetition penalty the checkpoint's
-        generation_config.json sets (those its authors chose for it)."""
+        """The chat's sampling, with what the checkpoint's generation_config.json sets."""
         config = getattr(self.llma, "generation_config", None)
-        chosen = config.to_diff_dict() if config is not None else {}
-        sampling = Sampling()
-        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
-            try:  # a value outside every door's limits (engine/interface.py) keeps the chat's
-                sampling = sampling.but(**{name: chosen[name]}) if chosen.get(name) is not None else sampling
-            except UserError:
-                pass
-        return sampling
+        return Sampling.chosen_for(config.to_diff_dict() if config is not None else {})
 
     def eos_ids(self, stop_symbols: Sequence[str] = ()) -> set[int]:
         """Every id that ends an answer: the tokenizer's and generation config's EOS, and stop symbols that are
@@ -217,17 +216,10 @@ class LocalEngine:
         sent, sent_tokens = "", 0
         try:
             for item in self.answer_steps(
-                request.prompt,
-                request.images,
-                request.image_transform,
-                request.sampling,
-                tuple(request.stop),
-                request.session,
-                request.logprobs,
-                cancel=request.cancel,
-                special_tokens=request.special_tokens,
-                answer_format=request.answer_format,
-            ):
+                request.prompt, request.images, request.image_transform, request.sampling, tuple(request.stop),
+                request.session, request.logprobs, request.cancel, request.special_tokens, request.answer_format,
+                request.adapter,
+            ):  # fmt: skip
                 if isinstance(item, End):
                     yield item
                     return
@@ -237,6 +229,8 @@ class LocalEngine:
                     sent, sent_tokens = item.text, tokens
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
+        except Cancelled:  # while it waited for another adapter's answers
+            yield End("cancelled")
         except torch.OutOfMemoryError:
             yield End.failed(OUT_OF_MEMORY)
         except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
@@ -248,13 +242,13 @@ class LocalEngine:
         strings and image transform. Raises `UserError` for what the user can fix."""
         first = requests[0]
         if any(
-            (r.sampling, tuple(r.stop), r.image_transform, r.special_tokens)
-            != (first.sampling, tuple(first.stop), first.image_transform, first.special_tokens)
+            (r.sampling, tuple(r.stop), r.image_transform, r.special_tokens, r.adapter)
+            != (first.sampling, tuple(first.stop), first.image_transform, first.special_tokens, first.adapter)
             for r in requests
         ):
             raise UserError(
-                "A batch of requests must share its sampling, stop strings and image transform; send them in "
-                "separate batches."
+                "A batch of requests must share its sampling, stop strings, image transform and adapter; send them "
+                "in separate batches."
             )
         images = [r.images for r in requests]
         details = self.batch_answers(
@@ -266,6 +260,7 @@ class LocalEngine:
             first.image_transform,
             first.special_tokens,
             [r.answer_format for r in requests],
+            first.adapter,
         )
         return [Answer(d.pop("text"), End(**d)) for d in details]
 
@@ -293,10 +288,13 @@ class LocalEngine:
         cancel: threading.Event | None = None,
         special_tokens: bool = False,
         answer_format: AnswerFormat | None = None,
+        adapter: str | None = None,
     ) -> Iterator[AnswerStream | End]:
-        """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`.
-        Announced to the other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
-        with self.in_flight.one_more() as others:
+        """One answer: its `AnswerStream` after every step (its text, tokens, log-probabilities), then its `End`;
+        with the LoRA `adapter` (a name of `adapters`), once the answers of another have ended. Announced to the
+        other ranks in tensor parallel, which run it alongside (they ignore what it yields)."""
+        session = adapter_session(session, adapter)
+        with holding(self.adapters, adapter, cancel), self.in_flight.one_more() as others:
             inputs = self.encoder.prepare_inputs([prompt], None if images is None else [images], image_transform)
             prompt_tokens = inputs.input_ids.shape[1]
             max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
@@ -381,19 +379,21 @@ class LocalEngine:
         image_transform=None,
         special_tokens: bool = False,
         answer_formats: list[AnswerFormat | None] | None = None,
+        adapter: str | None = None,
     ) -> list[dict]:
-        """A left-padded batch's answers, each as the dict of `End`'s fields with its "text" and the batch's
-        `encode_time`."""
-        encode_started = time.perf_counter()
-        inputs = self.encoder.prepare_inputs(list(prompts), images, image_transform)
-        encode_time = time.perf_counter() - encode_started
-        lengths = inputs.attention_mask.sum(dim=1).tolist()
-        max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
-        streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
-        mask = token_mask(self.grammars, answer_formats or [None] * len(prompts))
-        decide = self._decider(streams)
-        for _ in generate_tokens(
-            self.llma, inputs, sampling, decide, static=self.static, max_new_tokens=max_new, mask=mask
-        ):
-            pass
-        return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]
+        """A left-padded batch's answers (with the LoRA `adapter`, where named), each as the dict of `End`'s fields
+        with its "text" and the batch's `encode_time`."""
+        with holding(self.adapters, adapter, cancel):
+            encode_started = time.perf_counter()
+            inputs = self.encoder.prepare_inputs(list(prompts), images, image_transform)
+            encode_time = time.perf_counter() - encode_started
+            lengths = inputs.attention_mask.sum(dim=1).tolist()
+            max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
+            streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
+            mask = token_mask(self.grammars, answer_formats or [None] * len(prompts))
+            decide = self._decider(streams)
+            for _ in generate_tokens(
+                self.llma, inputs, sampling, decide, static=self.static, max_new_tokens=max_new, mask=mask
+            ):
+                pass
+            return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]

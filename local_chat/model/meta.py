@@ -10,7 +10,9 @@ import torch
 
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.engine.interface import ACCESSORY_SAMPLING, End, Sampling
+from local_chat.errors import UserError
 
+from .adapters import Adapters, attach_adapters
 from .encoding import PromptEncoder
 from .loading import load
 from .local_engine import LocalEngine
@@ -45,11 +47,13 @@ class MetaModel(torch.nn.Module):
         prefix_caches: PrefixCaches | None = None,
         followers=None,
         cuda_graphs: bool = True,
+        adapters: Adapters | None = None,
     ):
         """`prefix_caches`: the conversations' KV caches kept between turns (default: `MAX_CACHED_SESSIONS` of
         them); `lockstep` and `followers`: tensor parallel's (model/parallel.py): the ranks that decide each
         step together, and on rank 0 of the launchers' layout the other ranks each generation is announced to;
-        `cuda_graphs`: on one GPU without `compile`, replay the decode steps from CUDA graphs (model/graphs.py)."""
+        `cuda_graphs`: on one GPU without `compile`, replay the decode steps from CUDA graphs (model/graphs.py);
+        `adapters`: the LoRA adapters over `llma` (model/adapters.py)."""
         super().__init__()
         decoding = plan_decoding(llma, max_seq_len, compile, cuda_graphs, lockstep)
         self.llma = llma
@@ -60,7 +64,7 @@ class MetaModel(torch.nn.Module):
         encoder = PromptEncoder(llma, tokenizer, processor)
         sessions = SessionCaches(llma, processor, store, lockstep)
         self.engine = LocalEngine(
-            llma, tokenizer, encoder, sessions, decoding, max_seq_len, dict(info or {}), lockstep, followers
+            llma, tokenizer, encoder, sessions, decoding, max_seq_len, dict(info or {}), lockstep, followers, adapters
         )
         if processor is not None:
             llma.image_size = encoder.image_size  # the guide reads model.llma.image_size
@@ -84,6 +88,8 @@ class MetaModel(torch.nn.Module):
         prefix_caches: PrefixCaches | None = None,
         followers=None,
         cuda_graphs: bool = True,
+        lora: dict | None = None,
+        merge_lora: bool = False,
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
@@ -92,6 +98,8 @@ class MetaModel(torch.nn.Module):
         answers are slow while it compiles, unless `compile_decoding()` ran first; worth it on a GPU).
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
         `prefix_caches`, `followers`, `cuda_graphs`: see `MetaModel`.
+        `lora`: PEFT LoRA adapters to load over the model, {name: folder} (model/adapters.py): a request names the
+        one its answer runs with (`stream_generate(adapter=...)`); `merge_lora`: fold the one adapter into the weights.
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(
@@ -110,6 +118,11 @@ class MetaModel(torch.nn.Module):
         lockstep = (
             Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 else None
         )
+        adapters = None
+        if lora:
+            check_adapter_flags(lockstep is not None, compile, quant, merge_lora)
+            loaded.model, adapters = attach_adapters(loaded.model, lora, merge_lora)
+            loaded.info["adapter"] = next(iter(lora)) if merge_lora else ""
         return MetaModel(
             loaded.model,
             loaded.tokenizer,
@@ -121,6 +134,7 @@ class MetaModel(torch.nn.Module):
             prefix_caches,
             followers,
             cuda_graphs,
+            adapters,
         )
 
     @property
@@ -144,6 +158,7 @@ class MetaModel(torch.nn.Module):
         cancel: threading.Event | None = None,
         image_transform: str | None = None,
         session: str | None = None,
+        adapter: str | None = None,
     ) -> Iterator[dict]:
         """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
         "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
@@ -152,12 +167,20 @@ class MetaModel(torch.nn.Module):
         generator) stops the model before its next forward pass. `session` names a conversation (a browser tab,
         say): the keys and values of its last turn are kept, and this turn runs only the tokens of its prompt
         that differ from them (`cached_tokens` in the last piece counts the others; see model/prefix_cache.py).
+        `adapter`: the LoRA adapter (of `from_pretrained`'s `lora`) the answer runs with; None: the model alone.
         Raises `UserError` for what the user can fix. (`stream` is the same answer as events.)
         """
         sampling = Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty, seed)
         shown = ""
         for item in self.engine.answer_steps(
-            prompt, image, image_transform, sampling, tuple(additional_stop_symbols), session, cancel=cancel
+            prompt,
+            image,
+            image_transform,
+            sampling,
+            tuple(additional_stop_symbols),
+            session,
+            cancel=cancel,
+            adapter=adapter,
         ):
             if isinstance(item, End):
                 figures = {k: v for k, v in vars(item).items() if k not in ("error", "caller_error", "encode_time")}
@@ -183,11 +206,25 @@ class MetaModel(torch.nn.Module):
         cancel: threading.Event | None = None,
         image_transform: str | None = None,
         return_details: bool = False,
+        adapter: str | None = None,
     ) -> list:
         """Answers to a batch of prompts (left-padded, one pass). With `return_details`, each answer is the
-        dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`."""
+        dict of `stream_generate`'s last piece instead of its text, plus the batch's `encode_time`. `adapter`: as in
+        `stream_generate`."""
         sampling = Sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty, seed)
         details = self.engine.batch_answers(
-            list(prompts), images, sampling, tuple(additional_stop_symbols), cancel, image_transform
+            list(prompts), images, sampling, tuple(additional_stop_symbols), cancel, image_transform, adapter=adapter
         )
         return details if return_details else [d["text"] for d in details]
+
+
+def check_adapter_flags(tensor_parallel: bool, compile: bool, quant, merge: bool) -> None:
+    """LoRA adapters' refusals, one sentence each: what they cannot go with yet."""
+    if tensor_parallel:
+        raise UserError("--lora does not work with tensor parallel (--n_gpus) yet; load the model on one device.")
+    if compile and not merge:
+        raise UserError("--compile cannot switch LoRA adapters between answers; add --merge_lora or drop --compile.")
+    if quant and merge:
+        raise UserError(
+            "--merge_lora would round the adapter into the quantized weights; drop --quant or --merge_lora."
+        )

@@ -69,6 +69,8 @@ def why_no_cuda_graphs(llma, wanted: bool, compile: bool, lockstep: Lockstep | N
         return "--compile records its own"
     if lockstep is not None:
         return "not with tensor parallel (--n_gpus) yet"
+    if hasattr(llma, "peft_config"):  # PEFT's adapters over the layers (model/adapters.py)
+        return "LoRA adapters switch between answers, which a graph cannot replay"
     if spread_over_devices(llma):
         return "not with the layers spread over GPUs"
     if keeps_states(llma.config):

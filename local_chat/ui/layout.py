@@ -91,6 +91,7 @@ def model_panel(engine: Engine) -> str:
             + (" · compiled decoding" if facts.compiled else "")
             + (" · CUDA graphs" if facts.cuda_graphs else "")
             + f" · batching: {escape(facts.batching)}"
+            + (f" · LoRA adapters loaded: {escape(', '.join(facts.adapters))}" if facts.adapters else "")
         )
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
 
