@@ -5,6 +5,7 @@ page's picker offers "BASE + NAME", and a folder that does not fit is one senten
 are served. Two adapters made with PEFT on a tiny Llama, of different ranks and layers."""
 
 import json
+import shutil
 import threading
 
 import psutil
@@ -14,6 +15,7 @@ import torch
 from app_server import generate_here, launched
 from openai import APIStatusError, OpenAI
 from test_browser import ARTIFACTS, browser, open_page, send  # noqa: F401
+from test_models_dir import model_processes
 
 from local_chat.engine.interface import Request, Sampling, collect
 from local_chat.launchers import browser as launchers
@@ -245,3 +247,39 @@ def test_the_page_picker_offers_each_adapter_and_the_answer_names_it(browser, by
     finally:
         app.terminate()
         app.communicate(timeout=30)
+
+
+def test_models_dir_lists_adapters_over_their_base_and_loads_the_base_once(tmp_path, byte_llama_dir, adapters, served):
+    """--models_dir: an adapter folder whose config names a listed checkpoint (a hub id's last part, or its path) is
+    the model "BASE + NAME", answered by the base's one process; one whose base is not listed says so."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copytree(byte_llama_dir, folder / "byte-llama")
+    for name, base in (("alpha", "acme/byte-llama"), ("beta", str(folder / "byte-llama")), ("orphan", "acme/other")):
+        shutil.copytree(adapters["beta" if name == "beta" else "alpha"], folder / name)
+        config = json.loads((folder / name / "adapter_config.json").read_text())
+        (folder / name / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": base}))
+    app, client = launched("--models_dir", str(folder), "--no_history")
+    try:
+        api = OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
+        cards = {card.id: card.model_extra for card in api.models.list().data}
+        assert list(cards) == ["byte-llama", "byte-llama + alpha", "byte-llama + beta"]
+        assert cards["byte-llama + beta"]["parent"] == "byte-llama"
+        [process] = model_processes(app)
+        for model, adapter in (("byte-llama + alpha", "alpha"), ("byte-llama + beta", "beta"), ("byte-llama", None)):
+            reply = api.completions.create(model=model, prompt=PROMPTS[0], max_tokens=16, temperature=0)
+            assert (
+                reply.choices[0].text
+                == collect(served.engine.stream(Request(PROMPTS[0], GREEDY, adapter=adapter))).text
+            )
+        assert model_processes(app) == [process]  # the base's one process answered them all
+        with pytest.raises(APIStatusError) as orphan:
+            api.completions.create(model="orphan", prompt="Hi", max_tokens=4)
+        assert (
+            "its base 'acme/other' (base_model_name_or_path in its adapter_config.json) is not among"
+            in (orphan.value.body["message"])
+        )
+    finally:
+        app.terminate()
+        output = app.communicate(timeout=30)[0]
+    assert "byte-llama + alpha (LoRA adapter over byte-llama," in output

@@ -6,34 +6,11 @@ adapter (model/adapters.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from local_chat.errors import UserError
 
-from .interface import Answer, End, Engine, EngineSummary, Event, Request, checkpoint_name
-from .models import Lease, ModelChoices
-
-JOIN = " + "  # between a base's name and its adapter's: "BASE + NAME"
-
-
-class WithAdapter:
-    """`engine` (the model's queue) answering with the adapter `name` (None: the model alone); every other fact and
-    call is `engine`'s."""
-
-    def __init__(self, engine: Engine, name: str | None):
-        self.engine, self.name = engine, name
-
-    def __getattr__(self, attribute: str):
-        return getattr(self.engine, attribute)
-
-    def summary(self) -> EngineSummary:
-        return replace(self.engine.summary(), adapter=self.name or "")
-
-    def stream(self, request: Request) -> Iterator[Event]:
-        return self.engine.stream(replace(request, adapter=self.name))
-
-    def complete(self, requests: list[Request]) -> list[Answer]:
-        return self.engine.complete([replace(request, adapter=self.name) for request in requests])
+from .choices import JOIN, Lease, ModelChoices, WithAdapter
+from .interface import End, Engine, Event, Request, checkpoint_name
 
 
 class AdapterChoices(ModelChoices):

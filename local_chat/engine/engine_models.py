@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
+from .choices import Lease, ModelChoices
 from .in_order import InArrivalOrder
 from .interface import End, Engine, Event, Request
-from .models import Lease, ModelChoices
 from .remote import RemoteEngine
 
 

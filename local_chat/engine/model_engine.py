@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 from local_chat.errors import UserError
 
+from .choices import ModelChoices
 from .interface import Answer, Engine, Event, Request, Sampling, collect
-from .models import ModelChoices
 
 
 class ModelEngine:

@@ -10,10 +10,11 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from local_chat.errors import UserError
 
+from .choices import Lease, ModelChoices, WithAdapter
 from .in_order import InArrivalOrder
 from .interface import CHAT_SAMPLING, End, Engine, Event, Loading, Request, Sampling
 from .pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
@@ -53,68 +54,11 @@ class _Model:
     load_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-@dataclass
-class Lease:
-    """A loaded model held for one request: it is not unloaded until `release()`."""
-
-    model_id: str
-    engine: InArrivalOrder
-    template: str
-    system: str | None
-    _release: Callable[[], None]
-    _released: bool = False
-    chat_sampling: Sampling = CHAT_SAMPLING  # the page's answer settings for it (--models_config's sampling keys)
-
-    def release(self) -> None:
-        """Once the answer is over (again: nothing)."""
-        if not self._released:
-            self._released = True
-            self._release()
-
-
-class ModelChoices:
-    """What the doors (the page's picker, /v1) ask of the models they pick among: `Models` here, and an engine's
-    (engine/engine_models.py)."""
-
-    strict = True  # a `model` not listed is refused (an engine's front answers it with --model's)
-
-    def lease(self, model_id: str, may_load: bool = True) -> Lease:
-        raise NotImplementedError
-
-    def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
-        """`lease(model_id, may_load)`, or the sentence saying why it cannot be had."""
-        try:
-            return self.lease(model_id, may_load)
-        except UserError as error:
-            return str(error)
-
-    def load_progress(self, model_id: str) -> LoadProgress | None:
-        """How far `model_id`'s load has come, while it loads (where its loader tells)."""
-        return None
-
-    def context_of(self, model_id: str) -> int | None:
-        """`model_id`'s context in tokens, where it is known without loading it (/v1/models' `context_length`)."""
-        facts = self.facts_of(model_id)
-        return facts.max_seq_len if facts is not None else None
-
-    def facts_of(self, model_id: str):
-        """What a door reads of `model_id` without asking it anything (its tokenizer, context, whether it sees
-        images, its summary...), where they are known; None for a model never loaded. Never loads it."""
-        raise NotImplementedError
-
-    def loaded(self, model_id: str):
-        """`model_id`'s engine where it is loaded now (nothing is loaded for asking), else None."""
-        raise NotImplementedError
-
-    def parent_of(self, model_id: str) -> str | None:
-        """The model an adapter's model runs over (--lora), else None."""
-        return None
-
-
 class Models(ModelChoices):
     """The listed models ((id, problem or None) each), loaded on demand by `start` (a `ModelProcess` for an id,
     whose facts hold its "template", "system", "chat_sampling" and "places": its --concurrency); `contexts`: each
-    one's context as its listing foresees it, until it has loaded."""
+    one's context as its listing foresees it, until it has loaded; `adapters`: the LoRA adapters found beside them,
+    {"BASE + NAME": (BASE, NAME)}, each answered by its base's process, which loads them all with it."""
 
     def __init__(
         self,
@@ -123,12 +67,14 @@ class Models(ModelChoices):
         max_loaded: int = 1,
         idle_unload_s: float | None = None,
         contexts: dict[str, int] | None = None,
+        adapters: dict[str, tuple[str, str]] | None = None,
     ):
         if max_loaded < 1:
             raise UserError(f"--max_loaded_models {max_loaded}: give 1 or more.")
         self._models = {model_id: _Model(model_id, problem) for model_id, problem in listed}
         self._contexts = contexts or {}  # each model's context as its listing foresees it (launchers/catalog.py)
         self._start = start
+        self._adapters = adapters or {}
         self.max_loaded, self.idle_unload_s = max_loaded, idle_unload_s
         self._changed = threading.Condition()
         self._closed = threading.Event()
@@ -138,25 +84,36 @@ class Models(ModelChoices):
     # ----- what the doors ask -----
 
     def ids(self) -> list[str]:
-        """The ids of the models that can load, in listing order."""
-        return [model.id for model in self._models.values() if model.problem is None]
+        """The ids of the models that can load, in listing order, each followed by its adapters'."""
+        return [model_id for model_id, _ in self.states()]
 
     def states(self) -> list[tuple[str, str]]:
-        """(id, "loaded" | "loading" | "available") of each model that can load."""
+        """(id, "loaded" | "loading" | "available") of each model that can load, and of its adapters (its own)."""
         with self._changed:
-            return [(m.id, "loading" if m.state == "unloading" else m.state) for m in self._listed()]
+            states = []
+            for model in self._listed():
+                state = "loading" if model.state == "unloading" else model.state
+                states += [(model.id, state)] + [
+                    (a, state) for a, (base, _) in self._adapters.items() if base == model.id
+                ]
+            return states
 
     def known(self, model_id: str) -> bool:
+        model_id = self._adapters.get(model_id, (model_id,))[0]
         return model_id in self._models and self._models[model_id].problem is None
 
+    def parent_of(self, model_id: str) -> str | None:
+        return self._adapters[model_id][0] if model_id in self._adapters else None
+
     def unknown_sentence(self, model_id) -> str:
-        model = self._models.get(model_id)
+        model = self._models.get(self._adapters.get(model_id, (model_id,))[0])
         if model is not None and model.problem is not None:
             return f"{model_id} cannot load: {model.problem}"
         return f"There is no model {model_id!r} here; the models are {', '.join(self.ids()) or 'none'}."
 
     def waiting_sentence(self, model_id: str) -> str:
         """What a request for `model_id` waits for, in a few words ("loading MODEL, 12 s")."""
+        model_id = self._adapters.get(model_id, (model_id,))[0]
         with self._changed:
             model = self._models[model_id]
             if model.state == "loading":
@@ -169,25 +126,37 @@ class Models(ModelChoices):
             return f"waiting for {', '.join(busy)} to finish its answers before loading {model_id}"
 
     def load_progress(self, model_id: str) -> LoadProgress | None:
+        model_id = self._adapters.get(model_id, (model_id,))[0]
         with self._changed:
             model = self._models.get(model_id)
             return model.progress if model is not None and model.state == "loading" else None
 
-    def facts_of(self, model_id: str) -> ModelFacts | None:
+    def facts_of(self, model_id: str) -> ModelFacts | WithAdapter | None:
+        if model_id in self._adapters:
+            base, name = self._adapters[model_id]
+            facts = self.facts_of(base)
+            return WithAdapter(facts, name) if facts is not None else None
         model = self._models.get(model_id)
         return model.facts if model is not None else None
 
     def context_of(self, model_id: str) -> int | None:
-        return super().context_of(model_id) or self._contexts.get(model_id)
+        return super().context_of(model_id) or self._contexts.get(self._adapters.get(model_id, (model_id,))[0])
 
-    def loaded(self, model_id: str) -> InArrivalOrder | None:
+    def loaded(self, model_id: str) -> InArrivalOrder | WithAdapter | None:
+        if model_id in self._adapters:
+            base, name = self._adapters[model_id]
+            engine = self.loaded(base)
+            return WithAdapter(engine, name) if engine is not None else None
         with self._changed:
             model = self._models.get(model_id)
             return model.engine if model is not None and model.state == "loaded" else None
 
     def lease(self, model_id: str, may_load: bool = True) -> Lease:
         """`model_id` loaded (here, where it is not: after making room), held until the lease is released. A model
-        that cannot load, or is not loaded where `may_load` is False (--admins), is a `UserError` saying why."""
+        that cannot load, or is not loaded where `may_load` is False (--admins), is a `UserError` saying why. An
+        adapter's model is its base's, answering with the adapter."""
+        if model_id in self._adapters:
+            return self._adapter_lease(model_id, may_load)
         with self._changed:
             if not self.known(model_id):
                 raise UserError(self.unknown_sentence(model_id))
@@ -203,6 +172,15 @@ class Models(ModelChoices):
             raise
         release = functools.partial(self._leave, model)
         return Lease(model_id, model.engine, model.template, model.system, release, chat_sampling=model.chat_sampling)
+
+    def _adapter_lease(self, model_id: str, may_load: bool) -> Lease:
+        base, name = self._adapters[model_id]
+        lease = self.lease(base, may_load)
+        problem = dict(lease.engine.summary().adapter_problems).get(name)
+        if problem is not None:  # its folder did not fit the base (model/adapters.py)
+            lease.release()
+            raise UserError(f"{model_id} cannot load: {problem}")
+        return replace(lease, model_id=model_id, engine=WithAdapter(lease.engine, name))
 
     def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
         """`request` answered by `model_id` (`answer(engine)`: its events over the loaded model's engine; by default

@@ -103,12 +103,16 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
     from .model_processes import model_max_seq_len, start_model
 
     paths = {model.id: str(model.path) for model in args.listed}
+    adapters = [model for model in args.listed if model.adapter is not None and model.problem is None]
+    checkpoints = [model for model in args.listed if model not in adapters]
+    lora = {m.id: {a.adapter: str(a.path) for a in adapters if a.base == m.id} for m in checkpoints}  # loaded with it
     models = Models(
-        [(model.id, model.problem) for model in args.listed],
-        start=lambda model_id: start_model(args, paths[model_id], model_id, with_visual),
+        [(model.id, model.problem) for model in checkpoints],
+        start=lambda model_id: start_model(args, paths[model_id], model_id, with_visual, lora[model_id]),
         max_loaded=args.max_loaded_models,
         idle_unload_s=None if args.idle_unload is None else args.idle_unload * 60,
-        contexts={model.id: model.context(model_max_seq_len(args, model.id)) for model in args.listed},
+        contexts={model.id: model.context(model_max_seq_len(args, model.id)) for model in checkpoints},
+        adapters={adapter.id: (adapter.base, adapter.adapter) for adapter in adapters},
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # ended: its models' processes end too (below)
     try:

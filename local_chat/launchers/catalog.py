@@ -2,12 +2,14 @@
 `org/name` for a snapshot of the Hugging Face cache; `@2`, `@3` for a name seen again), its family, its size on
 disk, whether it sees images and whether it fits the free memory in the dtype (or quantization) it would load in.
 The checks are static (weights present, config readable, architecture known): a checkpoint that fails them is listed
-with its one sentence, and the others still work. `--model ID` picks the one the app starts with."""
+with its one sentence, and the others still work. `--model ID` picks the one the app starts with. A PEFT LoRA
+adapter's folder (adapter_config.json) is listed as "BASE + NAME" where its config's base_model_name_or_path names a
+listed checkpoint (its path, its id, or the last part of a hub id), and with its sentence where none is."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from local_chat.defaults import DEFAULT_CONTEXT
@@ -28,6 +30,8 @@ class ListedModel:
     fits: bool | None = None  # in the free memory, as it would load; None: not known
     problem: str | None = None  # why it cannot load, one sentence
     positions: int | None = None  # its config's max_position_embeddings: its context is at most that
+    adapter: str | None = None  # a LoRA adapter's name (its folder's); its id is "BASE + NAME"
+    base: str | None = None  # an adapter's base: the listed checkpoint's id (before that: its config's words)
 
     def context(self, max_seq_len: int | None) -> int:
         """Its context as it would load with `max_seq_len` (--max_seq_len, default DEFAULT_CONTEXT)."""
@@ -38,6 +42,8 @@ class ListedModel:
         """How the terminal lists it."""
         if self.problem is not None:
             return f"{self.id}: {self.problem}"
+        if self.adapter is not None:
+            return f"{self.id} (LoRA adapter over {self.base}, {self.size / 2**20:.1f} MiB)"
         facts = [self.family, f"{self.size / 2**30:.1f} GiB" if self.size >= 2**30 else f"{self.size / 2**20:.0f} MiB"]
         facts += ["sees images"] if self.sees_images else []
         facts += ["does not fit the free memory"] if self.fits is False else []
@@ -59,12 +65,30 @@ def find_models(
             model_id = f"{name}@{taken + 1}" if taken else name
             listed = _listed(model_id, path, (load_bytes, quant), free, set((settings or {}).get(model_id, ())))
             found.append(listed)
-    return found
+    return [_placed(model, found) if model.adapter is not None else model for model in found]
+
+
+def _placed(adapter: ListedModel, found: list[ListedModel]) -> ListedModel:
+    """An adapter named after its base, where its config's base_model_name_or_path is a listed checkpoint."""
+    if adapter.problem is not None:
+        return adapter
+    said = str(adapter.base or "")
+    path = Path(said).expanduser()
+    for model in found:
+        if model.adapter is None and model.problem is None:
+            same_path = path.is_dir() and path.resolve() == model.path.resolve()
+            if same_path or model.id in (said, path.name) or said.endswith("/" + model.id):
+                return replace(adapter, id=f"{model.id} + {adapter.adapter}", base=model.id)
+    return replace(
+        adapter,
+        problem=f"its base {said!r} (base_model_name_or_path in its adapter_config.json) is not among the checkpoints "
+        "listed; put the base's folder in --models_dir, or serve it with --pretrained_path BASE --lora.",
+    )
 
 
 def pick(models: list[ListedModel], wanted: str | None) -> ListedModel:
     """The model `--model` names (default: the first that can load); one sentence naming the ids otherwise."""
-    usable = [m for m in models if m.problem is None]
+    usable = [m for m in models if m.problem is None and m.adapter is None]
     if wanted is None:
         if not usable:
             raise UserError("No checkpoint in --models_dir can load (see the list above); add one, or fix one.")
@@ -87,7 +111,7 @@ def _candidates(folder: Path) -> list[tuple[str, Path]]:
             snapshot = _snapshot(child)
             if snapshot is not None:
                 found.append(("/".join(child.name.split("--")[1:]), snapshot))
-        elif _looks_like_checkpoint(child):
+        elif _looks_like_checkpoint(child) or (child / "adapter_config.json").is_file():
             found.append((child.name, child))
     return found
 
@@ -109,6 +133,8 @@ def _looks_like_checkpoint(folder: Path) -> bool:
 
 
 def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None, given: set) -> ListedModel:
+    if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
+        return _adapter(model_id, path)
     shards = [p for p in path.iterdir() if ACCESSORY_SHARD.match(p.name) or META_SHARD.match(p.name)]
     if shards:
         return _consolidated(model_id, path, shards, load, free, given)
@@ -155,6 +181,23 @@ def _consolidated(
     )
     fits = _fits(size, 2, load, free)  # Meta's and Accessory's releases are 16-bit
     return ListedModel(model_id, path, f"llama ({kind})", size, fits=fits, problem=problem)
+
+
+def _adapter(name: str, path: Path) -> ListedModel:
+    """A PEFT LoRA adapter's folder, with the base its config names (placed among the checkpoints by `_placed`)."""
+    size = sum(p.stat().st_size for p in path.glob("adapter_model.*"))
+    try:
+        config = json.loads((path / "adapter_config.json").read_text())
+        base = str(config.get("base_model_name_or_path") or "")
+    except (OSError, ValueError, AttributeError) as error:
+        return ListedModel(
+            name, path, "LoRA adapter", size, adapter=name, problem=f"its adapter_config.json cannot be read ({error})."
+        )
+    if not size:
+        return ListedModel(
+            name, path, "LoRA adapter", 0, adapter=name, problem="it holds no adapter_model.safetensors."
+        )
+    return ListedModel(name, path, "LoRA adapter", size, adapter=name, base=base)
 
 
 def _fits(size: int, stored: int, load: tuple[int, int | None], free: int | None) -> bool | None:

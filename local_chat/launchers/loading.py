@@ -131,7 +131,8 @@ def choose_listed_model(args: argparse.Namespace) -> None:
         print(f"  {model.line()}", file=sys.stderr)
     chosen = pick(models, args.model)
     print(f"Starting with {chosen.id}; the others load when asked for.", file=sys.stderr)
-    args.pretrained_path, args.served_name, args.listed = [str(chosen.path)], chosen.id, models
+    base = next((m for m in models if m.id == chosen.base), chosen)  # an adapter's: its base's folder
+    args.pretrained_path, args.served_name, args.listed = [str(base.path)], chosen.id, models
     args.model_settings = settings
 
 

@@ -25,9 +25,9 @@ def model_max_seq_len(args: argparse.Namespace, model_id: str) -> int | None:
     return model_entry_and_flags(args, model_id)[1].max_seq_len
 
 
-def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False):
+def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False, lora=None):
     """The `ModelProcess` (engine/models.py) that loads the checkpoint at `path` with the flags `args` (`with_visual`:
-    refuse a model that sees no images, for the image demos)."""
+    refuse a model that sees no images, for the image demos), and the LoRA adapters `lora` ({name: folder})."""
     import multiprocessing
 
     from local_chat.engine.models import ModelProcess
@@ -35,6 +35,7 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
     entry, flags = model_entry_and_flags(args, model_id)
     flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None
     flags.model_entry = entry
+    flags.lora = [f"{name}={folder}" for name, folder in (lora or {}).items()] or None
     context = multiprocessing.get_context("spawn")
     connection, there = context.Pipe()
     process = context.Process(target=model_main, args=(there, flags, model_id, with_visual), name=f"model {model_id}")

@@ -11,9 +11,10 @@ import asyncio
 import gradio as gr
 
 from local_chat.engine.chats import ChatEngine
+from local_chat.engine.choices import Lease
 from local_chat.engine.interface import Sampling
 from local_chat.engine.model_engine import ModelEngine
-from local_chat.engine.models import Lease, Models, NotLoaded
+from local_chat.engine.models import Models, NotLoaded
 from local_chat.prompting import conversation_templates, default_system
 
 from .layout import message_box_images, model_panel, sampling_values
