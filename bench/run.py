@@ -60,6 +60,9 @@ class Settings:
     models_tokens: int = 16
     models_repeats: int = 8
     history_conversations: int = 10_000
+    adapters_shape: str = "100m"
+    adapters_tokens: int = 64
+    adapters_repeats: int = 5
     warmups: int = 1  # rounds before the interleaved repeats count
 
 
@@ -108,6 +111,9 @@ SMOKE = Settings(
     models_tokens=4,
     models_repeats=1,
     history_conversations=200,
+    adapters_shape="tiny",
+    adapters_tokens=4,
+    adapters_repeats=1,
     warmups=0,
 )
 
@@ -325,6 +331,16 @@ FIGURES = {
         ("<=", 100),
     ),
     "history_open_200_all_ms": ("the same to all its 200 messages painted (the rest comes right after)", None),
+    "adapters_switch_ms_more": (
+        "switching LoRA adapters on a loaded base: ms more to the first token of an answer with adapter a right "
+        "after one with b than after one with a (~100M random Llama, two rank-16 adapters on every linear layer)",
+        None,
+    ),
+    "adapters_decode_unmerged_over_base": (
+        "decode tokens/s with an adapter (--lora, PEFT's pairs beside the layers) over the base alone",
+        (">=", 0.8),
+    ),
+    "adapters_decode_merged_over_base": ("the same with the adapter merged (--merge_lora)", (">=", 0.97)),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -346,6 +362,7 @@ BENCHMARKS = (
     "tools",
     "documents",
     "history",
+    "adapters",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -437,6 +454,10 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
 
             demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
             results.update(history.run(settings, demo))
+        elif name == "adapters":
+            from bench import adapters
+
+            results.update(adapters.run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
 

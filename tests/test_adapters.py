@@ -7,6 +7,7 @@ are served. Two adapters made with PEFT on a tiny Llama, of different ranks and 
 import json
 import shutil
 import threading
+import time
 
 import psutil
 import pytest
@@ -131,7 +132,8 @@ def test_the_kv_caches_are_kept_per_adapter(served):
 def test_a_folder_that_does_not_fit_is_one_sentence_naming_its_file_and_the_others_are_served(served, adapters):
     problems = dict(served.engine.summary().adapter_problems)
     assert set(problems) == {"wider", "broken", "unknown", "empty"}
-    assert "trained on another base" in problems["wider"] and str(adapters["wider"]) in problems["wider"]
+    assert f"in {adapters['wider'] / 'adapter_model.safetensors'} is [96, 4], where this model's" in problems["wider"]
+    assert "trained on another base" in problems["wider"]
     assert f"{adapters['broken']}/adapter_config.json is not valid JSON" in problems["broken"]
     assert "targets nope_proj, which this model (LlamaForCausalLM) does not have" in problems["unknown"]
     assert f"{adapters['empty']} has no adapter_config.json" in problems["empty"]
@@ -283,3 +285,69 @@ def test_models_dir_lists_adapters_over_their_base_and_loads_the_base_once(tmp_p
         app.terminate()
         output = app.communicate(timeout=30)[0]
     assert "byte-llama + alpha (LoRA adapter over byte-llama," in output
+
+
+def test_answers_take_the_layers_in_arrival_order_one_adapter_at_a_time():
+    """While answers of a run, one of b waits; an answer of a that comes after b waits behind it (no starving b), and
+    answers of b that came together run together; a cancelled wait ends at once."""
+    from local_chat.model.adapters import Adapters, Cancelled
+
+    class Layers:  # PEFT's calls, recorded
+        def __init__(self):
+            self.base_model, self.calls = self, []
+
+        def set_adapter(self, name, inference_mode):
+            self.calls.append(name)
+
+        def enable_adapter_layers(self):
+            pass
+
+        def disable_adapter_layers(self):
+            self.calls.append(None)
+
+    layers = Layers()
+    gate = Adapters(layers, ["a", "b"])
+    order, running = [], {}
+
+    def answer(name: str, tag: str, hold: threading.Event):
+        with gate.holding(name):
+            order.append(tag)
+            running[tag] = True
+            hold.wait(5)
+            running[tag] = False
+
+    holds = {tag: threading.Event() for tag in ("a1", "b1", "a2", "b2")}
+    threads = {}
+    for tag in ("a1", "b1", "a2", "b2"):
+        threads[tag] = threading.Thread(target=answer, args=(tag[0], tag, holds[tag]))
+        threads[tag].start()
+        time.sleep(0.2)
+    assert order == ["a1"]  # b1 waits for a1, a2 behind b1, b2 behind a2
+    for done, now in (("a1", ["a1", "b1"]), ("b1", ["a1", "b1", "a2"]), ("a2", ["a1", "b1", "a2", "b2"])):
+        holds[done].set()
+        threads[done].join(5)
+        time.sleep(0.2)
+        assert order == now
+    holds["b2"].set()
+    threads["b2"].join(5)
+    assert layers.calls == [None, "a", "b", "a", "b"]  # the model alone at first, then each switch
+    holds = {tag: threading.Event() for tag in ("a3", "b3", "b4")}
+    threads = {tag: threading.Thread(target=answer, args=(tag[0], tag, holds[tag])) for tag in holds}
+    for thread in threads.values():
+        thread.start()
+        time.sleep(0.2)
+    holds["a3"].set()
+    time.sleep(0.3)
+    assert running["b3"] and running["b4"]  # of one adapter, arrived together: they run together
+    holds["b3"].set(), holds["b4"].set()
+    [thread.join(5) for thread in threads.values()]
+    blocker = threading.Event()
+    holder = threading.Thread(target=answer, args=("a", "a5", blocker))
+    holder.start()
+    time.sleep(0.1)
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled), gate.holding("b", cancel):
+        pass
+    blocker.set()
+    holder.join(5)

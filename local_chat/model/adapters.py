@@ -64,15 +64,20 @@ def read_adapter(name: str, folder: str | Path):
     return config
 
 
+def weights_file(folder: Path) -> Path:
+    """The adapter's weights file: PEFT's safetensors, else its older .bin."""
+    return next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), folder / WEIGHT_FILES[0])
+
+
 def adapter_tensors(folder: Path) -> dict[str, tuple[int, ...]]:
     """The shapes of the adapter's tensors, by name, read from the file's header (nothing loaded)."""
-    weights = folder / WEIGHT_FILES[0]
-    if weights.is_file():
+    weights = weights_file(folder)
+    if weights.suffix == ".safetensors":
         from safetensors import safe_open
 
         with safe_open(str(weights), framework="pt") as tensors:
             return {key: tuple(tensors.get_slice(key).get_shape()) for key in tensors.keys()}
-    state = torch.load(folder / WEIGHT_FILES[1], map_location="meta", weights_only=True)
+    state = torch.load(weights, map_location="meta", weights_only=True)
     return {key: tuple(tensor.shape) for key, tensor in state.items()}
 
 
@@ -92,23 +97,23 @@ def check_fits(model, name: str, folder: str | Path, config) -> None:
     try:
         shapes = adapter_tensors(folder)
     except Exception as error:
-        raise UserError(f"The adapter {name}: its weights in {folder} cannot be read ({error}).") from None
+        raise UserError(f"The adapter {name}: {weights_file(folder)} cannot be read ({error}).") from None
     for key, shape in shapes.items():
         path, _, kind = key.removeprefix("base_model.model.").partition(".lora_")
         layer = modules.get(path)
         if layer is None or not kind.startswith(("A", "B")):
             if layer is None and kind:
                 raise UserError(
-                    f"The adapter {name}: {folder} holds {key}, for a layer this model ({type(model).__name__}) does "
-                    "not have; give an adapter trained on this base."
+                    f"The adapter {name}: {weights_file(folder)} holds {key}, for a layer this model "
+                    f"({type(model).__name__}) does not have; give an adapter trained on this base."
                 )
             continue
         want = getattr(layer, "in_features", None) if kind.startswith("A") else getattr(layer, "out_features", None)
         have = shape[1] if kind.startswith("A") else shape[0]
         if want is not None and len(shape) == 2 and have != want:
             raise UserError(
-                f"The adapter {name}: {key} in {folder} is {list(shape)}, where this model's {path} takes "
-                f"{want} features; the adapter was trained on another base."
+                f"The adapter {name}: {key} in {weights_file(folder)} is {list(shape)}, where this model's {path} "
+                f"takes {want} features; the adapter was trained on another base."
             )
 
 
