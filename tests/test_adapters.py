@@ -100,18 +100,22 @@ def test_each_adapter_answers_as_peft_does_and_the_model_alone_as_the_base(serve
 
 
 def test_answers_of_two_adapters_and_the_base_at_once_never_mix(served):
-    """Nine answers at once over three adapters, in the batch: each equals its own alone."""
-    alone = {name: engine_tokens(served, PROMPTS[0], name).token_ids for name in (None, "alpha", "beta")}
+    """Nine answers at once over three adapters, in the batch: each equals its own alone. Their prompt is the same
+    and spans several pages of the batch's paged cache, whose pages one adapter's answer must not take from
+    another's."""
+    prompt = " ".join(PROMPTS * 12)
+    alone = {name: engine_tokens(served, prompt, name).token_ids for name in (None, "alpha", "beta")}
     served.engine.start_batching(4)
     try:
         got: dict = {}
 
         def answer(index: int, name):
-            got[index] = engine_tokens(served, PROMPTS[0], name).token_ids
+            got[index] = engine_tokens(served, prompt, name).token_ids
 
         threads = [threading.Thread(target=answer, args=(i, [None, "alpha", "beta"][i % 3])) for i in range(9)]
         [thread.start() for thread in threads]
         [thread.join(60) for thread in threads]
+        assert served.engine.batcher.answers >= 1 + 6  # its start-up check, and each adapter's answers but the first
     finally:
         served.engine.stop_batching()
     assert all(got[i] == alone[[None, "alpha", "beta"][i % 3]] for i in range(9)), got
@@ -288,8 +292,9 @@ def test_models_dir_lists_adapters_over_their_base_and_loads_the_base_once(tmp_p
 
 
 def test_answers_take_the_layers_in_arrival_order_one_adapter_at_a_time():
-    """While answers of a run, one of b waits; an answer of a that comes after b waits behind it (no starving b), and
-    answers of b that came together run together; a cancelled wait ends at once."""
+    """While answers of a run, one of b waits, and an answer of a that comes after it waits too (no starving b); once
+    a's are over, b's turn takes every answer waiting for b (they run together), then a's; a cancelled wait ends at
+    once."""
     from local_chat.model.adapters import Adapters, Cancelled
 
     class Layers:  # PEFT's calls, recorded
@@ -322,15 +327,18 @@ def test_answers_take_the_layers_in_arrival_order_one_adapter_at_a_time():
         threads[tag] = threading.Thread(target=answer, args=(tag[0], tag, holds[tag]))
         threads[tag].start()
         time.sleep(0.2)
-    assert order == ["a1"]  # b1 waits for a1, a2 behind b1, b2 behind a2
-    for done, now in (("a1", ["a1", "b1"]), ("b1", ["a1", "b1", "a2"]), ("a2", ["a1", "b1", "a2", "b2"])):
-        holds[done].set()
-        threads[done].join(5)
-        time.sleep(0.2)
-        assert order == now
-    holds["b2"].set()
-    threads["b2"].join(5)
-    assert layers.calls == [None, "a", "b", "a", "b"]  # the model alone at first, then each switch
+    assert order == ["a1"]  # b1 waits for a1, a2 behind b1, b2 with b1
+    holds["a1"].set()
+    threads["a1"].join(5)
+    time.sleep(0.2)
+    assert order == ["a1", "b1", "b2"] and running["b1"] and running["b2"]
+    holds["b1"].set(), holds["b2"].set()
+    [threads[tag].join(5) for tag in ("b1", "b2")]
+    time.sleep(0.2)
+    assert order == ["a1", "b1", "b2", "a2"]
+    holds["a2"].set()
+    threads["a2"].join(5)
+    assert layers.calls == [None, "a", "b", "a"]  # the model alone at first, then each switch
     holds = {tag: threading.Event() for tag in ("a3", "b3", "b4")}
     threads = {tag: threading.Thread(target=answer, args=(tag[0], tag, holds[tag])) for tag in holds}
     for thread in threads.values():

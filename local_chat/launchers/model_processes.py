@@ -35,7 +35,7 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
     entry, flags = model_entry_and_flags(args, model_id)
     flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None
     flags.model_entry = entry
-    flags.lora = [f"{name}={folder}" for name, folder in (lora or {}).items()] or None
+    flags.lora = [f"{name}={folder}" for name, folder in (lora or {}).items()] or getattr(flags, "lora", None)
     context = multiprocessing.get_context("spawn")
     connection, there = context.Pipe()
     process = context.Process(target=model_main, args=(there, flags, model_id, with_visual), name=f"model {model_id}")

@@ -3,8 +3,9 @@ the model, each answer run with the one its request names (`Request.adapter`), o
 
 PEFT puts each adapter's low-rank pair beside the layers it targets, in the model itself: the model keeps answering
 through the same object, with whichever adapter is set. So answers of one adapter run together (in the batch too),
-and an answer of another waits until those are over (`Adapters.holding`: first come, first served, one adapter at a
-time); switching is a flag on the layers (under a millisecond). Each folder is checked before PEFT touches the
+and an answer of another waits until those are over (`Adapters.holding`: the adapter of the answer that has waited
+longest goes next, with every answer waiting for it, so none waits more than one turn); switching is a flag on the
+layers (milliseconds). Each folder is checked before PEFT touches the
 model (its config, the layers it targets, its tensors' shapes), so a folder made for another base is one sentence
 naming its file, and the model stays as it was, served with the adapters that fit. `merge_lora` folds one adapter
 into the weights instead: the fastest decode, one model."""
@@ -128,6 +129,7 @@ class Adapters:
         self._active: str | None = None  # what the layers hold now: an adapter's name, or None (the model alone)
         self._running = 0
         self._waiting: deque[tuple[object, str | None]] = deque()  # (ticket, adapter) in arrival order
+        self._admitted: set[object] = set()  # the tickets of the adapter whose turn is next
         self._set(None)
 
     @classmethod
@@ -144,7 +146,8 @@ class Adapters:
     @contextmanager
     def holding(self, name: str | None, cancel: threading.Event | None = None) -> Iterator[None]:
         """The layers set to `name` (None: no adapter) while the block runs; it waits for the answers of another
-        adapter that came first to end. `Cancelled` where `cancel` is set meanwhile."""
+        adapter to end, and for those of the adapters waiting longer than it to run. `Cancelled` where `cancel` is
+        set meanwhile."""
         self.check(name)
         ticket = object()
         with self._changed:
@@ -156,6 +159,7 @@ class Adapters:
                     self._changed.wait(WAIT_POLL_S)
             finally:
                 self._waiting.remove((ticket, name))
+                self._admitted.discard(ticket)
                 self._changed.notify_all()
             if name != self._active:
                 self._set(name)
@@ -168,14 +172,16 @@ class Adapters:
                 self._changed.notify_all()
 
     def _may_run(self, ticket: object, name: str | None) -> bool:
-        """Whether the answer of `ticket` may run now: none of another adapter came before it, and the layers hold
-        its adapter or no answer runs."""
-        for earlier, wanted in self._waiting:
-            if earlier is ticket:
-                break
-            if wanted != name:
-                return False
-        return self._running == 0 or name == self._active
+        """Whether the answer of `ticket` may run now: it joins the answers running with its adapter while no answer
+        of another waits; once none runs, the adapter of the answer waiting longest has its turn, with every answer
+        waiting for it (they run together)."""
+        if self._running == 0 and not self._admitted:
+            oldest = self._waiting[0][1]
+            self._admitted.update(waiting for waiting, wanted in self._waiting if wanted == oldest)
+        if ticket in self._admitted:
+            return self._running == 0 or name == self._active
+        others_wait = any(wanted != name for _, wanted in self._waiting)
+        return self._running > 0 and name == self._active and not others_wait
 
     def _set(self, name: str | None) -> None:
         if self.peft_model is None:

@@ -131,6 +131,7 @@ class ContinuousBatcher:
 
         self.places = places
         self.cache_tokens = cache_tokens
+        self.sharing = not hasattr(llma, "peft_config")
         self._vocab_size = llma.config.get_text_config().vocab_size
         # One sampler for the batch, with each request's temperature, top-k and top-p (greedy: top-k 1). The
         # values here only make transformers create the three per-request processors; every request sets its own.
@@ -140,7 +141,9 @@ class ContinuousBatcher:
             num_blocks=max(1, cache_tokens // PAGE_TOKENS),
             max_batch_tokens=MAX_BATCH_TOKENS,
             max_requests_per_batch=places,
-            allow_block_sharing=True,
+            # pages shared between answers by their tokens, but not with LoRA adapters (model/adapters.py): the same
+            # tokens have other keys and values under each adapter
+            allow_block_sharing=self.sharing,
             per_request_processors=True,
             auto_switch_to_flash=False,  # the one-at-a-time path shares the model and its attention implementation
         )
@@ -163,7 +166,7 @@ class ContinuousBatcher:
     def describe(self) -> str:
         return (
             f"continuous batching (transformers), up to {self.places} answers per step, paged cache of "
-            f"{self.cache_tokens} tokens"
+            f"{self.cache_tokens} tokens" + ("" if self.sharing else " (pages not shared: LoRA adapters)")
         )
 
     def stop(self) -> None:
