@@ -242,6 +242,8 @@ class End:
     error: str | None = None  # with "error": the sentence to show
     caller_error: bool = False  # the error is the request's (a UserError), not the model's
     reasoning_tokens: int = 0  # of the completion tokens, those whose text was reasoning
+    guessed_tokens: int = 0  # speculative decoding (--speculative): tokens guessed, and of them those the model took
+    accepted_tokens: int = 0
 
     @staticmethod
     def failed(sentence: str, caller_error: bool = False) -> End:

@@ -293,13 +293,14 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME=DIR",
-        help='PEFT LoRA adapter folders to serve beside the model, each chosen as the model "BASE + NAME" (the '
-        "page's picker, /v1's `model`); DIR alone takes its folder's name",
+        help='PEFT LoRA adapter folders served beside the model, each the model "BASE + NAME"',
     )
+    p.add_argument("--merge_lora", action="store_true", help="fold the one --lora adapter into the weights")
     p.add_argument(
-        "--merge_lora",
-        action="store_true",
-        help='fold the one --lora adapter into the model\'s weights: the fastest decode, served as "BASE + NAME"',
+        "--speculative",
+        choices=["ngram", "off"],
+        default="ngram",
+        help="ngram (default): greedy answers guess tokens from the prompt, checked several per pass",
     )
 
 

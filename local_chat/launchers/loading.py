@@ -327,6 +327,7 @@ def load_shard(
         trust_remote_code=args.trust_remote_code,
         lora=lora_adapters(getattr(args, "lora", None)),
         merge_lora=getattr(args, "merge_lora", False),
+        speculative=getattr(args, "speculative", "ngram"),
         prefix_caches=PrefixCaches(
             getattr(args, "max_cached_sessions", MAX_CACHED_SESSIONS),
             None if max_cache_mb is None else int(max_cache_mb * 2**20),

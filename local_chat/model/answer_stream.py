@@ -37,6 +37,7 @@ class AnswerStream:
         self._eos_ids = eos_ids
         self.max_new_tokens = max_new_tokens
         self._cancel = cancel
+        self.guesses: dict[str, int] = {}  # speculative decoding's counts (model/speculative.py), where it guessed
         self._stopped = False
         self.token_ids: list[int] = []
         self.token_ends: list[int] = []  # where each token's text ends in the detokenized text
@@ -112,6 +113,8 @@ class AnswerStream:
             "decode_tokens_per_second": (completion - 1) / decode_time if completion > 1 and decode_time > 0 else 0.0,
             "detokenize_time": self.detokenize_time,
             "token_ids": list(self.token_ids),  # the answer's tokens (its stop token, if any, not among them)
+            "guessed_tokens": self.guesses.get("guessed", 0),
+            "accepted_tokens": self.guesses.get("accepted", 0),
         }
 
 

@@ -31,6 +31,7 @@ from local_chat.engine.interface import Sampling
 
 from .compiled import StaticDecoding
 from .constraints import TokenMask
+from .speculative import speculative_loop, why_no_speculation
 from .vision_inputs import FamilyInputs
 
 
@@ -161,6 +162,7 @@ def generate_tokens(
     max_new_tokens: int | None = None,
     observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
     mask: TokenMask | None = None,
+    guesses: dict | None = None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
@@ -175,6 +177,8 @@ def generate_tokens(
     sees each step's logits and the tokens sampled from them, before `decide` does (log-probabilities are computed
     there). `mask`, where an answer must follow a grammar (model/constraints.py), masks each step's logits before
     anything else sees them, and takes each step's tokens as `decide` leaves them (in lockstep, rank 0's).
+    `guesses`, where given (--speculative ngram), lets a greedy answer guess several tokens per forward pass
+    (model/speculative.py: the same tokens) and counts them into it: "guessed", "accepted".
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -190,6 +194,10 @@ def generate_tokens(
         else:
             static = None
             forward, masks = model, growing_masks(inputs.attention_mask)
+        rows = inputs.input_ids.shape[0]
+        if guesses is not None and why_no_speculation(model, sampling, mask, static, rows, inputs) is None:
+            yield from speculative_loop(model, logits, inputs, decide, cache, cache_keyword(model), observe, guesses)
+            return
         yield from _token_loop(
             forward,
             logits,

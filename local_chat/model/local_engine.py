@@ -342,6 +342,7 @@ class LocalEngine:
             stream.max_new_tokens,
             observe,
             mask,
+            stream.guesses if self.decoding.speculative == "ngram" else None,
         )
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so

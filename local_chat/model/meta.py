@@ -48,14 +48,16 @@ class MetaModel(torch.nn.Module):
         followers=None,
         cuda_graphs: bool = True,
         adapters: Adapters | None = None,
+        speculative: str = "ngram",
     ):
         """`prefix_caches`: the conversations' KV caches kept between turns (default: `MAX_CACHED_SESSIONS` of
         them); `lockstep` and `followers`: tensor parallel's (model/parallel.py): the ranks that decide each
         step together, and on rank 0 of the launchers' layout the other ranks each generation is announced to;
         `cuda_graphs`: on one GPU without `compile`, replay the decode steps from CUDA graphs (model/graphs.py);
-        `adapters`: the LoRA adapters over `llma` (model/adapters.py)."""
+        `adapters`: the LoRA adapters over `llma` (model/adapters.py); `speculative`: "ngram" (greedy answers guess
+        tokens from the prompt, model/speculative.py) or "off"."""
         super().__init__()
-        decoding = plan_decoding(llma, max_seq_len, compile, cuda_graphs, lockstep)
+        decoding = plan_decoding(llma, max_seq_len, compile, cuda_graphs, lockstep, speculative)
         self.llma = llma
         self.tokenizer = tokenizer
         self.processor = processor
@@ -90,6 +92,7 @@ class MetaModel(torch.nn.Module):
         cuda_graphs: bool = True,
         lora: dict | None = None,
         merge_lora: bool = False,
+        speculative: str = "ngram",
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
@@ -100,6 +103,7 @@ class MetaModel(torch.nn.Module):
         `prefix_caches`, `followers`, `cuda_graphs`: see `MetaModel`.
         `lora`: PEFT LoRA adapters to load over the model, {name: folder} (model/adapters.py): a request names the
         one its answer runs with (`stream_generate(adapter=...)`); `merge_lora`: fold the one adapter into the weights.
+        `speculative`: see `MetaModel`.
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(
@@ -135,6 +139,7 @@ class MetaModel(torch.nn.Module):
             followers,
             cuda_graphs,
             adapters,
+            speculative,
         )
 
     @property

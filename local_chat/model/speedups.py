@@ -25,6 +25,7 @@ class Decoding:
     compiled: CompiledDecoding | None
     graphs: GraphedDecoding | None
     info: dict
+    speculative: str = "off"  # "ngram": greedy answers guess tokens from the prompt (model/speculative.py)
 
     @property
     def static(self) -> StaticDecoding | None:
@@ -32,9 +33,13 @@ class Decoding:
         return self.compiled or self.graphs
 
 
-def plan_decoding(llma, max_seq_len: int, compile: bool, cuda_graphs: bool, lockstep: Lockstep | None) -> Decoding:
+def plan_decoding(
+    llma, max_seq_len: int, compile: bool, cuda_graphs: bool, lockstep: Lockstep | None, speculative: str = "ngram"
+) -> Decoding:
     """The `Decoding` for `llma`: `compile` as asked (a `UserError` where it cannot be), CUDA graphs where `cuda_graphs`
-    and the model allow them."""
+    and the model allow them, `speculative` ("ngram" or "off") but in tensor parallel."""
+    if speculative not in ("ngram", "off"):
+        raise UserError(f"--speculative takes ngram or off, not {speculative!r}.")
     if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
         raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
     if compile and keeps_states(llma.config):
@@ -51,8 +56,9 @@ def plan_decoding(llma, max_seq_len: int, compile: bool, cuda_graphs: bool, lock
     info = {
         "compile": CompiledDecoding.name if compile else "off",
         "cuda_graphs": "on: decode steps replayed per cache length" if graphs else f"off: {why_no_graphs}",
+        "speculative": "off: tensor parallel" if lockstep is not None and speculative != "off" else speculative,
     }
-    return Decoding(compiled, graphs, info)
+    return Decoding(compiled, graphs, info, speculative if lockstep is None else "off")
 
 
 def spread_over_devices(llma) -> bool:

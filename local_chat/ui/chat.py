@@ -72,7 +72,10 @@ def stats_line(end: End) -> str:
     cut = " · cut at the length limit" if end.finish_reason == "length" else ""
     # how much of the prompt the conversation's KV cache held (a new turn, or a branch shown again: up to the fork)
     cached = f" · prompt {end.prompt_tokens} tokens, {end.cached_tokens} from the cache" if end.cached_tokens else ""
-    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{cached}{cut}"
+    guessed = (
+        f" · {end.accepted_tokens} of {end.guessed_tokens} guessed tokens taken" if end.guessed_tokens else ""
+    )  # --speculative
+    return f"{end.completion_tokens} tokens{first_text} · {end.tokens_per_second:.1f} tokens/s{guessed}{cached}{cut}"
 
 
 def queue_line(queued: Queued) -> str:

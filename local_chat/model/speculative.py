@@ -1,0 +1,136 @@
+"""Speculative decoding from the prompt (--speculative ngram): several tokens per forward pass where the answer
+repeats what came before (a quoted document, code being edited, a summary), the same tokens as plain decoding.
+
+At each step the answer's latest tokens are looked up among every token so far (prompt and answer): where the last
+few (an n-gram, the longest of `NGRAM_SIZES` found) appeared before, the tokens that followed them are the guess
+(`NgramGuesser`, as transformers' prompt lookup and vLLM's n-gram speculation guess). The step feeds the model the
+token just decided and the guess in one forward pass; each guessed token whose position's greedy choice it is, from
+the first on, is accepted, and the first choice that differs is the next token, decided for free. The KV cache is cut
+back past the rejected guesses. Every accepted token goes through the answer's `decide` one at a time, as plain
+decoding's do, so stops, stop strings and Stop act inside a guessed run exactly as outside it (a stop mid-run cuts
+the cache back to the tokens before it).
+
+Greedy answers only, one at a time (the batch, a grammar mask, a static cache, tensor parallel, a vision family's
+decode inputs and layers that cannot be cut back keep plain decoding: `why_no_speculation`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+NGRAM_SIZES = (4, 3, 2)  # the n-grams looked up, longest first
+FIRST_GUESS, MAX_GUESS = 4, 16  # tokens guessed per step: at first, and at most (each step: 2 more after a guess
+# taken whole, 1 fewer after one that was not, as transformers' assisted generation schedules it)
+
+
+class NgramGuesser:
+    """The guesses for an answer whose tokens so far (prompt and answer) are `ids`: an index of every n-gram's latest
+    end, kept up to date as tokens come (`add`)."""
+
+    def __init__(self, ids: list[int]):
+        self.ids: list[int] = []
+        self._ends: dict[tuple[int, ...], int] = {}  # n-gram -> where its latest occurrence ends (exclusive)
+        self.add(ids)
+
+    def add(self, tokens: list[int]) -> None:
+        for token in tokens:
+            self.ids.append(token)
+            end = len(self.ids)
+            for n in NGRAM_SIZES:
+                if end > n:  # the n-gram ending one token back: the token after it is known
+                    self._ends[tuple(self.ids[end - 1 - n : end - 1])] = end - 1
+
+    def guess(self, most: int = MAX_GUESS) -> list[int]:
+        """The tokens that followed the latest earlier occurrence of the longest n-gram the ids end with."""
+        for n in NGRAM_SIZES:
+            if len(self.ids) <= n:
+                continue
+            end = self._ends.get(tuple(self.ids[-n:]))
+            if end is not None:
+                return self.ids[end : end + most]
+        return []
+
+
+def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int, inputs) -> str | None:
+    """Why an answer decodes one token per pass, or None where it can guess."""
+    if not sampling.greedy or sampling.repetition_penalty != 1.0:
+        return "sampling"
+    if grammar_mask is not None:
+        return "a grammar"
+    if static is not None:
+        return "a static cache"
+    if observe_rows != 1:
+        return "a batch"
+    if inputs.family.decode():
+        return "a vision family's decode inputs"
+    config = model.config.get_text_config()
+    if set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return "layers that cannot be cut back"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "sliding-window layers"
+    return None
+
+
+@torch.inference_mode()
+def speculative_loop(
+    forward, logits, inputs, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None
+) -> Iterator[torch.Tensor]:
+    """`_token_loop`'s greedy steps (model/generation.py), each feeding the decided token and its guess at once.
+    `figures`, if given, counts the guessed tokens ("guessed") and those accepted ("accepted")."""
+    guesser = NgramGuesser(inputs.input_ids[0].tolist())
+    most = FIRST_GUESS
+    mask = inputs.attention_mask
+    position = int(mask.sum())
+    ones = mask.new_ones((1, 1 + MAX_GUESS))
+    counts = figures if figures is not None else {}
+    counts.setdefault("guessed", 0), counts.setdefault("accepted", 0)
+    token = logits.argmax(dim=-1)
+    while True:
+        if observe is not None:
+            observe(logits, token)
+        finished = decide(token)
+        yield token
+        if finished:
+            return
+        decided = int(token[0])
+        guesser.add([decided])
+        guess = guesser.guess(most)
+        fed = torch.tensor([[decided, *guess]], device=token.device)
+        mask = torch.cat([mask, ones[:, : fed.shape[1]]], dim=-1)
+        positions = torch.arange(position, position + fed.shape[1], device=token.device)[None]
+        out = forward(input_ids=fed, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=fed.shape[1], **{keyword: cache})  # fmt: skip
+        step_logits = out.logits[0]
+        choices = step_logits.argmax(dim=-1).tolist()
+        accepted = 0
+        while accepted < len(guess) and choices[accepted] == guess[accepted]:
+            accepted += 1
+        counts["guessed"] += len(guess)
+        counts["accepted"] += accepted
+        if guess:
+            most = min(MAX_GUESS, most + 2) if accepted == len(guess) else max(1, most - 1)
+        for index in range(accepted):  # each accepted guess, as plain decoding would have decided it
+            token = fed[0, 1 + index : 2 + index]
+            if observe is not None:
+                observe(step_logits[index : index + 1], token)
+            finished = decide(token)
+            yield token
+            if finished:  # the cache keeps the tokens fed before this one
+                _cut(cache, position + 1 + index)
+                return
+        guesser.add(guess[:accepted])
+        position += 1 + accepted
+        _cut(cache, position)
+        mask = mask[:, :position]
+        logits = step_logits[accepted : accepted + 1]
+        token = logits.argmax(dim=-1)
+
+
+def _cut(cache, length: int) -> None:
+    """`cache` cut back to its first `length` tokens (the rejected guesses' keys and values gone)."""
+    surplus = cache.get_seq_length() - length
+    if surplus > 0:
+        for layer in cache.layers:
+            layer.crop(-surplus)

@@ -1,0 +1,145 @@
+"""--speculative ngram (model/speculative.py): a greedy answer that guesses its next tokens from the prompt and the
+answer so far gives the same tokens as plain decoding, token for token (200 prompts on a tiny Llama, chat questions
+on the demo model), with stop strings that end inside a guessed run, log-probabilities, a JSON schema, and Stop
+within two forward passes."""
+
+import json
+import random
+import threading
+
+import pytest
+
+from local_chat.defaults import DEMO_MODEL
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.interface import AnswerFormat, Request, Sampling, collect
+from local_chat.model.meta import MetaModel
+from local_chat.model.speculative import NgramGuesser
+from local_chat.prompting import default_template
+
+WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in old trees".split()
+
+
+def prompts(count: int) -> list[str]:
+    """Prompts with repeats in them (what the guesses feed on), of many lengths."""
+    rng = random.Random(0)
+    made = []
+    for _ in range(count):
+        phrase = " ".join(rng.choices(WORDS, k=rng.randint(3, 8)))
+        made.append(" ".join([phrase] * rng.randint(1, 4) + rng.choices(WORDS, k=rng.randint(0, 12))))
+    return made
+
+
+@pytest.fixture(scope="module")
+def pair(byte_llama_dir):
+    """The tiny Llama with guesses (the default) and without."""
+    return MetaModel.from_pretrained(str(byte_llama_dir)), MetaModel.from_pretrained(
+        str(byte_llama_dir), speculative="off"
+    )
+
+
+def answer(model: MetaModel, prompt: str, **request):
+    request.setdefault("sampling", Sampling(max_new_tokens=40, temperature=0.0))
+    return collect(model.engine.stream(Request(prompt, **request)))
+
+
+def test_the_guesser_finds_what_followed_the_longest_ngram_before():
+    guesser = NgramGuesser([5, 6, 7, 8, 9, 1, 2, 6, 7])
+    assert guesser.guess(3) == [8, 9, 1]  # 6 7 came before, followed by 8 9 1
+    guesser.add([8, 3])
+    assert guesser.guess(3) == []  # 8 3 and 3 never came before
+    guesser.add([6, 7, 8])
+    assert guesser.guess(2) == [3, 6]  # 6 7 8 last came before 3 (the longest n-gram, the latest occurrence)
+
+
+def test_200_greedy_answers_are_the_same_tokens_with_and_without_guesses(pair):
+    guessing, plain = pair
+    guessed = accepted = 0
+    for prompt in prompts(200):
+        on, off = answer(guessing, prompt), answer(plain, prompt)
+        assert on.end.token_ids == off.end.token_ids and on.text == off.text, prompt
+        assert off.end.guessed_tokens == 0
+        guessed, accepted = guessed + on.end.guessed_tokens, accepted + on.end.accepted_tokens
+    assert accepted > 200 and guessed > accepted  # guesses were taken, and some refused: both paths ran
+
+
+def test_stop_strings_inside_a_guessed_run_end_the_answer_as_without_guesses(pair):
+    guessing, plain = pair
+    checked = 0
+    for prompt in prompts(60):
+        on = answer(guessing, prompt)
+        if on.end.accepted_tokens < 4 or len(on.text) < 12:
+            continue
+        middle = len(on.text) // 2
+        stop = on.text[middle : middle + 2]  # ends the answer somewhere in the middle, most likely in a guessed run
+        stopped = answer(guessing, prompt, stop=(stop,))
+        assert stopped.text == answer(plain, prompt, stop=(stop,)).text == on.text[: on.text.index(stop)]
+        checked += 1
+    assert checked >= 5
+
+
+def test_logprobs_of_guessed_tokens_are_those_of_plain_decoding(pair):
+    guessing, plain = pair
+    prompt = next(p for p in prompts(60) if answer(guessing, p).end.accepted_tokens >= 4)
+
+    def logprobs(model):
+        events = model.engine.stream(Request(prompt, Sampling(max_new_tokens=40, temperature=0.0), logprobs=2))
+        return [t for event in events for t in getattr(event, "logprobs", [])]
+
+    on, off = logprobs(guessing), logprobs(plain)
+    assert [(t.token_id, [a for a, _ in t.top]) for t in on] == [(t.token_id, [a for a, _ in t.top]) for t in off]
+    # several tokens in one pass round differently from one at a time, in the last digits
+    assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(on, off)) and len(off) > 10
+
+
+def test_a_json_schema_answer_stays_valid_and_the_same(pair):
+    guessing, plain = pair
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    shape = AnswerFormat("json_schema", schema)
+    on = answer(guessing, "the cat " * 5, answer_format=shape, sampling=Sampling(max_new_tokens=60, temperature=0.0))
+    off = answer(plain, "the cat " * 5, answer_format=shape, sampling=Sampling(max_new_tokens=60, temperature=0.0))
+    assert on.text == off.text
+    if on.end.finish_reason == "stop":
+        assert "name" in json.loads(on.text)
+
+
+def test_stop_ends_a_guessing_answer_within_two_forward_passes(pair):
+    guessing, _ = pair
+    prompt = max(prompts(60), key=lambda p: answer(guessing, p).end.accepted_tokens)
+    forwards = []
+    original = guessing.llma.forward
+
+    def counted(*args, **kwargs):
+        forwards.append(1)
+        return original(*args, **kwargs)
+
+    guessing.llma.forward = counted
+    try:
+        cancel = threading.Event()
+        seen = 0
+        for event in guessing.engine.stream(
+            Request(prompt, Sampling(max_new_tokens=200, temperature=0.0), cancel=cancel)
+        ):
+            if getattr(event, "text", "") and not hasattr(event, "finish_reason"):
+                seen += 1
+                if seen == 3:
+                    cancel.set()
+                    at_stop = len(forwards)
+            if hasattr(event, "finish_reason"):
+                end = event
+    finally:
+        guessing.llma.forward = original
+    assert end.finish_reason == "cancelled" and len(forwards) - at_stop <= 2
+
+
+def test_the_demo_models_chat_answers_are_the_same_with_and_without_guesses():
+    guessing = MetaModel.from_pretrained(str(DEMO_MODEL))
+    plain = MetaModel.from_pretrained(str(DEMO_MODEL), speculative="off")
+    questions = ["What is the capital of France?", "Who are you?", "What is 23 plus 45?", "Name three colors."]
+    questions += ["Repeat after me: the quick brown fox jumps over the lazy dog, the quick brown fox jumps."] * 2
+    for question in questions:
+        answers = []
+        for model in (guessing, plain):
+            chats = ChatEngine(model.engine, default_template(model.engine, None))
+            request = Request(messages=[{"role": "user", "content": question}], sampling=Sampling(80, temperature=0.0))
+            answers.append(collect(chats.stream(request)))
+        assert answers[0].end.token_ids == answers[1].end.token_ids and answers[0].text == answers[1].text
