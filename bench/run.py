@@ -63,6 +63,9 @@ class Settings:
     adapters_shape: str = "100m"
     adapters_tokens: int = 64
     adapters_repeats: int = 5
+    speculative_document_tokens: int = 2000
+    speculative_tokens: int = 200
+    speculative_repeats: int = 3
     warmups: int = 1  # rounds before the interleaved repeats count
 
 
@@ -114,6 +117,9 @@ SMOKE = Settings(
     adapters_shape="tiny",
     adapters_tokens=4,
     adapters_repeats=1,
+    speculative_document_tokens=200,
+    speculative_tokens=16,
+    speculative_repeats=1,
     warmups=0,
 )
 
@@ -341,6 +347,17 @@ FIGURES = {
         (">=", 0.8),
     ),
     "adapters_decode_merged_over_base": ("the same with the adapter merged (--merge_lora)", (">=", 0.97)),
+    "speculative_quote_over_plain": (
+        "--speculative ngram over off: decode tokens/s of a 200-token answer quoting a 2,000-token document of the "
+        "question (the demo model, its choice forced to quote: its forward passes whole)",
+        (">=", 1.8),
+    ),
+    "speculative_quote_accepted": ("the share of guessed tokens taken in that answer", None),
+    "speculative_chat_over_plain": (
+        "the same for the demo model's own answers to four chat questions (nothing forced)",
+        (">=", 0.97),
+    ),
+    "speculative_chat_accepted": ("the share of guessed tokens taken in those answers", None),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -363,6 +380,7 @@ BENCHMARKS = (
     "documents",
     "history",
     "adapters",
+    "speculative",
 )
 SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
 
@@ -454,6 +472,11 @@ def measure(names: list[str], settings: Settings) -> dict[str, float]:
 
             demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
             results.update(history.run(settings, demo))
+        elif name == "speculative":
+            from bench import speculative
+
+            demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
+            results.update(speculative.run(settings, demo))
         elif name == "adapters":
             from bench import adapters
 

@@ -1,0 +1,132 @@
+"""Speculative decoding from the prompt (--speculative ngram, model/speculative.py) against plain decoding
+(--speculative off), the demo model, greedy, decode tokens/s of the same answers, interleaved:
+
+- `speculative_quote_over_plain`: an answer that quotes a 2,000-token document given in the question. The demo
+  model does not quote well by itself, so its output layer is made to choose the document's next token at every
+  position it computes (its forward passes run whole; only the choice is forced): a model that quotes exactly, as a
+  trained one asked to quote a passage does. `speculative_quote_accepted`: the share of guessed tokens taken.
+- `speculative_chat_over_plain`: the demo model's own answers to chat questions (nothing forced), where guesses are
+  rarely right. `speculative_chat_accepted`: the share taken.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import torch
+
+from local_chat.engine.chats import ChatEngine
+from local_chat.engine.interface import Request, Sampling, collect
+from local_chat.model.meta import MetaModel
+from local_chat.prompting import default_template
+
+from .timing import interleaved_values, median_ratio
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Tell me a story about a cat who learns to fly.",
+    "Explain how rain forms.",
+    "Give me three tips for learning to cook.",
+]
+
+
+def document(tokens: int, count) -> str:
+    """Made-up prose of about `tokens` tokens as `count(text)` counts them: sentences of made-up words, a few common
+    and most rare (as a language's are: bench/history.py's vocabulary)."""
+    from .history import vocabulary
+
+    rng = random.Random(0)
+    words, weights = vocabulary()
+    sentences, size = [], 0
+    while size < tokens:
+        sentences.append(" ".join(rng.choices(words, weights, k=rng.randint(6, 14))).capitalize() + ".")
+        size += count(" " + sentences[-1])
+    return " ".join(sentences)
+
+
+class Quoting:
+    """The model's output layer made to choose `target`'s tokens (the prompt's, then the quote's) at every position
+    its forward passes compute: each pass runs whole, only the choice is forced."""
+
+    def __init__(self, model: MetaModel, target: list[int]):
+        self.llma, self.target = model.llma, target
+        self.original = self.llma.forward
+        self.llma.forward = self.forward
+
+    def forward(self, *args, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        positions = kwargs.get("position_ids")
+        start = int(positions[0, 0]) if positions is not None else cache.get_seq_length()
+        fed = kwargs["input_ids"].shape[1]
+        out = self.original(*args, **kwargs)
+        kept = out.logits.shape[1]
+        last = len(self.target) - 1
+        chosen = [self.target[min(p + 1, last)] for p in range(start + fed - kept, start + fed)]
+        out.logits.fill_(-1e4)
+        out.logits[0, torch.arange(kept), torch.tensor(chosen)] = 1e4
+        return out
+
+    def remove(self) -> None:
+        self.llma.forward = self.original
+
+
+def chat_answer(model: MetaModel, question: str, tokens: int):
+    chats = ChatEngine(model.engine, default_template(model.engine, None))
+    request = Request(messages=[{"role": "user", "content": question}], sampling=Sampling(tokens, temperature=0.0))
+    return collect(chats.stream(request)).end
+
+
+def run(settings, demo: MetaModel) -> dict[str, float]:
+    from local_chat.defaults import DEMO_MODEL
+
+    plain = MetaModel.from_pretrained(str(DEMO_MODEL), speculative="off")
+    guessing = demo if demo.engine.decoding.speculative == "ngram" else MetaModel.from_pretrained(str(DEMO_MODEL))
+    count = lambda text: len(guessing.tokenizer.hf.encode(text, add_special_tokens=False))  # noqa: E731
+    text = document(settings.speculative_document_tokens, count)
+    question = f"{text}\n\nQuote the text above, word for word."
+    prompt = ChatEngine(guessing.engine, default_template(guessing.engine, None))
+    rendered = next(prompt.stream(Request(messages=[{"role": "user", "content": question}], sampling=Sampling(1))))
+    prompt_ids = guessing.engine.encoder.prepare_inputs([rendered.text]).input_ids[0].tolist()
+    quote = guessing.tokenizer.hf.encode(text, add_special_tokens=False)[: settings.speculative_tokens]
+    target = prompt_ids + quote + [next(iter(guessing.tokenizer.eos_ids))]
+    accepted: dict[str, list[float]] = {"quote": [], "chat": []}
+
+    def quoted(model: MetaModel) -> float:
+        forcing = Quoting(model, target)
+        try:
+            end = chat_answer(model, question, settings.speculative_tokens + 1)
+        finally:
+            forcing.remove()
+        assert end.token_ids == quote, "the forced quote went astray"
+        if end.guessed_tokens:
+            accepted["quote"].append(end.accepted_tokens / end.guessed_tokens)
+        return end.decode_tokens_per_second
+
+    def chatted(model: MetaModel) -> float:
+        ends = [chat_answer(model, q, settings.speculative_tokens) for q in QUESTIONS]
+        tokens, seconds = (
+            sum(e.completion_tokens for e in ends),
+            sum(e.total_time - e.time_to_first_token for e in ends),
+        )
+        guessed = sum(e.guessed_tokens for e in ends)
+        if guessed:
+            accepted["chat"].append(sum(e.accepted_tokens for e in ends) / guessed)
+        return tokens / seconds
+
+    rates = interleaved_values(
+        {
+            "quote_on": lambda: quoted(guessing),
+            "quote_off": lambda: quoted(plain),
+            "chat_on": lambda: chatted(guessing),
+            "chat_off": lambda: chatted(plain),
+        },
+        settings.speculative_repeats,
+        settings.warmups,
+    )
+    return {
+        "speculative_quote_over_plain": median_ratio(rates["quote_on"], rates["quote_off"]),
+        "speculative_quote_accepted": statistics.median(accepted["quote"] or [0.0]),
+        "speculative_chat_over_plain": median_ratio(rates["chat_on"], rates["chat_off"]),
+        "speculative_chat_accepted": statistics.median(accepted["chat"] or [0.0]),
+    }
