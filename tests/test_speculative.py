@@ -143,3 +143,20 @@ def test_the_demo_models_chat_answers_are_the_same_with_and_without_guesses():
             request = Request(messages=[{"role": "user", "content": question}], sampling=Sampling(80, temperature=0.0))
             answers.append(collect(chats.stream(request)))
         assert answers[0].end.token_ids == answers[1].end.token_ids and answers[0].text == answers[1].text
+
+
+def test_v1_usage_tells_the_guessed_tokens_as_openais_prediction_tokens(pair):
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from local_chat.api import OpenAIAPI
+    from local_chat.engine.in_order import InArrivalOrder
+
+    guessing, _ = pair
+    prompt = max(prompts(60), key=lambda p: answer(guessing, p).end.accepted_tokens)
+    api = OpenAIAPI(InArrivalOrder(guessing.engine), "chat_template", None, 10)
+    v1 = TestClient(Starlette(routes=api.routes()))
+    reply = v1.post("/v1/completions", json={"prompt": prompt, "max_tokens": 40, "temperature": 0}).json()
+    details = reply["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] == answer(guessing, prompt).end.accepted_tokens > 0
+    assert details["rejected_prediction_tokens"] >= 0

@@ -118,7 +118,12 @@ class Reply:
             "completion_tokens": end.completion_tokens,
             "total_tokens": end.prompt_tokens + end.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": end.reasoning_tokens},
+            "completion_tokens_details": {
+                "reasoning_tokens": end.reasoning_tokens,
+                # OpenAI's fields for a prediction's tokens: here those speculative decoding guessed (--speculative)
+                "accepted_prediction_tokens": end.accepted_tokens,
+                "rejected_prediction_tokens": end.guessed_tokens - end.accepted_tokens,
+            },
         }
 
     def whole(self) -> dict:
