@@ -470,6 +470,7 @@ def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(bro
             forced.in_turn([call("get_weather", city="Paris"), "It is sunny in Paris."], hf, end)
             send(page, "What is the weather in Paris?")
             page.get_by_role("button", name="Allow once", exact=True).wait_for()
+            page.locator('[data-testid="bot"]', has_text="Paris").last.wait_for()  # it may paint after its buttons
             card = page.locator('[data-testid="bot"]').last.inner_text()
             page.screenshot(path=str(ARTIFACTS / "tool-card.png"), full_page=True)
             choose(page, "Allow once")
