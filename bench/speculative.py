@@ -1,7 +1,8 @@
 """Speculative decoding from the prompt (--speculative ngram, model/speculative.py) against plain decoding
 (--speculative off), the demo model, greedy, decode tokens/s of the same answers, interleaved:
 
-- `speculative_quote_over_plain`: an answer that quotes a 2,000-token document given in the question. The demo
+- `speculative_quote_over_plain`: an answer that quotes a 1,600-token document given in the question (the demo
+  model holds 2,048 tokens: the document, the question and the answer). The demo
   model does not quote well by itself, so its output layer is made to choose the document's next token at every
   position it computes (its forward passes run whole; only the choice is forced): a model that quotes exactly, as a
   trained one asked to quote a passage does. `speculative_quote_accepted`: the share of guessed tokens taken.
@@ -28,6 +29,10 @@ QUESTIONS = [
     "Tell me a story about a cat who learns to fly.",
     "Explain how rain forms.",
     "Give me three tips for learning to cook.",
+    "Who are you?",
+    "Write a short poem about the sea.",
+    "What is 23 plus 45?",
+    "Describe your favourite city.",
 ]
 
 

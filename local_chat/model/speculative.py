@@ -27,15 +27,20 @@ FIRST_GUESS, MAX_GUESS = 4, 16  # tokens guessed per step: at first, and at most
 
 class NgramGuesser:
     """The guesses for an answer whose tokens so far (prompt and answer) are `ids`: an index of every n-gram's latest
-    end, kept up to date as tokens come (`add`)."""
+    end, kept up to date as tokens come (`add`). Once a guess is taken, the next one goes on from where it came from
+    for as long as the answer keeps following it (a quoted passage is followed to its end, not left for a later
+    place where its last words also appear)."""
 
     def __init__(self, ids: list[int]):
         self.ids: list[int] = []
         self._ends: dict[tuple[int, ...], int] = {}  # n-gram -> where its latest occurrence ends (exclusive)
+        self._follow: int | None = None  # where the tokens the answer follows go on
         self.add(ids)
 
     def add(self, tokens: list[int]) -> None:
         for token in tokens:
+            if self._follow is not None:  # still following: the token is the next of the place followed
+                self._follow = self._follow + 1 if self.ids[self._follow] == token else None
             self.ids.append(token)
             end = len(self.ids)
             for n in NGRAM_SIZES:
@@ -43,14 +48,14 @@ class NgramGuesser:
                     self._ends[tuple(self.ids[end - 1 - n : end - 1])] = end - 1
 
     def guess(self, most: int = MAX_GUESS) -> list[int]:
-        """The tokens that followed the latest earlier occurrence of the longest n-gram the ids end with."""
-        for n in NGRAM_SIZES:
-            if len(self.ids) <= n:
-                continue
-            end = self._ends.get(tuple(self.ids[-n:]))
-            if end is not None:
-                return self.ids[end : end + most]
-        return []
+        """The tokens that follow the place the answer follows, else those that followed the latest earlier
+        occurrence of the longest n-gram the ids end with."""
+        if self._follow is None:
+            for n in NGRAM_SIZES:
+                if len(self.ids) > n and (end := self._ends.get(tuple(self.ids[-n:]))) is not None:
+                    self._follow = end
+                    break
+        return self.ids[self._follow : self._follow + most] if self._follow is not None else []
 
 
 def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int, inputs) -> str | None:
