@@ -160,3 +160,73 @@ def test_v1_usage_tells_the_guessed_tokens_as_openais_prediction_tokens(pair):
     details = reply["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] == answer(guessing, prompt).end.accepted_tokens > 0
     assert details["rejected_prediction_tokens"] >= 0
+
+
+def test_sampled_answers_keep_the_models_distribution(pair):
+    """Sampled answers (temperature 0.7, the 3 likeliest tokens) check their guesses by speculative sampling's rule:
+    the tokens at each place are distributed as plain sampling's (chi-square over 400 answers each, a p-value per
+    place), while hundreds of guesses are taken."""
+    guessing, plain = pair
+    prompt = max(prompts(60), key=lambda p: answer(guessing, p).end.accepted_tokens)
+
+    def tokens(model, seed: int) -> list[int]:
+        sampling = Sampling(max_new_tokens=12, temperature=0.7, top_k=3, seed=seed)
+        end = collect(model.engine.stream(Request(prompt, sampling))).end
+        counted["guessed"] += end.guessed_tokens
+        counted["accepted"] += end.accepted_tokens
+        return end.token_ids
+
+    counted = {"guessed": 0, "accepted": 0}
+    on = [tokens(guessing, seed) for seed in range(400)]
+    taken = counted["accepted"]
+    off = [tokens(plain, 10_000 + seed) for seed in range(400)]
+    assert taken > 200 and counted["guessed"] > taken, counted  # guesses were checked: many taken, some refused
+    for place in (1, 4, 7, 10):
+        a = [answer[place] for answer in on if len(answer) > place]
+        b = [answer[place] for answer in off if len(answer) > place]
+        assert chi_square_p(a, b) > 1e-3, (place, sorted(set(a)), sorted(set(b)))
+
+
+def chi_square_p(a: list[int], b: list[int]) -> float:
+    """The p-value of a chi-square test that two samples come from one distribution (categories seen fewer than 10
+    times together are pooled)."""
+    import torch
+
+    counts = {}
+    for index, sample in enumerate((a, b)):
+        for value in sample:
+            counts.setdefault(value, [0, 0])[index] += 1
+    rows = [pair for pair in counts.values() if sum(pair) >= 10]
+    rest = [sum(p[0] for p in counts.values() if sum(p) < 10), sum(p[1] for p in counts.values() if sum(p) < 10)]
+    rows += [rest] if sum(rest) else []
+    if len(rows) < 2:
+        return 1.0
+    totals = [len(a), len(b)]
+    grand = sum(totals)
+    statistic = sum(
+        (row[i] - sum(row) * totals[i] / grand) ** 2 / (sum(row) * totals[i] / grand) for row in rows for i in (0, 1)
+    )
+    return float(torch.special.gammaincc(torch.tensor((len(rows) - 1) / 2), torch.tensor(statistic / 2)))
+
+
+def test_the_sampling_rule_gives_each_place_the_models_distribution():
+    """Speculative sampling's rule on set logits: over 20,000 checks of one guessed token, the token that ends up at
+    its place (the guess where taken, else the one drawn without it) is distributed as the model's own choice there
+    (chi-square), and the guess is taken as often as the model gives it."""
+    import torch
+
+    from local_chat.model.speculative import Checker
+
+    logits = torch.tensor([[1.0, 0.2, -0.5, 0.7, 0.0], [0.3, 0.3, 0.3, 0.3, 0.3]])
+    checker = Checker(Sampling(temperature=0.8, top_p=1.0, seed=7), torch.device("cpu"))
+    model = torch.softmax(logits[0] / 0.8, dim=-1)
+    placed, taken = [], 0
+    for _ in range(20_000):
+        accepted, following = checker.check(logits, [3])
+        placed.append(3 if accepted else following)
+        taken += accepted
+    expected = [
+        int(i) for i in torch.multinomial(model, 20_000, replacement=True, generator=torch.Generator().manual_seed(1))
+    ]
+    assert chi_square_p(placed, expected) > 1e-3
+    assert abs(taken / 20_000 - float(model[3])) < 0.015

@@ -177,8 +177,9 @@ def generate_tokens(
     sees each step's logits and the tokens sampled from them, before `decide` does (log-probabilities are computed
     there). `mask`, where an answer must follow a grammar (model/constraints.py), masks each step's logits before
     anything else sees them, and takes each step's tokens as `decide` leaves them (in lockstep, rank 0's).
-    `guesses`, where given (--speculative ngram), lets a greedy answer guess several tokens per forward pass
-    (model/speculative.py: the same tokens) and counts them into it: "guessed", "accepted".
+    `guesses`, where given (--speculative ngram), lets an answer guess several tokens per forward pass
+    (model/speculative.py: the same tokens, or for a sampled answer the same distribution) and counts them into it:
+    "guessed", "accepted".
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -196,7 +197,9 @@ def generate_tokens(
             forward, masks = model, growing_masks(inputs.attention_mask)
         rows = inputs.input_ids.shape[0]
         if guesses is not None and why_no_speculation(model, sampling, mask, static, rows, inputs) is None:
-            yield from speculative_loop(model, logits, inputs, decide, cache, cache_keyword(model), observe, guesses)
+            yield from speculative_loop(
+                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses
+            )
             return
         yield from _token_loop(
             forward,

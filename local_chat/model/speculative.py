@@ -10,8 +10,10 @@ back past the rejected guesses. Every accepted token goes through the answer's `
 decoding's do, so stops, stop strings and Stop act inside a guessed run exactly as outside it (a stop mid-run cuts
 the cache back to the tokens before it).
 
-Greedy answers only, one at a time (the batch, a grammar mask, a static cache, tensor parallel, a vision family's
-decode inputs and layers that cannot be cut back keep plain decoding: `why_no_speculation`).
+A sampled answer checks its guesses by the rule of speculative sampling (`Checker`): its tokens are distributed as
+plain sampling's (not the same draws: a seed repeats an answer only with the same --speculative). Answers one at a
+time only (the batch, a repetition penalty, a grammar mask, a static cache, tensor parallel, a vision family's decode
+inputs and layers that cannot be cut back keep plain decoding: `why_no_speculation`).
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ class NgramGuesser:
 
 def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int, inputs) -> str | None:
     """Why an answer decodes one token per pass, or None where it can guess."""
-    if not sampling.greedy or sampling.repetition_penalty != 1.0:
-        return "sampling"
+    if sampling.repetition_penalty != 1.0:
+        return "a repetition penalty"
     if grammar_mask is not None:
         return "a grammar"
     if static is not None:
@@ -78,20 +80,63 @@ def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int,
     return None
 
 
+class Checker:
+    """How a guess is checked, so that answers keep the model's own tokens: greedy, each guessed token must be the
+    model's choice at its place; sampled, the standard rule for a guess that is certain (speculative sampling): each
+    is taken with the probability the model gives it there, and where one is refused the next token is drawn from the
+    model's distribution without it, so every token is distributed as plain sampling's."""
+
+    def __init__(self, sampling, device):
+        from .generation import logits_processors, random_generator
+
+        self.greedy = sampling.greedy
+        self.processors = logits_processors(sampling)
+        self.generator = random_generator(sampling, device)
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        """The token chosen from one position's `logits` ([1, vocabulary])."""
+        if self.greedy:
+            return logits.argmax(dim=-1)
+        return torch.multinomial(self._probabilities(logits), 1, generator=self.generator)[:, 0]
+
+    def check(self, logits: torch.Tensor, guess: list[int]) -> tuple[int, int]:
+        """(how many guessed tokens are taken, the token after them) from the logits of the decided token's place
+        and of each guessed token's (`logits[i]` chooses the token after the i-th fed)."""
+        if self.greedy:
+            choices = logits.argmax(dim=-1).tolist()
+            taken = 0
+            while taken < len(guess) and choices[taken] == guess[taken]:
+                taken += 1
+            return taken, choices[taken]
+        probabilities = self._probabilities(logits)
+        draws = torch.rand(len(guess), generator=self.generator, device=logits.device).tolist()
+        for taken, token in enumerate(guess):
+            if draws[taken] >= float(probabilities[taken, token]):  # refused: drawn again, without it
+                rest = probabilities[taken].clone()
+                rest[token] = 0
+                return taken, int(torch.multinomial(rest / rest.sum(), 1, generator=self.generator))
+        return len(guess), int(torch.multinomial(probabilities[len(guess)], 1, generator=self.generator))
+
+    def _probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.processors(None, logits.float()), dim=-1)
+
+
 @torch.inference_mode()
 def speculative_loop(
-    forward, logits, inputs, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None
+    forward, logits, inputs, sampling, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None
 ) -> Iterator[torch.Tensor]:
-    """`_token_loop`'s greedy steps (model/generation.py), each feeding the decided token and its guess at once.
-    `figures`, if given, counts the guessed tokens ("guessed") and those accepted ("accepted")."""
+    """`_token_loop`'s steps (model/generation.py), each feeding the decided token and its guess at once, checked by
+    the `Checker` of `sampling`. `figures`, if given, counts the guessed tokens ("guessed") and those taken
+    ("accepted")."""
     guesser = NgramGuesser(inputs.input_ids[0].tolist())
+    checker = Checker(sampling, logits.device)
     most = FIRST_GUESS
     mask = inputs.attention_mask
     position = int(mask.sum())
     ones = mask.new_ones((1, 1 + MAX_GUESS))
     counts = figures if figures is not None else {}
     counts.setdefault("guessed", 0), counts.setdefault("accepted", 0)
-    token = logits.argmax(dim=-1)
+    token = checker.first(logits)
     while True:
         if observe is not None:
             observe(logits, token)
@@ -108,10 +153,7 @@ def speculative_loop(
         out = forward(input_ids=fed, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=fed.shape[1], **{keyword: cache})  # fmt: skip
         step_logits = out.logits[0]
-        choices = step_logits.argmax(dim=-1).tolist()
-        accepted = 0
-        while accepted < len(guess) and choices[accepted] == guess[accepted]:
-            accepted += 1
+        accepted, following = checker.check(step_logits, guess)
         counts["guessed"] += len(guess)
         counts["accepted"] += accepted
         if guess:
@@ -130,7 +172,7 @@ def speculative_loop(
         _cut(cache, position)
         mask = mask[:, :position]
         logits = step_logits[accepted : accepted + 1]
-        token = logits.argmax(dim=-1)
+        token = torch.tensor([following], device=token.device)
 
 
 def _cut(cache, length: int) -> None:
