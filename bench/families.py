@@ -89,34 +89,56 @@ class ForcedAnswer:
 
     def __init__(self, model, tokenizer, text: str, end_token: str):
         self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+        self.ends = {self.ids[-1]}  # the tokens that end an answer
         self.step = 0
         self.layer = model.get_output_embeddings()
+        self.fed = None  # the token ids of the forward pass under way
+        self.watch = model.register_forward_pre_hook(self._see_fed, with_kwargs=True)
         self.handle = self.layer.register_forward_hook(self._force)
 
+    def _see_fed(self, module, args, kwargs):
+        self.fed = kwargs.get("input_ids", args[0] if args else None)
+
     def _force(self, module, inputs, output):
-        token = self.ids[min(self.step, len(self.ids) - 1)]
-        self.step += 1
-        forced = torch.full_like(output[..., -1, :], -1e4)
-        forced[..., token] = 1e4
-        output = output.clone()
-        output[..., -1, :] = forced
+        """The answer's next token on top at the last position; where a pass keeps several positions (a decided
+        token and the tokens guessed after it, model/speculative.py), each position's own next token, and the answer
+        goes on after the guesses the model takes."""
+        kept = output.shape[-2] if output.dim() == 3 else 1
+        if kept == 1 or self.fed is None or self.fed.shape[-1] != kept:
+            token = self.ids[min(self.step, len(self.ids) - 1)]
+            self.step += 1
+            forced = torch.full_like(output[..., -1, :], -1e4)
+            forced[..., token] = 1e4
+            output = output.clone()
+            output[..., -1, :] = forced
+            return output
+        wanted = [self.ids[min(self.step + i, len(self.ids) - 1)] for i in range(kept)]
+        output = torch.full_like(output, -1e4)
+        output[..., torch.arange(kept), torch.tensor(wanted)] = 1e4
+        guessed, taken = self.fed[0, 1:].tolist(), 0
+        while taken < len(guessed) and guessed[taken] == wanted[taken] and wanted[taken] not in self.ends:
+            taken += 1  # an answer's end token ends it: what the pass chose after it is not the answer's
+        self.step += taken + 1
         return output
 
     def again(self, text: str | None = None, tokenizer=None, end_token: str | None = None) -> None:
         """Answer from the start again (with a new `text` if given)."""
         if text is not None:
             self.ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(end_token)]
+            self.ends.add(self.ids[-1])
         self.step = 0
 
     def in_turn(self, texts: list[str], tokenizer, end_token: str) -> None:
         """The next answers are `texts`, one after the other (a call, then the answer after its result), each
         ended by `end_token`: the answers run on from one to the next, one forward pass a token."""
         end = tokenizer.convert_tokens_to_ids(end_token)
+        self.ends.add(end)
         self.ids = [i for text in texts for i in (*tokenizer.encode(text, add_special_tokens=False), end)]
         self.step = 0
 
     def remove(self) -> None:
         self.handle.remove()
+        self.watch.remove()
 
     @contextmanager
     def paused(self):

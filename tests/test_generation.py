@@ -87,7 +87,9 @@ def test_streamed_text_never_shows_a_stop_string_or_its_start(which, sp_model, b
     shown = ""
     for piece in pieces:
         assert stop not in piece["text"]
-        assert not any(piece["text"].endswith(stop[:k]) for k in range(1, len(stop)))
+        # nothing of the stop string is shown, not even its start (the text may end with characters the stop string
+        # starts with, where they come before it: the answer's own)
+        assert full[: full.find(stop)].startswith(piece["text"])
         assert piece["text"].startswith(shown)  # streamed text only grows
         shown = piece["text"]
     # The model stopped computing at the match: no forward pass beyond the token that completed it.
@@ -331,7 +333,7 @@ def test_compiled_decoding_queues_each_step_before_reading_the_last(byte_llama_d
     (one that fills the context to its last position, one cut at a stop string); a stop costs exactly the one step
     already queued, a cancel at most two. On the CPU, where a forward pass runs as it is called, steps are not
     queued ahead: a stop costs none, and the session keeps every token fed either way."""
-    eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48)
+    eager = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48, speculative="off")  # a token a pass
     compiled = MetaModel.from_pretrained(str(byte_llama_dir), max_seq_len=48, compile=True)
     assert not compiled.engine.compiled.queues_ahead  # a CPU model
     compiled.engine.compiled.queues_ahead = queues_ahead
