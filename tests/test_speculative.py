@@ -230,3 +230,26 @@ def test_the_sampling_rule_gives_each_place_the_models_distribution():
     ]
     assert chi_square_p(placed, expected) > 1e-3
     assert abs(taken / 20_000 - float(model[3])) < 0.015
+
+
+def test_a_reader_that_leaves_mid_guess_leaves_the_cache_holding_the_tokens_before_the_last(pair):
+    """An answer that leaves the one-at-a-time path for the batch closes its steps after any token, in a guessed run
+    or not: the cache then holds the prompt and every token but the last (what the session keeps for the next
+    turn), as after plain decoding's steps."""
+    from transformers import DynamicCache
+
+    from local_chat.model.generation import generate_tokens
+
+    guessing, _ = pair
+    prompt = max(prompts(60), key=lambda p: answer(guessing, p).end.accepted_tokens)
+    inputs = guessing.engine.encoder.prepare_inputs([prompt])
+    length = inputs.input_ids.shape[1]
+    for read in range(1, 30):
+        cache, guesses = DynamicCache(), {}
+        steps = generate_tokens(guessing.llma, inputs, Sampling(temperature=0.0), lambda t: False, cache,
+                                max_new_tokens=40, guesses=guesses)  # fmt: skip
+        for _ in range(read):
+            next(steps)
+        steps.close()
+        assert cache.get_seq_length() == length + read - 1, (read, guesses)
+    assert guesses["accepted"] > 0

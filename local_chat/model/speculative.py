@@ -60,7 +60,7 @@ class NgramGuesser:
         return self.ids[self._follow : self._follow + most] if self._follow is not None else []
 
 
-def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int, inputs) -> str | None:
+def why_no_speculation(model, sampling, grammar_mask, static, rows: int, inputs) -> str | None:
     """Why an answer decodes one token per pass, or None where it can guess."""
     if sampling.repetition_penalty != 1.0:
         return "a repetition penalty"
@@ -68,7 +68,7 @@ def why_no_speculation(model, sampling, grammar_mask, static, observe_rows: int,
         return "a grammar"
     if static is not None:
         return "a static cache"
-    if observe_rows != 1:
+    if rows != 1:
         return "a batch"
     if inputs.family.decode():
         return "a vision family's decode inputs"
@@ -163,8 +163,12 @@ def speculative_loop(
             if observe is not None:
                 observe(step_logits[index : index + 1], token)
             finished = decide(token)
-            yield token
-            if finished:  # the cache keeps the tokens fed before this one
+            try:
+                yield token
+            except GeneratorExit:  # the reader left (for the batch, say): the cache keeps the tokens before this one
+                _cut(cache, position + 1 + index)
+                raise
+            if finished:  # the same
                 _cut(cache, position + 1 + index)
                 return
         guesser.add(guess[:accepted])
