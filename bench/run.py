@@ -66,6 +66,7 @@ class Settings:
     speculative_document_tokens: int = 1600  # the demo model holds 2,048 tokens: the document, question and answer
     speculative_tokens: int = 200
     speculative_repeats: int = 5
+    speculative_depth: int = 10  # the draft bench's model: the demo model's depth times this
     warmups: int = 1  # rounds before the interleaved repeats count
 
 
@@ -120,6 +121,7 @@ SMOKE = Settings(
     speculative_document_tokens=200,
     speculative_tokens=16,
     speculative_repeats=1,
+    speculative_depth=2,
     warmups=0,
 )
 
@@ -358,6 +360,12 @@ FIGURES = {
         (">=", 0.97),
     ),
     "speculative_chat_accepted": ("the share of guessed tokens taken in those answers", None),
+    "speculative_draft_chat_over_plain": (
+        "--draft_model over none: the same chat answers from the demo model deepened 10 times (its added layers "
+        "adding nothing: its answers at 10x the compute), the demo model its draft",
+        (">=", 1.5),
+    ),
+    "speculative_draft_accepted": ("the share of the draft's guesses taken", None),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),

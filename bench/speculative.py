@@ -8,12 +8,20 @@
   trained one asked to quote a passage does. `speculative_quote_accepted`: the share of guessed tokens taken.
 - `speculative_chat_over_plain`: the demo model's own answers to chat questions (nothing forced), where guesses are
   rarely right. `speculative_chat_accepted`: the share taken.
+- `speculative_draft_chat_over_plain`: the same questions answered by a model 10 times the demo model's depth whose
+  added layers' output projections are zero (each adds nothing: the demo model's answers at about 10 times its
+  compute; honest guesses without a trained big model), with the demo model as its --draft_model, over it alone.
+  `speculative_draft_accepted`: the share of the draft's guesses taken.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import statistics
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -76,6 +84,29 @@ class Quoting:
         self.llma.forward = self.original
 
 
+def deepened(demo: Path, folder: Path, times: int) -> Path:
+    """The demo model with `times` as many decoder layers: each added one a copy of one of its own, with its
+    attention's and MLP's output projections zero, so it adds nothing to what flows through: the same answers."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(demo, folder)
+    config = json.loads((demo / "config.json").read_text())
+    layers = config["text_config"]["num_hidden_layers"]
+    state = load_file(demo / "model.safetensors")
+    prefix = "language_model.model.layers."
+    for added in range(layers, layers * times):
+        source = f"{prefix}{added % layers}."
+        for key in [k for k in state if k.startswith(source)]:
+            tensor = state[key].clone()
+            if key.endswith(("o_proj.weight", "down_proj.weight")):
+                tensor.zero_()
+            state[f"{prefix}{added}." + key.removeprefix(source)] = tensor
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    config["text_config"]["num_hidden_layers"] = layers * times
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def chat_answer(model: MetaModel, question: str, tokens: int):
     chats = ChatEngine(model.engine, default_template(model.engine, None))
     request = Request(messages=[{"role": "user", "content": question}], sampling=Sampling(tokens, temperature=0.0))
@@ -129,7 +160,26 @@ def run(settings, demo: MetaModel) -> dict[str, float]:
         settings.speculative_repeats,
         settings.warmups,
     )
+    with tempfile.TemporaryDirectory() as folder:
+        deep = deepened(Path(DEMO_MODEL), Path(folder) / "deep", settings.speculative_depth)
+        deep_alone = MetaModel.from_pretrained(str(deep), speculative="off")
+        deep_drafted = MetaModel.from_pretrained(str(deep), draft_model=str(DEMO_MODEL))
+        accepted["draft"] = []
+
+        def drafted(model: MetaModel, key: str | None) -> float:
+            ends = [chat_answer(model, q, settings.speculative_tokens) for q in QUESTIONS]
+            if key is not None and sum(e.guessed_tokens for e in ends):
+                accepted[key].append(sum(e.accepted_tokens for e in ends) / sum(e.guessed_tokens for e in ends))
+            return sum(e.completion_tokens for e in ends) / sum(e.total_time - e.time_to_first_token for e in ends)
+
+        deep_rates = interleaved_values(
+            {"on": lambda: drafted(deep_drafted, "draft"), "off": lambda: drafted(deep_alone, None)},
+            settings.speculative_repeats,
+            settings.warmups,
+        )
     return {
+        "speculative_draft_chat_over_plain": median_ratio(deep_rates["on"], deep_rates["off"]),
+        "speculative_draft_accepted": statistics.median(accepted["draft"] or [0.0]),
         "speculative_quote_over_plain": median_ratio(rates["quote_on"], rates["quote_off"]),
         "speculative_quote_accepted": statistics.median(accepted["quote"] or [0.0]),
         "speculative_chat_over_plain": median_ratio(rates["chat_on"], rates["chat_off"]),

@@ -253,3 +253,29 @@ def test_a_reader_that_leaves_mid_guess_leaves_the_cache_holding_the_tokens_befo
         steps.close()
         assert cache.get_seq_length() == length + read - 1, (read, guesses)
     assert guesses["accepted"] > 0
+
+
+def test_a_draft_models_guesses_give_the_same_tokens_and_one_of_another_tokenizer_is_refused(
+    tmp_path, byte_tokenizer, byte_llama_dir, checkpoints
+):
+    """--draft_model: a small model of the same tokenizer guesses; greedy answers stay the model's own, token for
+    token, whether its guesses are right (the model itself as its draft: all taken) or mostly wrong (another random
+    model); a draft of another tokenizer is one sentence."""
+    import tiny_models
+
+    from local_chat.errors import UserError
+
+    other = tiny_models.save_hf(tiny_models.random_llama(len(byte_tokenizer), seed=5), tmp_path / "other",
+                                hf_tokenizer=byte_tokenizer)  # fmt: skip
+    plain = MetaModel.from_pretrained(str(byte_llama_dir), speculative="off")
+    itself = MetaModel.from_pretrained(str(byte_llama_dir), draft_model=str(byte_llama_dir))
+    wrong = MetaModel.from_pretrained(str(byte_llama_dir), draft_model=str(other))
+    assert itself.engine.decoding.speculative == "draft"
+    for prompt in prompts(20):
+        expected = answer(plain, prompt).end.token_ids
+        right, guessed = answer(itself, prompt).end, answer(wrong, prompt).end
+        assert right.token_ids == expected == guessed.token_ids, prompt
+        assert right.accepted_tokens == right.guessed_tokens > 0 or len(expected) < 2
+        assert guessed.accepted_tokens < guessed.guessed_tokens or len(expected) < 2
+    with pytest.raises(UserError, match="has another tokenizer than the model"):
+        MetaModel.from_pretrained(str(byte_llama_dir), draft_model=str(checkpoints["hf"]))

@@ -288,19 +288,16 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         help="run the Python code a Hugging Face checkpoint ships (auto_map in its config.json); only "
         "for checkpoints whose authors you trust",
     )
-    p.add_argument(
-        "--lora",
-        nargs="+",
-        default=None,
-        metavar="NAME=DIR",
-        help='PEFT LoRA adapter folders served beside the model, each the model "BASE + NAME"',
-    )
+    p.add_argument("--lora", nargs="+", metavar="NAME=DIR", help='PEFT LoRA adapters, each the model "BASE + NAME"')
     p.add_argument("--merge_lora", action="store_true", help="fold the one --lora adapter into the weights")
     p.add_argument(
         "--speculative",
         choices=["ngram", "off"],
         default="ngram",
-        help="ngram (default): greedy answers guess tokens from the prompt, checked several per pass",
+        help="ngram (default): answers guess tokens from the prompt, checked several per forward pass",
+    )
+    p.add_argument(
+        "--draft_model", default=None, metavar="DIR", help="a small model of the same tokenizer: its guesses"
     )
 
 

@@ -38,6 +38,7 @@ MODEL_FLAGS = (
     "trust_remote_code",
     "lora",
     "merge_lora",
+    "draft_model",
 )
 
 
@@ -328,6 +329,7 @@ def load_shard(
         lora=lora_adapters(getattr(args, "lora", None)),
         merge_lora=getattr(args, "merge_lora", False),
         speculative=getattr(args, "speculative", "ngram"),
+        draft_model=getattr(args, "draft_model", None),
         prefix_caches=PrefixCaches(
             getattr(args, "max_cached_sessions", MAX_CACHED_SESSIONS),
             None if max_cache_mb is None else int(max_cache_mb * 2**20),

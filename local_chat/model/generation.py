@@ -163,6 +163,7 @@ def generate_tokens(
     observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
     mask: TokenMask | None = None,
     guesses: dict | None = None,
+    draft=None,
 ) -> Iterator[torch.Tensor]:
     """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
 
@@ -179,7 +180,7 @@ def generate_tokens(
     anything else sees them, and takes each step's tokens as `decide` leaves them (in lockstep, rank 0's).
     `guesses`, where given (--speculative ngram), lets an answer guess several tokens per forward pass
     (model/speculative.py: the same tokens, or for a sampled answer the same distribution) and counts them into it:
-    "guessed", "accepted".
+    "guessed", "accepted"; `draft`: a small model of the same tokenizer that guesses instead (--draft_model).
     """
     kept = cache is not None
     # a model with sliding-window layers prefills into a cache that keeps every position, so that it can be copied
@@ -198,7 +199,7 @@ def generate_tokens(
         rows = inputs.input_ids.shape[0]
         if guesses is not None and why_no_speculation(model, sampling, mask, static, rows, inputs) is None:
             yield from speculative_loop(
-                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses
+                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses, draft
             )
             return
         yield from _token_loop(

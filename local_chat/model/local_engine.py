@@ -332,18 +332,9 @@ class LocalEngine:
         sampled: list[int] = []
         joins_batch = False
         observe = None if logprobs is None else logprob_recorder(stream, logprobs, self.tokenizer.decode)
-        steps = generate_tokens(
-            self.llma,
-            inputs,
-            sampling,
-            self._decider([stream]),
-            cache,
-            self.static,
-            stream.max_new_tokens,
-            observe,
-            mask,
-            stream.guesses if self.decoding.speculative == "ngram" else None,
-        )
+        guesses = stream.guesses if self.decoding.speculative != "off" else None  # counted there
+        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.static,
+                                stream.max_new_tokens, observe, mask, guesses, self.decoding.draft)  # fmt: skip
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
                 stream.finish("cancelled")

@@ -49,15 +49,17 @@ class MetaModel(torch.nn.Module):
         cuda_graphs: bool = True,
         adapters: Adapters | None = None,
         speculative: str = "ngram",
+        draft=None,
     ):
         """`prefix_caches`: the conversations' KV caches kept between turns (default: `MAX_CACHED_SESSIONS` of
         them); `lockstep` and `followers`: tensor parallel's (model/parallel.py): the ranks that decide each
         step together, and on rank 0 of the launchers' layout the other ranks each generation is announced to;
         `cuda_graphs`: on one GPU without `compile`, replay the decode steps from CUDA graphs (model/graphs.py);
         `adapters`: the LoRA adapters over `llma` (model/adapters.py); `speculative`: "ngram" (greedy answers guess
-        tokens from the prompt, model/speculative.py) or "off"."""
+        tokens from the prompt, model/speculative.py) or "off"; `draft`: a small transformers model of the same
+        tokenizer whose greedy tokens are the guesses instead."""
         super().__init__()
-        decoding = plan_decoding(llma, max_seq_len, compile, cuda_graphs, lockstep, speculative)
+        decoding = plan_decoding(llma, max_seq_len, compile, cuda_graphs, lockstep, speculative, draft)
         self.llma = llma
         self.tokenizer = tokenizer
         self.processor = processor
@@ -93,6 +95,7 @@ class MetaModel(torch.nn.Module):
         lora: dict | None = None,
         merge_lora: bool = False,
         speculative: str = "ngram",
+        draft_model: str | None = None,
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
@@ -103,7 +106,8 @@ class MetaModel(torch.nn.Module):
         `prefix_caches`, `followers`, `cuda_graphs`: see `MetaModel`.
         `lora`: PEFT LoRA adapters to load over the model, {name: folder} (model/adapters.py): a request names the
         one its answer runs with (`stream_generate(adapter=...)`); `merge_lora`: fold the one adapter into the weights.
-        `speculative`: see `MetaModel`.
+        `speculative`: see `MetaModel`; `draft_model`: the folder of a small Hugging Face model of the same tokenizer
+        whose greedy tokens are the guesses (loaded beside the model, in its dtype and on its device).
         Errors a user can fix raise `UserError` with one sentence saying what to do.
         """
         loaded = load(
@@ -140,6 +144,7 @@ class MetaModel(torch.nn.Module):
             cuda_graphs,
             adapters,
             speculative,
+            load_draft(draft_model, loaded, dtype, device) if draft_model and speculative != "off" else None,
         )
 
     @property
@@ -233,3 +238,22 @@ def check_adapter_flags(tensor_parallel: bool, compile: bool, quant, merge: bool
         raise UserError(
             "--merge_lora would round the adapter into the quantized weights; drop --quant or --merge_lora."
         )
+
+
+def load_draft(folder: str, loaded, dtype, device):
+    """--draft_model's transformers model, beside `loaded` (the model it guesses for): one of another tokenizer is a
+    `UserError` (its guesses would be other tokens)."""
+    draft = load(folder, dtype=dtype, device=device)
+    if vocabulary(draft.tokenizer) != vocabulary(loaded.tokenizer):
+        raise UserError(
+            f"--draft_model {folder} has another tokenizer than the model; give a smaller model of the same family "
+            "(the same tokenizer), or leave --draft_model out."
+        )
+    return draft.model.eval()
+
+
+def vocabulary(tokenizer) -> dict[str, int]:
+    """A tokenizer's tokens and their ids (a Hugging Face one's, or a sentencepiece model's)."""
+    if getattr(tokenizer, "hf", None) is not None:
+        return tokenizer.hf.get_vocab()
+    return {tokenizer.sp.id_to_piece(i): i for i in range(tokenizer.sp.vocab_size())}

@@ -10,6 +10,7 @@ back past the rejected guesses. Every accepted token goes through the answer's `
 decoding's do, so stops, stop strings and Stop act inside a guessed run exactly as outside it (a stop mid-run cuts
 the cache back to the tokens before it).
 
+With --draft_model, a small model of the same tokenizer guesses instead (`DraftGuesser`: its greedy continuation).
 A sampled answer checks its guesses by the rule of speculative sampling (`Checker`): its tokens are distributed as
 plain sampling's (not the same draws: a seed repeats an answer only with the same --speculative). Answers one at a
 time only (the batch, a repetition penalty, a grammar mask, a static cache, tensor parallel, a vision family's decode
@@ -21,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
+from transformers import DynamicCache
+
+from .prefix_cache import common_prefix_length
 
 NGRAM_SIZES = (4, 3, 2)  # the n-grams looked up, longest first
 FIRST_GUESS, MAX_GUESS = 4, 16  # tokens guessed per step: at first, and at most (each step: 2 more after a guess
@@ -58,6 +62,40 @@ class NgramGuesser:
                     self._follow = end
                     break
         return self.ids[self._follow : self._follow + most] if self._follow is not None else []
+
+
+class DraftGuesser:
+    """The guesses of a small model of the same tokenizer (--draft_model): its greedy continuation of the answer's
+    tokens so far, over a KV cache of its own kept in step with them (cut back to what they still share)."""
+
+    def __init__(self, draft, ids: list[int]):
+        from .generation import cache_keyword
+
+        self.draft, self.ids, self.keyword = draft, list(ids), cache_keyword(draft)
+        self._cache = DynamicCache()
+        self._cached: list[int] = []  # the tokens whose keys and values the draft's cache holds
+
+    def add(self, tokens: list[int]) -> None:
+        self.ids.extend(tokens)
+
+    @torch.inference_mode()
+    def guess(self, most: int = MAX_GUESS) -> list[int]:
+        kept = min(common_prefix_length(self._cached, self.ids), len(self.ids) - 1)
+        _cut(self._cache, kept)
+        fed, guess = self.ids[kept:], []
+        for _ in range(most):
+            guess.append(int(self._next_logits(fed).argmax()))
+            fed = guess[-1:]
+        self._cached = self.ids + guess[:-1]
+        return guess
+
+    def _next_logits(self, tokens: list[int]) -> torch.Tensor:
+        start = self._cache.get_seq_length()
+        device = self.draft.device
+        positions = torch.arange(start, start + len(tokens), device=device)[None]
+        out = self.draft(input_ids=torch.tensor([tokens], device=device), position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **{self.keyword: self._cache})  # fmt: skip
+        return out.logits[0, -1]
 
 
 def why_no_speculation(model, sampling, grammar_mask, static, rows: int, inputs) -> str | None:
@@ -123,12 +161,14 @@ class Checker:
 
 @torch.inference_mode()
 def speculative_loop(
-    forward, logits, inputs, sampling, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None
-) -> Iterator[torch.Tensor]:
-    """`_token_loop`'s steps (model/generation.py), each feeding the decided token and its guess at once, checked by
-    the `Checker` of `sampling`. `figures`, if given, counts the guessed tokens ("guessed") and those taken
-    ("accepted")."""
-    guesser = NgramGuesser(inputs.input_ids[0].tolist())
+    forward, logits, inputs, sampling, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None,
+    draft=None,
+) -> Iterator[torch.Tensor]:  # fmt: skip
+    """`_token_loop`'s steps (model/generation.py), each feeding the decided token and its guess at once (the
+    prompt's n-grams', or the `draft` model's), checked by the `Checker` of `sampling`. `figures`, if given, counts
+    the guessed tokens ("guessed") and those taken ("accepted")."""
+    ids = inputs.input_ids[0].tolist()
+    guesser = DraftGuesser(draft, ids) if draft is not None else NgramGuesser(ids)
     checker = Checker(sampling, logits.device)
     most = FIRST_GUESS
     mask = inputs.attention_mask

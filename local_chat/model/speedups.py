@@ -25,7 +25,8 @@ class Decoding:
     compiled: CompiledDecoding | None
     graphs: GraphedDecoding | None
     info: dict
-    speculative: str = "off"  # "ngram": greedy answers guess tokens from the prompt (model/speculative.py)
+    speculative: str = "off"  # "ngram": answers guess tokens from the prompt (model/speculative.py); "draft": by
+    draft: object = None  # --draft_model's small model
 
     @property
     def static(self) -> StaticDecoding | None:
@@ -34,10 +35,17 @@ class Decoding:
 
 
 def plan_decoding(
-    llma, max_seq_len: int, compile: bool, cuda_graphs: bool, lockstep: Lockstep | None, speculative: str = "ngram"
+    llma,
+    max_seq_len: int,
+    compile: bool,
+    cuda_graphs: bool,
+    lockstep: Lockstep | None,
+    speculative: str = "ngram",
+    draft=None,
 ) -> Decoding:
     """The `Decoding` for `llma`: `compile` as asked (a `UserError` where it cannot be), CUDA graphs where `cuda_graphs`
-    and the model allow them, `speculative` ("ngram" or "off") but in tensor parallel."""
+    and the model allow them, `speculative` ("ngram" or "off"; with a `draft` model, its guesses) but in tensor
+    parallel."""
     if speculative not in ("ngram", "off"):
         raise UserError(f"--speculative takes ngram or off, not {speculative!r}.")
     if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
@@ -56,9 +64,14 @@ def plan_decoding(
     info = {
         "compile": CompiledDecoding.name if compile else "off",
         "cuda_graphs": "on: decode steps replayed per cache length" if graphs else f"off: {why_no_graphs}",
-        "speculative": "off: tensor parallel" if lockstep is not None and speculative != "off" else speculative,
     }
-    return Decoding(compiled, graphs, info, speculative if lockstep is None else "off")
+    if lockstep is not None:
+        speculative, info["speculative"] = "off", "off: tensor parallel" if speculative != "off" else "off"
+    elif draft is not None and speculative != "off":
+        speculative, info["speculative"] = "draft", f"a draft model ({type(draft).__name__})"
+    else:
+        info["speculative"] = speculative
+    return Decoding(compiled, graphs, info, speculative, draft if speculative == "draft" else None)
 
 
 def spread_over_devices(llma) -> bool:
