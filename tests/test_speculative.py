@@ -279,3 +279,12 @@ def test_a_draft_models_guesses_give_the_same_tokens_and_one_of_another_tokenize
         assert guessed.accepted_tokens < guessed.guessed_tokens or len(expected) < 2
     with pytest.raises(UserError, match="has another tokenizer than the model"):
         MetaModel.from_pretrained(str(byte_llama_dir), draft_model=str(checkpoints["hf"]))
+
+
+def test_a_draft_model_with_several_ranks_is_one_sentence_before_loading(byte_llama_dir, capsys):
+    from local_chat.launchers import browser as launchers
+
+    with pytest.raises(SystemExit):
+        launchers.app(["--pretrained_path", str(byte_llama_dir), "--draft_model", str(byte_llama_dir), "--n_gpus", "2",
+                       "--device", "cpu", "--no_history"])  # fmt: skip
+    assert "--draft_model works on one device for now" in capsys.readouterr().err

@@ -49,8 +49,10 @@ def check_serving_flags(args: argparse.Namespace) -> None:
     if getattr(args, "models_dir", None):
         choose_listed_model(args)
     if args.api_base is None:
-        parallel_plan(args)
+        ranks = parallel_plan(args)[0]
         check_lora(args)
+        if getattr(args, "draft_model", None) and ranks > 1:
+            raise UserError("--draft_model works on one device for now; leave out --n_gpus (or --gpu_ids) or it.")
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
     if getattr(args, "api_key", None) is not None:

@@ -48,6 +48,8 @@ def plan_decoding(
     parallel."""
     if speculative not in ("ngram", "off"):
         raise UserError(f"--speculative takes ngram or off, not {speculative!r}.")
+    if draft is not None and lockstep is not None:
+        raise UserError("--draft_model does not work with tensor parallel (--n_gpus) yet; leave out one of the two.")
     if compile and lockstep is not None:  # compiled steps are queued before the ranks have agreed on their tokens
         raise UserError("--compile is not available with tensor parallel yet; leave out one of the two.")
     if compile and keeps_states(llma.config):
