@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from .prefix_cache import common_prefix_length
 
-NGRAM_SIZES = (4, 3, 2)  # the n-grams looked up, longest first
+NGRAM_SIZES = (4, 3)  # the n-grams looked up, longest first (a 2-gram recurs by chance too often)
 FIRST_GUESS, MAX_GUESS = 4, 16  # tokens guessed per step: at first, and at most (each step: 2 more after a guess
 # taken whole, 1 fewer after one that was not, as transformers' assisted generation schedules it)
 
