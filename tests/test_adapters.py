@@ -321,38 +321,42 @@ def test_answers_take_the_layers_in_arrival_order_one_adapter_at_a_time():
             hold.wait(5)
             running[tag] = False
 
+    def until(check) -> None:  # threads get their turn late on a busy machine: wait for the state, not a time
+        deadline = time.monotonic() + 10
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert check()
+
+    def start(tags: tuple[str, ...]) -> dict:
+        threads = {}
+        for tag in tags:  # one after the other, each in the gate (running or waiting) before the next comes
+            threads[tag] = threading.Thread(target=answer, args=(tag[0], tag, holds[tag]))
+            threads[tag].start()
+            until(lambda: len(gate._waiting) + sum(running.values()) == len(threads))
+        return threads
+
     holds = {tag: threading.Event() for tag in ("a1", "b1", "a2", "b2")}
-    threads = {}
-    for tag in ("a1", "b1", "a2", "b2"):
-        threads[tag] = threading.Thread(target=answer, args=(tag[0], tag, holds[tag]))
-        threads[tag].start()
-        time.sleep(0.2)
+    threads = start(("a1", "b1", "a2", "b2"))
     assert order == ["a1"]  # b1 waits for a1, a2 behind b1, b2 with b1
     holds["a1"].set()
-    threads["a1"].join(5)
-    time.sleep(0.2)
-    assert order == ["a1", "b1", "b2"] and running["b1"] and running["b2"]
+    until(lambda: len(order) == 3 and running["b1"] and running["b2"])
+    assert set(order[1:]) == {"b1", "b2"}  # b's turn: both at once, before a2
     holds["b1"].set(), holds["b2"].set()
-    [threads[tag].join(5) for tag in ("b1", "b2")]
-    time.sleep(0.2)
-    assert order == ["a1", "b1", "b2", "a2"]
+    until(lambda: len(order) == 4)
+    assert order[3] == "a2"
     holds["a2"].set()
-    threads["a2"].join(5)
+    [thread.join(5) for thread in threads.values()]
     assert layers.calls == [None, "a", "b", "a"]  # the model alone at first, then each switch
     holds = {tag: threading.Event() for tag in ("a3", "b3", "b4")}
-    threads = {tag: threading.Thread(target=answer, args=(tag[0], tag, holds[tag])) for tag in holds}
-    for thread in threads.values():
-        thread.start()
-        time.sleep(0.2)
+    threads = start(("a3", "b3", "b4"))
     holds["a3"].set()
-    time.sleep(0.3)
-    assert running["b3"] and running["b4"]  # of one adapter, arrived together: they run together
+    until(lambda: running.get("b3") and running.get("b4"))  # of one adapter, arrived together: they run together
     holds["b3"].set(), holds["b4"].set()
     [thread.join(5) for thread in threads.values()]
     blocker = threading.Event()
     holder = threading.Thread(target=answer, args=("a", "a5", blocker))
     holder.start()
-    time.sleep(0.1)
+    until(lambda: running.get("a5"))
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(Cancelled), gate.holding("b", cancel):
