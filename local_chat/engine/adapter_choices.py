@@ -5,12 +5,10 @@ adapter (model/adapters.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 from local_chat.errors import UserError
 
 from .choices import JOIN, Lease, ModelChoices, WithAdapter
-from .interface import End, Engine, Event, Request, checkpoint_name
+from .interface import Engine, checkpoint_name
 
 
 class AdapterChoices(ModelChoices):
@@ -56,13 +54,6 @@ class AdapterChoices(ModelChoices):
 
     def facts_of(self, model_id: str) -> WithAdapter | None:
         return self._views.get(model_id)
-
-    def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
-        lease = self.lease_or_failure(model_id)
-        if isinstance(lease, str):
-            yield End.failed(lease)
-            return
-        yield from answer(lease.engine) if answer is not None else lease.engine.stream(request)
 
     def close(self) -> None:
         """Nothing runs here: the model's process holds the adapters."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from local_chat.errors import UserError
 
 from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, Answer, Engine, EngineSummary, Event, Request, Sampling
+from .interface import CHAT_SAMPLING, Answer, End, Engine, EngineSummary, Event, Request, Sampling
 
 if TYPE_CHECKING:
     from .pipe import LoadProgress
@@ -67,6 +67,18 @@ class ModelChoices:
 
     def lease(self, model_id: str, may_load: bool = True) -> Lease:
         raise NotImplementedError
+
+    def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
+        """`request` answered by `model_id` (`answer(engine)`: its events over the model's engine; by default that
+        engine's stream), or its `End` saying why the model cannot be had. `Models` overrides it: its models load."""
+        lease = self.lease_or_failure(model_id)
+        if isinstance(lease, str):
+            yield End.failed(lease)
+            return
+        try:
+            yield from answer(lease.engine) if answer is not None else lease.engine.stream(request)
+        finally:
+            lease.release()
 
     def lease_or_failure(self, model_id: str, may_load: bool = True) -> Lease | str:
         """`lease(model_id, may_load)`, or the sentence saying why it cannot be had."""

@@ -7,11 +7,11 @@ the one --model named (`strict` False), as before the front routed."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from .choices import Lease, ModelChoices
 from .in_order import InArrivalOrder
-from .interface import End, Engine, Event, Request
+from .interface import Engine
 from .remote import RemoteEngine
 
 
@@ -66,13 +66,6 @@ class EngineModels(ModelChoices):
 
     def facts_of(self, model_id: str) -> InArrivalOrder:
         return self.lease(model_id).engine  # the engine's own: nothing loads here
-
-    def stream(self, model_id: str, request: Request, answer: Callable[[Engine], Iterator[Event]] | None = None):
-        lease = self.lease_or_failure(model_id)
-        if isinstance(lease, str):
-            yield End.failed(lease)
-            return
-        yield from answer(lease.engine) if answer is not None else lease.engine.stream(request)
 
     def close(self) -> None:
         """Nothing runs here: the engine keeps its models."""

@@ -144,7 +144,8 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     from local_chat.ui.layout import PAGE
 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
-    if models is None and (engine.summary().adapters or engine.summary().adapter_problems):  # --lora's, as models
+    summary = engine.summary()
+    if models is None and (summary.adapters or summary.adapter_problems):  # --lora's adapters, as models
         from local_chat.engine.adapter_choices import AdapterChoices
         from local_chat.engine.model_engine import ModelEngine
 

@@ -49,10 +49,7 @@ def check_serving_flags(args: argparse.Namespace) -> None:
     if getattr(args, "models_dir", None):
         choose_listed_model(args)
     if args.api_base is None:
-        ranks = parallel_plan(args)[0]
-        check_lora(args)
-        if getattr(args, "draft_model", None) and ranks > 1:
-            raise UserError("--draft_model works on one device for now; leave out --n_gpus (or --gpu_ids) or it.")
+        check_adapters_and_draft(args, ranks=parallel_plan(args)[0])
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
     if getattr(args, "api_key", None) is not None:
@@ -73,9 +70,10 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         raise UserError("--tool_timeout must be above 0 seconds and --max_tool_rounds 1 or more.")
 
 
-def check_lora(args: argparse.Namespace) -> None:
-    """--lora's names, --merge_lora with one of them, and what they cannot go with yet. (An adapter folder that does
-    not fit is told once the model has loaded, and left out: model/adapters.py.)"""
+def check_adapters_and_draft(args: argparse.Namespace, ranks: int) -> None:
+    """--lora's names, --merge_lora with one of them, and what they and --draft_model cannot go with yet (`ranks`:
+    the processes or GPUs the model spreads over). (An adapter folder that does not fit is told once the model has
+    loaded, and left out: model/adapters.py.)"""
     adapters = lora_adapters(getattr(args, "lora", None))
     if getattr(args, "merge_lora", False) and len(adapters) != 1:
         raise UserError(
@@ -83,8 +81,9 @@ def check_lora(args: argparse.Namespace) -> None:
         )
     if adapters and getattr(args, "models_dir", None):
         raise UserError("--lora goes with --pretrained_path; with --models_dir, put the adapter folders in it.")
-    if adapters and parallel_plan(args)[0] > 1:
-        raise UserError("--lora works on one device for now; leave out --n_gpus (or --gpu_ids) or --lora.")
+    for flag, given in (("--lora", adapters), ("--draft_model", getattr(args, "draft_model", None))):
+        if given and ranks > 1:
+            raise UserError(f"{flag} works on one device for now; leave out --n_gpus (or --gpu_ids) or {flag}.")
 
 
 def lora_adapters(values: list[str] | None) -> dict[str, str]:
