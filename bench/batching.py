@@ -160,7 +160,7 @@ def run(settings) -> dict[str, float]:
     if not has_serving():
         print("bench batching: transformers[serving] is not installed; skipping the servers", file=sys.stderr)
         return results
-    from .run import SECOND_SHAPE
+    from bench.figures import SECOND_SHAPE
 
     for shape, suffix in zip(settings.batching_shapes, ("", SECOND_SHAPE)):
         results.update(measure_shape(settings, shape, suffix))

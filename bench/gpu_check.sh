@@ -24,6 +24,6 @@ timeout 120 python3 demos/generate.py --device cuda --dtype bf16 --output "$OUT/
   --prompts "What is the capital of France?" "Who are you?" 2>&1 | tail -8 | tee "$OUT/generate.log"
 echo "generate: ${SECONDS}s"
 fi
-timeout "${BENCH_TIMEOUT:-420}" python3 bench/gpu.py --only ${@:-decode quant} --no_compile --out "$OUT" 2>&1 \
+timeout "${BENCH_TIMEOUT:-420}" python3 -m bench.gpu --only ${@:-decode quant} --no_compile --out "$OUT" 2>&1 \
   | grep -v "Loading weights\|Writing model" | tee "$OUT/bench.log" | tail -60
 echo "bench: ${SECONDS}s"

@@ -191,7 +191,7 @@ def run(settings, demo) -> dict[str, float]:
 
 
 if __name__ == "__main__":  # python -m bench.history: the quick settings alone
-    from bench.run import QUICK
+    from bench.settings import QUICK
     from local_chat.defaults import DEMO_MODEL
     from local_chat.model.meta import MetaModel
 

@@ -1,4 +1,4 @@
-"""python bench/run.py [--quick | --smoke] [--only NAME ...] [--write]: what we promise users, measured on the CPU.
+"""python -m bench.run [--quick | --smoke] [--only NAME ...] [--write]: what we promise users, measured on the CPU.
 
 Every figure compares two things measured side by side in one run (interleaved repeats, medians), never an
 absolute time (but bench/structured.py's compile and mask times, which the structured issue asks for as such).
@@ -7,585 +7,71 @@ merges into it) and RESULTS.md (the table, with date, machine and versions; its 
 NOTES_HEADING on, kept): --write into bench/, the tracked files, which nothing else touches. The README's table is
 edited by hand from RESULTS.md when figures change.
 --quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
-test can prove the suite still works (its figures mean nothing).
+test can prove the suite still works (its figures mean nothing). `python bench/run.py` runs it too.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
-import platform
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a script of the checkout: bench/ is not installed
+if __name__ == "__main__" and not __package__:  # `python bench/run.py`: run as `python -m bench.run` runs it
+    import runpy
+
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout, where bench/ is, not bench/ itself
+    runpy.run_module("bench.run", run_name="__main__", alter_sys=True)
+    sys.exit()
+
+from bench.report import read_results_md, results_md, table
+from bench.settings import QUICK, SMOKE, Settings
 
 BENCH = Path(__file__).resolve().parent
-NOTES_HEADING = "## Notes and history"  # RESULTS.md from here on is written by hand
 
 
-@dataclass(frozen=True)
-class Settings:
-    stream_shape: str
-    quant_shape: str
-    new_tokens: int
-    repeats: int
-    ui_shape: str
-    ui_questions: int
-    ui_answer_tokens: int
-    ui_repeats: int
-    cache_shape: str
-    cache_history_tokens: int
-    cache_repeats: int
-    load_clients: int
-    load_turns: int
-    load_repeats: int
-    api_shape: str = "small"
-    api_answer_tokens: int = 200
-    api_repeats: int = 6
-    batching_shapes: tuple[str, ...] = ("small", "100m")
-    batching_repeats: int = 3
-    # `transformers serve --continuous-batching`'s paged cache in blocks (None: its default, sized from the memory,
-    # whose allocation makes its first answer take ~15 s on this CPU)
-    serve_cb_blocks: int | None = None
-    front_repeats: int = 5
-    structured_shapes: tuple[str, ...] = ("small", "100m")
-    structured_tokens: int = 64
-    structured_repeats: int = 3
-    structured_big_vocab: int = 151_936  # Qwen's
-    models_tokens: int = 16
-    models_repeats: int = 8
-    history_conversations: int = 10_000
-    adapters_shape: str = "100m"
-    adapters_tokens: int = 64
-    adapters_repeats: int = 5
-    speculative_document_tokens: int = 1600  # the demo model holds 2,048 tokens: the document, question and answer
-    speculative_tokens: int = 200
-    speculative_repeats: int = 5
-    speculative_depth: int = 10  # the draft bench's model: the demo model's depth times this
-    warmups: int = 1  # rounds before the interleaved repeats count
-
-
-QUICK = Settings(
-    stream_shape="100m",
-    quant_shape="0.5b",
-    new_tokens=64,
-    repeats=4,
-    ui_shape="small",
-    ui_questions=2,
-    ui_answer_tokens=300,
-    ui_repeats=6,
-    cache_shape="100m",
-    cache_history_tokens=2000,
-    cache_repeats=3,
-    load_clients=8,
-    load_turns=3,
-    load_repeats=3,
-)
-SMOKE = Settings(
-    stream_shape="tiny",
-    quant_shape="tiny",
-    new_tokens=8,
-    repeats=1,
-    ui_shape="tiny",
-    ui_questions=1,
-    ui_answer_tokens=8,
-    ui_repeats=1,
-    cache_shape="tiny",
-    cache_history_tokens=200,
-    cache_repeats=1,
-    load_clients=2,
-    load_turns=1,
-    load_repeats=1,
-    api_shape="tiny",
-    api_answer_tokens=8,
-    api_repeats=1,
-    batching_shapes=("tiny",),
-    batching_repeats=1,
-    serve_cb_blocks=64,
-    front_repeats=1,
-    structured_shapes=("tiny",),
-    structured_tokens=8,
-    structured_repeats=1,
-    structured_big_vocab=4096,
-    models_tokens=4,
-    models_repeats=1,
-    history_conversations=200,
-    adapters_shape="tiny",
-    adapters_tokens=4,
-    adapters_repeats=1,
-    speculative_document_tokens=200,
-    speculative_tokens=16,
-    speculative_repeats=1,
-    speculative_depth=2,
-    warmups=0,
-)
-
-# name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
-FIGURES = {
-    "stream_vs_generate": ("tokens/s of stream_generate over bare model.generate, ~100M random Llama", (">=", 0.97)),
-    "stream_vs_generate_demo": ("the same on the demo model", (">=", 0.97)),
-    "textiteratorstreamer_vs_generate": (
-        "transformers' TextIteratorStreamer + thread over bare generate (the peers' way), ~100M random Llama",
-        None,
-    ),
-    "quant4_footprint": ("transformer blocks' bytes with --quant 4 over bf16, ~0.5B random Llama", ("<=", 0.28)),
-    "quant8_footprint": ("the same with --quant 8", ("<=", 0.53)),
-    "quant4_footprint_whole": ("whole model with --quant 4 over bf16 (embeddings, lm_head stay 16-bit)", None),
-    "quant8_footprint_whole": ("whole model with --quant 8 over bf16", None),
-    "ui_ttft_overhead_ms": (
-        "the app's extra time to first piece over HTTP (Gradio's /call stream), minus a bare Gradio "
-        "endpoint's (300-token answers of a random Llama the demo model's size)",
-        ("<=", 20),
-    ),
-    "ui_token_rate_ratio": (
-        "answer tokens/s a gradio_client sees from the app over from the bare endpoint",
-        (">=", 0.97),
-    ),
-    "gradio_ttft_overhead_ms": ("Gradio alone: time to first piece over HTTP over the endpoint's own", None),
-    "gradio_rate_ratio": ("Gradio + gradio_client alone: tokens/s seen over tokens/s yielded", None),
-    "ttft_history_ratio": (
-        "time to first piece at a turn with a long history over turn 1, KV cache kept between "
-        "turns, ~100M random Llama",
-        ("<=", 1.5),
-    ),
-    "ttft_history_ratio_compile": (
-        "the same with --compile (the session's keys and values copied into the static cache)",
-        ("<=", 1.5),
-    ),
-    "ttft_history_ratio_naive": ("the same, the whole history prefilled again (what the peers do)", None),
-    "ttft_history_ratio_batch": (
-        "the same in the continuous batch, beside another answer (the history's pages of the paged cache reused)",
-        ("<=", 1.5),
-    ),
-    "cache_history_tokens": ("tokens in the prompt of that turn", None),
-    "compile_decode_ratio": (
-        "turn 1's answer tokens/s with --compile over without (the CPU; a compiled step attends "
-        "over its whole static cache)",
-        None,
-    ),
-    "load_clients_over_one_client": (
-        "8 clients at once, 3-turn conversations each, demo app (batching, its default): wall time over one "
-        "client asking the same conversations one after another",
-        None,
-    ),
-    "load_one_at_a_time_over_one_client": ("the same with --concurrency 1 (one answer at a time)", None),
-    "load_wait_p90_over_alone": (
-        "time to first piece of the slowest tenth of those requests over a request's alone",
-        None,
-    ),
-    "load_wait_p90_over_alone_one_at_a_time": ("the same with --concurrency 1 (queued)", None),
-    "api_ttft_overhead_ms": (
-        "the /v1 API's extra time to first text through the openai client, over the engine's own stream "
-        "(200-token answers of a random Llama the demo model's size)",
-        ("<=", 10),
-    ),
-    "api_token_rate_ratio": ("tokens/s the openai client sees from /v1 over the engine's own stream", (">=", 0.97)),
-    "api_over_serve_ttft": (
-        "time to first token, /v1 over `transformers serve` on the same folder, one client (lower is faster)",
-        ("<=", 1.0),
-    ),
-    "api_over_serve_token_rate": ("tokens/s, /v1 over `transformers serve`, one client", (">=", 1.0)),
-    "api_ttft_ms": ("/v1's time to first token, one client", None),
-    "serve_ttft_ms": ("`transformers serve`'s", None),
-    "api_crowd_tokens_per_s": ("8 clients at once: /v1's aggregate answer tokens/s", None),
-    "serve_crowd_tokens_per_s": ("the same for `transformers serve` (without --continuous-batching)", None),
-    "api_over_serve_crowd": ("the two over each other", None),
-    "batching_crowd_over_alone": (
-        "8 clients at once over one client alone, total answer tokens/s through the openai client, the app with "
-        "batching (its default), a random Llama the demo model's size, 200-token answers",
-        (">=", 3.0),
-    ),
-    "batching_over_serve_cb": (
-        "its 8 clients' tokens/s over `transformers serve --continuous-batching`'s",
-        (">=", 1.0),
-    ),
-    "batching_alone_over_one_at_a_time": (
-        "one client alone: the app with batching over the app with --concurrency 1",
-        (">=", 0.97),
-    ),
-    "batching_wait_p90_over_alone": (
-        "time to first token of the slowest tenth of the 8 clients' requests over a request's alone",
-        ("<=", 3.0),
-    ),
-    "batching_crowd_tokens_per_s": ("the app's 8 clients, total answer tokens/s", None),
-    "serve_cb_crowd_tokens_per_s": ("`transformers serve --continuous-batching`'s", None),
-    "serve_cb_crowd_over_alone": ("its 8 clients over its one client alone", None),
-    "serve_cb_wait_p90_over_alone": ("its slowest tenth's time to first token over its one client's", None),
-    "batching_crowd_over_alone_100m": ("the same four on a ~100M random Llama", (">=", 3.0)),
-    "batching_over_serve_cb_100m": ("", (">=", 1.0)),
-    "batching_alone_over_one_at_a_time_100m": ("", (">=", 0.97)),
-    "batching_wait_p90_over_alone_100m": ("", ("<=", 3.0)),
-    "batching_crowd_tokens_per_s_100m": ("", None),
-    "serve_cb_crowd_tokens_per_s_100m": ("", None),
-    "serve_cb_crowd_over_alone_100m": ("", None),
-    "serve_cb_wait_p90_over_alone_100m": ("", None),
-    "batching_mla_crowd_over_alone": (
-        "8 answers at once over one alone, total answer tokens/s in the model's process (200-token greedy answers), "
-        "tiny random DeepSeek V3.1 (multi-head latent attention: the step batch)",
-        (">=", 2.5),
-    ),
-    "batching_mamba_crowd_over_alone": ("the same, tiny random Granite 4 (Mamba layers: the step batch)", (">=", 2.5)),
-    "batching_conv_crowd_over_alone": ("the same, tiny random LFM2 (convolution layers: the step batch)", (">=", 2.5)),
-    "batching_linear_crowd_over_alone": (
-        "the same, tiny random Qwen3.5 (linear attention: the step batch)",
-        (">=", 2.5),
-    ),
-    "batching_plain_crowd_over_alone": ("the same, tiny random Llama 3.1 (transformers' continuous batching)", None),
-    "batching_plain_step_over_paged": (
-        "tiny Llama 3.1, 8 at once: the step batch's tokens/s over transformers' continuous batching's",
-        None,
-    ),
-    "batching_mla_crowd_tokens_per_s": ("total answer tokens/s of the 8 at once, per kind", None),
-    "batching_mamba_crowd_tokens_per_s": ("", None),
-    "batching_conv_crowd_tokens_per_s": ("", None),
-    "batching_linear_crowd_tokens_per_s": ("", None),
-    "batching_plain_crowd_tokens_per_s": ("", None),
-    "remote_ttft_overhead_ms": (
-        "the app in front of an engine (--api_base): its /v1's extra time to first text over the engine's own stream, "
-        "through the openai client; the engine our own app on a random Llama the demo model's size, 200-token answers",
-        ("<=", 15),
-    ),
-    "remote_token_rate_ratio": ("tokens/s through the front over the engine's own", (">=", 0.97)),
-    "remote_ttft_overhead_ms_serve": ("the same in front of `transformers serve`", ("<=", 15)),
-    "remote_token_rate_ratio_serve": ("", (">=", 0.97)),
-    "reasoning_parse_token_rate_ratio": (
-        "tokens/s of a /v1 chat stream of a forced 256-token reasoning + answer, parsed into reasoning and answer, "
-        "over the same tokens streamed unparsed (a completion of the same prompt); a random Qwen3 the demo model's "
-        "size with Qwen3's template",
-        (">=", 0.97),
-    ),
-    "front_start_s": (
-        "seconds from `python app.py --api_base URL` (no model here; a stub engine) starting to its first 200 on `/`, "
-        "alone; the goal is met by this or the next",
-        ("<=", 3),
-    ),
-    "front_start_over_gradio_import_s": (
-        'the same minus `python -c "import gradio"`\'s seconds, measured in turns with it',
-        ("<=", 1),
-    ),
-    "structured_one_over_free": (
-        "answer tokens/s held to a JSON schema (llguidance's mask each step) over free, one request, greedy, a random "
-        "Llama the demo model's size, 64-token answers",
-        (">=", 0.9),
-    ),
-    "structured_eight_over_free": (
-        "the same, 8 requests at once: the free ones batched, the held ones beside the batch one at a time",
-        (">=", 0.9),
-    ),
-    "structured_one_over_free_100m": ("the same as the first, ~100M random Llama", (">=", 0.9)),
-    "structured_eight_over_free_100m": ("the same as the second, ~100M random Llama", (">=", 0.9)),
-    "structured_compile_20_fields_ms": (
-        "ms to compile a 20-field JSON schema for the demo model's tokenizer (absolute, this machine)",
-        ("<=", 50),
-    ),
-    "structured_compile_cached_ms": ("the same schema again, from the cache of 64 compiled grammars", None),
-    "llguidance_mask_us_small_vocab": ("microseconds of llguidance's mask per token, 1,024-token vocabulary", None),
-    "llguidance_mask_us_qwen_vocab": ("the same, 151,936-token vocabulary (Qwen's size)", None),
-    "xgrammar_mask_us_small_vocab": ("xgrammar's, the same walk (only where xgrammar is installed)", None),
-    "xgrammar_mask_us_qwen_vocab": ("xgrammar's, 151,936-token vocabulary", None),
-    "xgrammar_compile_20_fields_ms": ("xgrammar's compile of the 20-field schema (ms, this machine)", None),
-    "models_switch_cold_s": (
-        "--models_dir: seconds from asking for the demo model while another is loaded (--max_loaded_models 1) to its "
-        "answer's first text: the other unloaded, the demo model loaded in a fresh process (absolute, this machine)",
-        None,
-    ),
-    "models_ttft_after_switch_ms_more": (
-        "two models loaded: ms more to the first text of an answer right after one from the other model than right "
-        "after one from the same model",
-        ("<=", 50),
-    ),
-    "tools_round_page_ms": (
-        "--mcp_config: ms from the model's last token of a tool call to the first token of the answer after its "
-        "result, minus the tool's own time (the cards, saves, the request rendered again and prefilled); a random "
-        "Qwen3 the demo model's size, a stdio MCP server, the call always allowed",
-        ("<=", 50),
-    ),
-    "documents_pdf_ms_per_page": (
-        "ms to read a page of a 50-page PDF with pypdfium2 (the app's), best of the repeats",
-        None,
-    ),
-    "documents_pypdf_ms_per_page": ("the same with pypdf (only where it is installed: the tests' tools)", None),
-    "documents_docx_ms_per_page": ("ms per page (3,000 characters) of the same text as a .docx, python-docx", None),
-    "documents_index_500_pages_ms": ("ms to cut a 500-page text into passages and index them (SQLite FTS5)", None),
-    "documents_search_500_pages_ms": (
-        "ms to find the passages of those 500 pages that answer a question (BM25), the needle's first",
-        ("<=", 100),
-    ),
-    "documents_ttft_attached_over_typed": (
-        "time to first piece of a question with a 5-page PDF attached (read, put in whole) over the same text typed "
-        "in, demo model",
-        None,
-    ),
-    "history_fill_s": ("seconds to save those conversations (three turns each, one at a time)", None),
-    "history_search_ms": (
-        "the sidebar's search over 10,000 saved conversations of one login (three turns each): ms, the median of the "
-        "slowest kind of query (a rare word or a common one, each whole or its first letters as typed, two words)",
-        ("<=", 50),
-    ),
-    "history_search_rare_ms": ("the same for a word of one conversation only", None),
-    "history_open_200_handler_ms": (
-        "opening a conversation of 200 messages with 20 branches: ms of the page's handler (read, entries, view, "
-        "list, the controls under the messages)",
-        None,
-    ),
-    "history_open_200_paint_ms": (
-        "the same in Chromium: ms from the click in the sidebar to its last message painted, the first paint "
-        "(where Chromium is installed)",
-        ("<=", 100),
-    ),
-    "history_open_200_all_ms": ("the same to all its 200 messages painted (the rest comes right after)", None),
-    "adapters_switch_ms_more": (
-        "switching LoRA adapters on a loaded base: ms more to the first token of an answer with adapter a right "
-        "after one with b than after one with a (~100M random Llama, two rank-16 adapters on every linear layer)",
-        None,
-    ),
-    "adapters_decode_unmerged_over_base": (
-        "decode tokens/s with an adapter (--lora, PEFT's pairs beside the layers) over the base alone",
-        (">=", 0.8),
-    ),
-    "adapters_decode_merged_over_base": ("the same with the adapter merged (--merge_lora)", (">=", 0.97)),
-    "speculative_quote_over_plain": (
-        "--speculative ngram over off: decode tokens/s of a 200-token answer quoting a 1,600-token document of the "
-        "question (the demo model, its choice forced to quote: its forward passes whole)",
-        (">=", 1.8),
-    ),
-    "speculative_quote_accepted": ("the share of guessed tokens taken in that answer", None),
-    "speculative_chat_over_plain": (
-        "the same for the demo model's own answers to eight chat questions (nothing forced)",
-        (">=", 0.97),
-    ),
-    "speculative_chat_accepted": ("the share of guessed tokens taken in those answers", None),
-    "speculative_draft_chat_over_plain": (
-        "--draft_model over none: the same chat answers from the demo model deepened 10 times (its added layers "
-        "adding nothing: its answers at 10x the compute), the demo model its draft",
-        (">=", 1.5),
-    ),
-    "speculative_draft_accepted": ("the share of the draft's guesses taken", None),
-    "models_memory_after_unload_ratio": (
-        "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
-        ("<=", 1.05),
-    ),
+# name: (its module in bench/, whether its run(settings, demo) takes the demo model), in the order they run
+BENCHMARKS = {
+    "stream": ("stream", True),
+    "quant": ("quant", False),
+    "ui": ("ui_overhead", False),
+    "cache": ("cache", False),
+    "load": ("load", False),
+    "api": ("api_vs_serve", False),
+    "batching": ("batching", False),
+    "remote": ("remote", False),
+    "reasoning": ("reasoning", False),
+    "front": ("front", False),
+    "structured": ("structured", False),
+    "models": ("switching", False),
+    "tools": ("tools", False),
+    "documents": ("documents", True),
+    "history": ("history", True),
+    "adapters": ("adapters", False),
+    "speculative": ("speculative", True),
 }
-BENCHMARKS = (
-    "stream",
-    "quant",
-    "ui",
-    "cache",
-    "load",
-    "api",
-    "batching",
-    "remote",
-    "reasoning",
-    "front",
-    "structured",
-    "models",
-    "tools",
-    "documents",
-    "history",
-    "adapters",
-    "speculative",
-)
-SECOND_SHAPE = "_100m"  # the batching figures of its second shape end so
-
-
-def expected_figures(settings: Settings) -> set[str]:
-    """The figures a run of every benchmark with `settings` writes (--smoke batches one shape only)."""
-    with_xgrammar = importlib.util.find_spec("xgrammar") is not None  # bench/structured.py compares it if installed
-    with_pypdf = importlib.util.find_spec("pypdf") is not None  # and bench/documents.py pypdf
-    from bench.history import chromium_path
-
-    with_chromium = chromium_path() is not None  # bench/history.py's page figure
-    return {
-        name
-        for name in FIGURES
-        if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
-        and (with_xgrammar or not name.startswith("xgrammar_"))
-        and (with_pypdf or name != "documents_pypdf_ms_per_page")
-        and (with_chromium or name not in ("history_open_200_paint_ms", "history_open_200_all_ms"))
-    }
 
 
 def measure(names: list[str], settings: Settings) -> dict[str, float]:
     from local_chat.defaults import DEMO_MODEL
     from local_chat.model.meta import MetaModel
 
-    demo = MetaModel.from_pretrained(str(DEMO_MODEL)) if "stream" in names else None
+    demo = None  # loaded once, by the first benchmark that takes it
     results = {}
     for name in names:
         started = time.perf_counter()
-        if name == "stream":
-            from bench import stream
-
-            results.update(stream.run(settings, demo))
-        elif name == "quant":
-            from bench import quant
-
-            results.update(quant.run(settings))
-        elif name == "ui":
-            from bench import ui_overhead
-
-            results.update(ui_overhead.run(settings))
-        elif name == "cache":
-            from bench import cache
-
-            results.update(cache.run(settings))
-        elif name == "load":
-            from bench import load
-
-            results.update(load.run(settings))
-        elif name == "api":
-            from bench import api_vs_serve
-
-            results.update(api_vs_serve.run(settings))
-        elif name == "batching":
-            from bench import batching
-
-            results.update(batching.run(settings))
-        elif name == "remote":
-            from bench import remote
-
-            results.update(remote.run(settings))
-        elif name == "reasoning":
-            from bench import reasoning
-
-            results.update(reasoning.run(settings))
-        elif name == "front":
-            from bench import front
-
-            results.update(front.run(settings))
-        elif name == "structured":
-            from bench import structured
-
-            results.update(structured.run(settings))
-        elif name == "models":
-            from bench import switching
-
-            results.update(switching.run(settings))
-        elif name == "tools":
-            from bench import tools
-
-            results.update(tools.run(settings))
-        elif name == "documents":
-            from bench import documents
-
+        module, takes_demo = BENCHMARKS[name]
+        run = importlib.import_module(f"bench.{module}").run
+        if takes_demo:
             demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
-            results.update(documents.run(settings, demo))
-        elif name == "history":
-            from bench import history
-
-            demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
-            results.update(history.run(settings, demo))
-        elif name == "speculative":
-            from bench import speculative
-
-            demo = demo or MetaModel.from_pretrained(str(DEMO_MODEL))
-            results.update(speculative.run(settings, demo))
-        elif name == "adapters":
-            from bench import adapters
-
-            results.update(adapters.run(settings))
+            results.update(run(settings, demo))
+        else:
+            results.update(run(settings))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return results
-
-
-def met(name: str, value: float) -> str:
-    goal = FIGURES[name][1]
-    if goal is None:
-        return ""
-    op, target = goal
-    ok = value >= target if op == ">=" else value <= target
-    return f"{op} {target:g} {'yes' if ok else 'NO'}"
-
-
-def table(results: dict[str, float]) -> str:
-    rows = ["| figure | value | goal, met | what it measures |", "| --- | --- | --- | --- |"]
-    for name, (what, _) in FIGURES.items():
-        if name in results:
-            value = f"{results[name]:,.0f}" if abs(results[name]) >= 100 else f"{results[name]:.3f}"
-            rows.append(f"| `{name}` | {value} | {met(name, results[name])} | {what} |")
-    return "\n".join(rows)
-
-
-def machine() -> str:
-    import gradio
-    import torch
-    import transformers
-
-    try:
-        import bitsandbytes
-
-        bnb = bitsandbytes.__version__
-    except Exception:
-        bnb = "not installed"
-    return (
-        f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}; Python {platform.python_version()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, gradio {gradio.__version__}, "
-        f"bitsandbytes {bnb}"
-    )
-
-
-GPU_HEADING = "## GPU (bench/gpu.py)"
-
-
-def read_results_md(results_md_file: Path) -> tuple[str, str]:
-    """A RESULTS.md as (the written figures, the hand-written notes from NOTES_HEADING on, kept when the figures are
-    written again); both empty where there is none."""
-    text = results_md_file.read_text() if results_md_file.exists() else ""
-    figures, heading, notes = text.partition(NOTES_HEADING)
-    return figures, "\n" + heading + notes if heading else ""
-
-
-def results_md(results: dict[str, float], mode: str, gpu: dict | None) -> str:
-    lines = [
-        "# Benchmark results",
-        "",
-        "Written by `python bench/run.py` (CPU) and `python bench/gpu.py` (GPU); each figure is a ratio of two things",
-        "measured side by side in one run (interleaved repeats, medians).",
-        "",
-        f"CPU run ({mode}), {time.strftime('%Y-%m-%d')}: {machine()}.",
-        "",
-        table(results),
-        "",
-    ]
-    return "\n".join(lines) + "\n" + gpu_section(gpu)
-
-
-def gpu_section(gpu: dict | None) -> str:
-    lines = [GPU_HEADING, ""]
-    if gpu:
-        lines += [f"{gpu['device']}, {gpu['date']}: {gpu['setup']}.", ""]
-        lines += [f"- {part}: {when}" for part, when in gpu.get("measured", {}).items()]
-        lines += ["", "| figure | value |", "| --- | --- |"]
-        lines += [
-            f"| `{k}` | {v:,.1f} |" if v >= 10 else f"| `{k}` | {v:.3f} |"
-            for k, v in gpu.items()
-            if isinstance(v, (int, float))
-        ]
-        lines += [
-            "",
-            "Goals: `stream_over_generate` >= 1 (ours at least as fast as bare generate); the plain launch "
-            "(`gpu_stream_tok_s`, CUDA graphs) `gpu_stream_over_limit` >= 0.6 with `gpu_default_first_answer_s` "
-            "<= 30; `compile_over_limit` >= 0.7; `gpu_quant4_tok_s` >= 1.5x and `gpu_quant8_tok_s` >= 1x "
-            "`gpu_stream_tok_s`; a first answer about as fast as later ones; `gpu_batching_crowd_over_alone` >= 6 "
-            "(8 answers at once over one alone).",
-        ]
-        if "compile_cudagraphs" in gpu:
-            lines += ["", f"CUDA graphs under `--compile`: {gpu['compile_cudagraphs']}."]
-    else:
-        lines.append("Not measured yet: no GPU machine was lent to the sessions so far.")
-    return "\n".join(lines) + "\n"
-
-
-def write_gpu_section(results_md_file: Path, gpu: dict) -> None:
-    """Replace the GPU section of an existing RESULTS.md (the CPU part keeps its own date and machine)."""
-    figures, notes = read_results_md(results_md_file)
-    head = figures.split(GPU_HEADING)[0] or "# Benchmark results\n\n"
-    results_md_file.write_text(head + gpu_section(gpu) + notes)
 
 
 def main(argv=None) -> None:
@@ -593,7 +79,9 @@ def main(argv=None) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="the real measurement (the default), a few minutes")
     mode.add_argument("--smoke", action="store_true", help="the tiniest settings, to test that the suite runs")
-    p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=None, help="run these and merge into results.json")
+    p.add_argument(
+        "--only", nargs="+", choices=list(BENCHMARKS), default=None, help="run these and merge into results.json"
+    )
     p.add_argument("--write", action="store_true", help="write the figures into bench/results.json and RESULTS.md")
     p.add_argument(
         "--out",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.run import SMOKE, expected_figures
+from bench.figures import expected_figures
+from bench.settings import SMOKE
 from local_chat.defaults import DEMO_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,7 @@ def run_script(*args: str) -> None:
 
 def test_bench_run_smoke_writes_every_figure(tmp_path):
     (tmp_path / "RESULTS.md").write_text("# old figures\n\n## Notes and history\n\nWritten by hand.\n")
-    run_script("bench/run.py", "--smoke", "--out", str(tmp_path))
+    run_script("-m", "bench.run", "--smoke", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results) == expected_figures(SMOKE)
     assert all(isinstance(v, float) and math.isfinite(v) for v in results.values())
@@ -37,8 +38,15 @@ def test_bench_run_smoke_writes_every_figure(tmp_path):
     assert set(json.loads((tmp_path / "results.json").read_text())) == expected_figures(SMOKE)
 
 
+@pytest.mark.parametrize("script", ["bench/run.py", "bench/gpu.py"])
+def test_the_benchmarks_old_commands_still_run(script):
+    """`python bench/run.py` and `python bench/gpu.py` (the README's commands before `python -m bench.run`)."""
+    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--only" in done.stdout, done.stderr[-3000:]
+
+
 def test_gpu_bench_smoke_on_the_cpu(tmp_path):
-    from bench.gpu import main  # in this process (bench/run.py's smoke runs as a script): no Python to start
+    from bench.gpu import main  # in this process (bench.run's smoke runs in a Python of its own): no Python to start
 
     main(["--smoke", "--no_quant", "--out", str(tmp_path)])
     assert "gpu_quant4_tok_s" not in json.loads((tmp_path / "gpu_results.json").read_text())
@@ -73,7 +81,7 @@ def test_gpu_bench_reports_why_cuda_graphs_were_skipped():
     import torch
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    from bench.gpu import CudagraphSkips
+    from bench.gpu_timing import CudagraphSkips
 
     with CudagraphSkips() as skips:
         assert skips.verdict(torch.device("cuda")) == "used (no skip logged)"
