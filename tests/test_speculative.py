@@ -91,15 +91,30 @@ def test_logprobs_of_guessed_tokens_are_those_of_plain_decoding(pair):
     assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(on, off)) and len(off) > 10
 
 
-def test_a_json_schema_answer_stays_valid_and_the_same(pair):
+def test_a_json_schema_answer_guesses_what_the_grammar_forces_and_stays_the_same(pair):
     guessing, plain = pair
-    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "colour": {"enum": ["red", "green"]}},
+        "required": ["name", "colour"],
+        "additionalProperties": False,
+    }
     shape = AnswerFormat("json_schema", schema)
-    on = answer(guessing, "the cat " * 5, answer_format=shape, sampling=Sampling(max_new_tokens=60, temperature=0.0))
-    off = answer(plain, "the cat " * 5, answer_format=shape, sampling=Sampling(max_new_tokens=60, temperature=0.0))
-    assert on.text == off.text
-    if on.end.finish_reason == "stop":
-        assert "name" in json.loads(on.text)
+    for prompt in ["the cat " * 5, '{"name": "the cat sat", "colour": "red"} ' * 3]:
+
+        def stream(model, prompt=prompt):
+            sampling = Sampling(max_new_tokens=80, temperature=0.0)
+            events = list(model.engine.stream(Request(prompt, sampling, answer_format=shape, logprobs=1)))
+            pieces = [t for event in events for t in getattr(event, "logprobs", [])]
+            return events[-1], [(t.token_id, t.top[0][0]) for t in pieces], [t.logprob for t in pieces]
+
+        (on, on_tokens, on_logprobs), (off, off_tokens, off_logprobs) = stream(guessing), stream(plain)
+        assert on.token_ids == off.token_ids and on_tokens == off_tokens and len(off_tokens) > 5
+        assert all(abs(a - b) < 1e-3 for a, b in zip(on_logprobs, off_logprobs))
+        assert on.accepted_tokens > 0  # the keys and punctuation the schema forces, taken several in a pass
+        text = guessing.tokenizer.decode(on.token_ids)
+        if on.finish_reason == "stop":
+            assert set(json.loads(text)) == {"name", "colour"}
 
 
 def test_stop_ends_a_guessing_answer_within_two_forward_passes(pair):

@@ -129,6 +129,27 @@ class TokenMask:
         allowed = ((words[:, :, None] >> self._shifts) & 1).bool().flatten(1)[:, : logits.shape[-1]]
         logits.masked_fill_(~allowed, float("-inf"))
 
+    def guess_within(self, guess: list[int], most: int) -> list[int]:
+        """For one row (speculative decoding's): the tokens its grammar forces from here, if any, else `guess`; cut to
+        `most`, to the grammar's end tokens and to the longest start the grammar takes."""
+        matcher = self.matchers[0]
+        if matcher is None or matcher.is_error():
+            return []
+        guess = (matcher.compute_ff_tokens() or guess)[:most]
+        before_end = next((i for i, token in enumerate(guess) if token in self.eos_ids), len(guess))
+        return guess[: matcher.validate_tokens(guess[:before_end])]
+
+    def apply_along(self, logits: torch.Tensor, guess: list[int]) -> None:
+        """For one row: mask `logits` ([len(guess) + 1, vocab], the places after the decided token and after each
+        of `guess`'s, which `guess_within` gave) as its grammar will stand at each place; the grammar is left where
+        it was."""
+        matcher = self.matchers[0]
+        for place, token in enumerate(guess):
+            self.apply(logits[place : place + 1])
+            matcher.consume_token(token)
+        self.apply(logits[len(guess) :])
+        matcher.rollback(len(guess))
+
     def advance(self, tokens: torch.Tensor) -> None:
         """Each row's grammar takes the token its row was given; a row given an end token has ended."""
         for row, token in enumerate(tokens.tolist()):

@@ -197,9 +197,9 @@ def generate_tokens(
             static = None
             forward, masks = model, growing_masks(inputs.attention_mask)
         rows = inputs.input_ids.shape[0]
-        if guesses is not None and why_no_speculation(model, sampling, mask, static, rows, inputs) is None:
+        if guesses is not None and why_no_speculation(model, sampling, static, rows, inputs) is None:
             yield from speculative_loop(
-                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses, draft
+                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses, draft, mask
             )
             return
         yield from _token_loop(

@@ -12,9 +12,11 @@ the cache back to the tokens before it).
 
 With --draft_model, a small model of the same tokenizer guesses instead (`DraftGuesser`: its greedy continuation).
 A sampled answer checks its guesses by the rule of speculative sampling (`Checker`): its tokens are distributed as
-plain sampling's (not the same draws: a seed repeats an answer only with the same --speculative). Answers one at a
-time only (the batch, a repetition penalty, a grammar mask, a static cache, tensor parallel, a vision family's decode
-inputs and layers that cannot be cut back keep plain decoding: `why_no_speculation`).
+plain sampling's (not the same draws: a seed repeats an answer only with the same --speculative). An answer held to a
+grammar (a JSON schema) guesses the tokens the grammar forces (llguidance's fast-forward tokens: a schema's keys and
+punctuation) or its n-gram guess cut to what the grammar takes, and each checked place is masked as the grammar
+stands there. Answers one at a time only (the batch, a repetition penalty, a static cache, tensor parallel, a vision
+family's decode inputs and layers that cannot be cut back keep plain decoding: `why_no_speculation`).
 """
 
 from __future__ import annotations
@@ -98,12 +100,10 @@ class DraftGuesser:
         return out.logits[0, -1]
 
 
-def why_no_speculation(model, sampling, grammar_mask, static, rows: int, inputs) -> str | None:
+def why_no_speculation(model, sampling, static, rows: int, inputs) -> str | None:
     """Why an answer decodes one token per pass, or None where it can guess."""
     if sampling.repetition_penalty != 1.0:
         return "a repetition penalty"
-    if grammar_mask is not None:
-        return "a grammar"
     if static is not None:
         return "a static cache"
     if rows != 1:
@@ -162,11 +162,13 @@ class Checker:
 @torch.inference_mode()
 def speculative_loop(
     forward, logits, inputs, sampling, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None,
-    draft=None,
+    draft=None, grammar_mask=None,
 ) -> Iterator[torch.Tensor]:  # fmt: skip
     """`_token_loop`'s steps (model/generation.py), each feeding the decided token and its guess at once (the
     prompt's n-grams', or the `draft` model's), checked by the `Checker` of `sampling`. `figures`, if given, counts
-    the guessed tokens ("guessed") and those taken ("accepted")."""
+    the guessed tokens ("guessed") and those taken ("accepted"). With a `grammar_mask` (one row's), the guess is the
+    tokens the grammar forces, else the guess cut to what the grammar takes, and each place's logits are masked as
+    the grammar stands there."""
     ids = inputs.input_ids[0].tolist()
     guesser = DraftGuesser(draft, ids) if draft is not None else NgramGuesser(ids)
     checker = Checker(sampling, logits.device)
@@ -176,23 +178,29 @@ def speculative_loop(
     ones = mask.new_ones((1, 1 + MAX_GUESS))
     counts = figures if figures is not None else {}
     counts.setdefault("guessed", 0), counts.setdefault("accepted", 0)
+    if grammar_mask is not None:
+        grammar_mask.apply(logits)
     token = checker.first(logits)
     while True:
         if observe is not None:
             observe(logits, token)
-        finished = decide(token)
+        finished = _decided(decide, token, grammar_mask)
         yield token
         if finished:
             return
         decided = int(token[0])
         guesser.add([decided])
         guess = guesser.guess(most)
+        if grammar_mask is not None:
+            guess = grammar_mask.guess_within(guess, max(most, 1))
         fed = torch.tensor([[decided, *guess]], device=token.device)
         mask = torch.cat([mask, ones[:, : fed.shape[1]]], dim=-1)
         positions = torch.arange(position, position + fed.shape[1], device=token.device)[None]
         out = forward(input_ids=fed, attention_mask=mask, position_ids=positions, use_cache=True,
                       logits_to_keep=fed.shape[1], **{keyword: cache})  # fmt: skip
         step_logits = out.logits[0]
+        if grammar_mask is not None:
+            grammar_mask.apply_along(step_logits, guess)
         accepted, following = checker.check(step_logits, guess)
         counts["guessed"] += len(guess)
         counts["accepted"] += accepted
@@ -202,7 +210,7 @@ def speculative_loop(
             token = fed[0, 1 + index : 2 + index]
             if observe is not None:
                 observe(step_logits[index : index + 1], token)
-            finished = decide(token)
+            finished = _decided(decide, token, grammar_mask)
             try:
                 yield token
             except GeneratorExit:  # the reader left (for the batch, say): the cache keeps the tokens before this one
@@ -217,6 +225,14 @@ def speculative_loop(
         mask = mask[:, :position]
         logits = step_logits[accepted : accepted + 1]
         token = torch.tensor([following], device=token.device)
+
+
+def _decided(decide: Callable, token: torch.Tensor, grammar_mask) -> bool:
+    """`decide(token)`, and the grammar, if any, moved past `token` where the answer goes on."""
+    finished = decide(token)
+    if grammar_mask is not None and not finished:
+        grammar_mask.advance(token)
+    return finished
 
 
 def _cut(cache, length: int) -> None:
