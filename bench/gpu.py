@@ -19,7 +19,8 @@ app's clients are served: total tokens/s over one answer alone, over transformer
 Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only PART ...` (demo, models,
 decode, quant, batching, probe) runs some parts and merges them into gpu_results.json, which records when, where and
 with which versions each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to
-prove the script works. `python bench/gpu.py` runs it too. bench/gpu_check.sh is the one prepared run of a lent GPU
+prove the script works. `profile`: where a decode step's time goes (bench/gpu_profile.py). `python bench/gpu.py`
+runs it too. bench/gpu_check.sh is the one prepared run of a lent GPU
 machine.
 """
 
@@ -44,6 +45,7 @@ import transformers
 
 from bench.gpu_batching import batching_figures
 from bench.gpu_decode import decode_figures, demo_model_rates, step_variants
+from bench.gpu_profile import profile_figures
 from bench.gpu_quant import quantized
 from bench.gpu_timing import prompt_of
 from bench.models import SHAPES, random_meta_model
@@ -52,7 +54,7 @@ from bench.report import write_gpu_section
 BENCH = Path(__file__).resolve().parent
 
 
-PARTS = ("demo", "models", "decode", "quant", "batching", "probe")
+PARTS = ("demo", "models", "decode", "profile", "quant", "batching", "probe")
 
 
 def save(results: dict, out: Path) -> None:
@@ -71,7 +73,8 @@ def main(argv=None) -> None:
         nargs="+",
         choices=PARTS,
         default=None,
-        help="run these parts (demo: the demo model; decode: the 7B's decode speed; quant: --quant 4/8; "
+        help="run these parts (demo: the demo model; decode: the 7B's decode speed; profile: where a decode step's "
+        "time goes (torch.profiler); quant: --quant 4/8; "
         "batching: 8 answers at once with continuous batching; probe: where the CUDA graphs' step loses time; "
         "models: --models_dir's switch and the GPU memory an unloaded model gives back) "
         "and merge them into gpu_results.json",
@@ -118,7 +121,7 @@ def main(argv=None) -> None:
         results.update(switching.run_on_gpu(QUICK))
         results["measured"]["models"] = f"{today}, {versions}; the demo model and a 0.5b random Llama, bf16"
         save(results, out)
-    if {"decode", "quant", "batching", "probe"} & set(parts):
+    if {"decode", "profile", "quant", "batching", "probe"} & set(parts):
         max_seq_len = prompt_tokens + new_tokens + 16
         model = random_meta_model(SHAPES[shape], device=device, dtype=dtype, max_seq_len=max_seq_len)
         prompt = prompt_of(model, prompt_tokens)
@@ -128,6 +131,11 @@ def main(argv=None) -> None:
         )
         results.update(figures)
         results["measured"]["decode"] = f"{today}, {versions}; {limit}"
+        save(results, out)
+    if "profile" in parts:
+        profiled = min(new_tokens, 64)
+        results.update(profile_figures(model, prompt, profiled, out))
+        results["measured"]["profile"] = f"{today}, {versions}; {profiled} tokens, the table in gpu_profile.txt"
         save(results, out)
     if "batching" in parts:
         results.update(batching_figures(model, prompt, new_tokens, 2 if args.smoke else 8, repeats))

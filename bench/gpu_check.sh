@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared run on a lent GPU machine (torch there, nothing to fetch): the CUDA tests that need no gradio, the
-# launcher on the demo model, then bench/gpu.py's PARTS (default: decode quant, --compile left out: its first
+# launcher on the demo model, then bench/gpu.py's PARTS (default: decode profile quant, --compile left out: its first
 # answer alone takes minutes). Wheels the machine lacks travel in .whl/ (transformers, bitsandbytes, torchao) and
 # are installed under /tmp/site. Logs and figures go to $OUT (default /tmp/gpu-check).
 #   bash bench/gpu_check.sh [PART ...]        (TESTS=0 leaves the tests and the launcher out)
@@ -24,6 +24,6 @@ timeout 120 python3 demos/generate.py --device cuda --dtype bf16 --output "$OUT/
   --prompts "What is the capital of France?" "Who are you?" 2>&1 | tail -8 | tee "$OUT/generate.log"
 echo "generate: ${SECONDS}s"
 fi
-timeout "${BENCH_TIMEOUT:-420}" python3 -m bench.gpu --only ${@:-decode quant} --no_compile --out "$OUT" 2>&1 \
+timeout "${BENCH_TIMEOUT:-420}" python3 -m bench.gpu --only ${@:-decode profile quant} --no_compile --out "$OUT" 2>&1 \
   | grep -v "Loading weights\|Writing model" | tee "$OUT/bench.log" | tail -60
 echo "bench: ${SECONDS}s"

@@ -52,7 +52,14 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
     assert "gpu_quant4_tok_s" not in json.loads((tmp_path / "gpu_results.json").read_text())
     main(["--smoke", "--only", "quant", "--out", str(tmp_path)])  # --only merges
     results = json.loads((tmp_path / "gpu_results.json").read_text())
-    assert set(results["measured"]) == {"demo", "decode", "quant", "batching", "probe"}  # models: bench/run.py's
+    assert set(results["measured"]) == {
+        "demo",
+        "decode",
+        "profile",
+        "quant",
+        "batching",
+        "probe",
+    }  # models: bench/run.py's
     for name in (
         "gpu_generate_tok_s",
         "gpu_stream_tok_s",
@@ -70,10 +77,12 @@ def test_gpu_bench_smoke_on_the_cpu(tmp_path):
         "gpu_quant8_tok_s",
         "gpu_batching_crowd_tok_s",
         "gpu_transformers_cb_tok_s",
+        "gpu_profile_ms_per_token",
     ):
         assert results[name] > 0
     assert results["compile_cudagraphs"] == "none on the CPU"
     assert "gpu_compile_tok_s" in (tmp_path / "RESULTS.md").read_text()
+    assert "aten::" in (tmp_path / "gpu_profile.txt").read_text()  # the profiler's table of the decode step
 
 
 def test_gpu_bench_reports_why_cuda_graphs_were_skipped():
