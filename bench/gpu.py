@@ -16,12 +16,12 @@ weight-only int4 and int8 on the same weights where torchao is installed: decode
 app's clients are served: total tokens/s over one answer alone, over transformers' own continuous batching
 (`generate_batch`), and how many of the 8 answers have the tokens each has alone (bf16 batched kernels may differ).
 `models` runs bench/switching.py on the GPU: --models_dir's switch, and the GPU memory an unloaded model gives back.
+`profile`: where a decode step's time goes (bench/gpu_profile.py, torch.profiler).
 Writes bench/gpu_results.json (after each part) and refreshes bench/RESULTS.md; `--only PART ...` (demo, models,
-decode, quant, batching, probe) runs some parts and merges them into gpu_results.json, which records when, where and
-with which versions each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing) to
-prove the script works. `profile`: where a decode step's time goes (bench/gpu_profile.py). `python bench/gpu.py`
-runs it too. bench/gpu_check.sh is the one prepared run of a lent GPU
-machine.
+decode, profile, quant, batching, probe) runs some parts and merges them into gpu_results.json, which records when,
+where and with which versions each part was measured. --smoke runs a tiny shape on the CPU (its figures mean nothing)
+to prove the script works. `python bench/gpu.py` runs it too. bench/gpu_check.sh is the one prepared run of a lent
+GPU machine.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from transformers.generation.logits_process import (
 from local_chat.engine.interface import Sampling
 
 from .compiled import StaticDecoding
-from .constraints import TokenMask
+from .constraints import TokenMask, decided_within
 from .speculative import speculative_loop, why_no_speculation
 from .vision_inputs import FamilyInputs
 
@@ -283,9 +283,8 @@ def _token_loop(
             read_back = start_host_copy(tokens)  # queued before the next step, so it waits for this one alone
             logits = forward_pass(tokens)
             shown = read_back()
-        finished = decide(shown)  # in lockstep (never queued ahead: `shown` is `tokens`), may put rank 0's in it
-        if grammar_mask is not None and not finished:
-            grammar_mask.advance(shown)
+        # in lockstep (never queued ahead: `shown` is `tokens`), `decide` may put rank 0's in it
+        finished = decided_within(decide, shown, grammar_mask)
         if processors:
             seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
         yield shown  # after `decide`, so the consumer sees this step's text before the next forward pass

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 import torch
 from transformers import DynamicCache
 
+from .constraints import decided_within
 from .prefix_cache import common_prefix_length
 
 NGRAM_SIZES = (4, 3)  # the n-grams looked up, longest first (a 2-gram recurs by chance too often)
@@ -184,7 +185,7 @@ def speculative_loop(
     while True:
         if observe is not None:
             observe(logits, token)
-        finished = _decided(decide, token, grammar_mask)
+        finished = decided_within(decide, token, grammar_mask)
         yield token
         if finished:
             return
@@ -210,7 +211,7 @@ def speculative_loop(
             token = fed[0, 1 + index : 2 + index]
             if observe is not None:
                 observe(step_logits[index : index + 1], token)
-            finished = _decided(decide, token, grammar_mask)
+            finished = decided_within(decide, token, grammar_mask)
             try:
                 yield token
             except GeneratorExit:  # the reader left (for the batch, say): the cache keeps the tokens before this one
@@ -225,14 +226,6 @@ def speculative_loop(
         mask = mask[:, :position]
         logits = step_logits[accepted : accepted + 1]
         token = torch.tensor([following], device=token.device)
-
-
-def _decided(decide: Callable, token: torch.Tensor, grammar_mask) -> bool:
-    """`decide(token)`, and the grammar, if any, moved past `token` where the answer goes on."""
-    finished = decide(token)
-    if grammar_mask is not None and not finished:
-        grammar_mask.advance(token)
-    return finished
 
 
 def _cut(cache, length: int) -> None:
