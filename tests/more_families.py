@@ -1,7 +1,8 @@
 """The families of 2025-26 that tests/text_families.py adds to its own (DeepSeek V3.1, whose markers the R1 distills
-there share, GLM-4.5/4.6, GLM-4.7-Flash, Kimi K2, MiniMax M2, Seed-OSS, Granite 4.0-H, LFM2 and Nemotron Nano 2) and
-Qwen2.5, each a tiny random model of its real class with its published template (tests/chat_templates, SOURCES.md)
-and its special tokens, and `Family`'s strings for what a trained one writes."""
+there share, with the checkpoint's template and llama.cpp's copy of it, GLM-4.5/4.6, GLM-4.7-Flash, Kimi K2, MiniMax
+M2, Seed-OSS, Granite 4.0-H, LFM2 dense (LFM2.5-1.2B) and MoE (LFM2.5-8B-A1B) and Nemotron Nano 2) and Qwen2.5, each
+a tiny random model of its real class with its published template (tests/chat_templates, SOURCES.md) and its special
+tokens, and `Family`'s strings for what a trained one writes."""
 
 from __future__ import annotations
 
@@ -92,6 +93,10 @@ def deepseek_v3_1(tokenizer_of, sizes):
     return DeepseekV3ForCausalLM(_deepseek_v3(DeepseekV3Config, sizes(tokenizer))), tokenizer, [DEEPSEEK[1]]
 
 
+def deepseek_v3_1_llamacpp(tokenizer_of, sizes):
+    return deepseek_v3_1(tokenizer_of, sizes)  # the same checkpoint, with llama.cpp's copy of its template
+
+
 def kimi_k2(tokenizer_of, sizes):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
@@ -169,6 +174,14 @@ def lfm2_moe(tokenizer_of, sizes):
         num_dense_layers=1,
     )
     return Lfm2MoeForCausalLM(config), tokenizer, ["<|im_end|>"]
+
+
+def lfm2(tokenizer_of, sizes):
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    tokenizer = tokenizer_of(LFM2, "<|startoftext|>", "<|im_end|>", "<|pad|>", THINK, adds_bos=False)
+    config = Lfm2Config(**sizes(tokenizer, num_hidden_layers=3), layer_types=["conv", "full_attention", "conv"])
+    return Lfm2ForCausalLM(config), tokenizer, ["<|im_end|>"]
 
 
 def nemotron_h(tokenizer_of, sizes):

@@ -44,17 +44,23 @@ def rendered(model, messages, **options) -> Rendered:
     return next(iter(ChatEngine(model.engine, "chat_template").stream(request)))
 
 
-def as_the_template_reads(messages: list[dict]) -> list[dict]:
-    """The messages as the published templates expect them: a call's arguments as an object, its content "", and
-    the reasoning under each name they read it by."""
+def as_the_template_reads(messages: list[dict], kind=None) -> list[dict]:
+    """The messages as the published templates expect them: a call's arguments as an object (as JSON text where the
+    template joins them to its text), its content "" (the call as the model wrote it, where the template renders no
+    calls), and the reasoning under each name they read it by."""
     out = []
     for message in messages:
         message = {k: v for k, v in message.items() if v is not None}
-        if message.get("tool_calls"):
+        if message.get("tool_calls") and kind is not None and kind.calls_in_text:
+            calls = message.pop("tool_calls")
+            message["content"] = "".join(kind.call(c["function"]["name"], c["function"]["arguments"]) for c in calls)
+        elif message.get("tool_calls"):
             message["content"] = message.get("content") or ""
+            as_text = kind is not None and kind.arguments_as_text
             message["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                {**c, "function": {**c["function"], "arguments": a if as_text else json.loads(a)}}
                 for c in message["tool_calls"]
+                for a in [c["function"]["arguments"]]
             ]
         if message.get("reasoning_content"):
             message["thinking"] = message["reasoning_content"]
@@ -152,7 +158,7 @@ def test_a_tool_call_comes_apart_and_goes_back(family):
         assert reply.choices[0].message.content == "It is sunny in Paris."
     extra = {k: v for k, v in follow_up[1].items() if k not in ("reasoning", "refusal", "annotations", "audio")}
     expected = model.tokenizer.hf.apply_chat_template(
-        as_the_template_reads([question[0], extra, follow_up[2]]),
+        as_the_template_reads([question[0], extra, follow_up[2]], kind),
         tools=[WEATHER],
         tokenize=False,
         add_generation_prompt=True,
@@ -278,7 +284,7 @@ def test_a_required_call_is_held_to_the_familys_own_call_format(family):
     force(family, kind.call("get_weather", '{"city": "Paris"}'), kind.call_end)
     answer = required(model, [WEATHER, ZONE])
     assert [(c.name, json.loads(c.arguments)) for c in answer.tool_calls] == [("get_weather", {"city": "Paris"})]
-    if kind.name in ("minimax_m2", "ministral3", "lfm2_moe"):
+    if kind.name in ("minimax_m2", "ministral3", "lfm2_moe", "lfm2"):
         return  # no switch turns their reasoning off, and a random model that starts reasoning never stops
     with forced.paused():
         for seed in range(3):
@@ -290,6 +296,7 @@ PAGE_SWITCH = {  # the page's thinking control for each family: what it sets, an
     "gpt_oss": ("reasoning_effort", "medium"),
     "gemma4_text": ("enable_thinking", False),  # it thinks only when the variable is true
     "deepseek_v3_1": ("enable_thinking", False),  # its template thinks only when asked
+    "deepseek_v3_1_llamacpp": ("enable_thinking", False),
     "seed_oss": ("enable_thinking", True),  # set as its thinking_budget
     "nemotron_h": ("enable_thinking", True),  # set as /think or /no_think in the system prompt
     "ministral3": (None, None),
@@ -299,6 +306,7 @@ PAGE_SWITCH = {  # the page's thinking control for each family: what it sets, an
     "minimax_m2": (None, None),
     "granite4": (None, None),
     "lfm2_moe": (None, None),
+    "lfm2": (None, None),
     "qwen2_5": (None, None),
 }
 
@@ -308,3 +316,65 @@ def test_the_pages_thinking_switch_is_the_templates_own(family):
 
     kind, model, _ = family
     assert thinking_switch(model.engine) == PAGE_SWITCH.get(kind.name, ("enable_thinking", True))
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def flipped(request, tmp_path_factory):
+    """Each family with its markers' kinds swapped (text_families.build's `flipped`)."""
+    name = request.param
+    folder = text_families.build(name, tmp_path_factory.mktemp(name) / "m", flipped=True)
+    model = MetaModel.from_pretrained(str(folder))
+    kind = text_families.FAMILIES[name]
+    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", kind.end)
+    yield kind, model, forced
+    forced.remove()
+
+
+def test_the_markers_read_the_same_special_or_not(flipped):
+    """Which of a family's markers the tokenizer marks special differs between uploads and conversions of one model:
+    with them swapped, the reasoning and the answer still come apart, a call is still a call, and its tool result is
+    answered (in process; the page and /v1 read the same events)."""
+    kind, model, _ = flipped
+    engine = ChatEngine(model.engine, "chat_template")
+    thinking = ChatOptions(template_kwargs=kind.thinking) if kind.thinking else ChatOptions()
+    force(flipped, kind.think(REASONING, ANSWER))
+    answer = collect(engine.stream(Request(messages=[{"role": "user", "content": "Hi"}], chat=thinking)))
+    reasoning = REASONING if "{r}" in kind.thought else ""
+    assert (answer.text, answer.reasoning, answer.end.finish_reason) == (ANSWER, reasoning, "stop")
+    assert not specials_in(flipped, answer.text, answer.reasoning)
+    if kind.called is None:
+        return
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    force(flipped, kind.call("get_weather", '{"city": "Paris"}'), kind.call_end)
+    answer = collect(engine.stream(Request(messages=question, chat=ChatOptions(tools=[WEATHER]))))
+    assert [(c.name, json.loads(c.arguments)) for c in answer.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert not answer.text.strip() and answer.end.finish_reason == "tool_calls"
+    [call] = answer.tool_calls
+    call = {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    follow_up = question + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": '{"weather": "sunny"}'},
+    ]
+    plain = kind.thinking is not None  # thinking is off (the template's default): the answer comes alone
+    force(flipped, "It is sunny in Paris." if plain else kind.think("It is sunny.", "It is sunny in Paris."))
+    answer = collect(engine.stream(Request(messages=follow_up, chat=ChatOptions(tools=[WEATHER]))))
+    assert answer.text == "It is sunny in Paris." and answer.end.error is None
+
+
+def test_a_template_with_a_familys_markers_but_no_family_is_named_in_the_terminal(tmp_path, caplog):
+    """Qwen2.5's template (`<tool_call>`) on a Llama: no entry takes it, and the terminal names the closest and why."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from local_chat.prompting.families import PLAIN, chat_format
+
+    folder = text_families.build("qwen2_5", tmp_path / "m")
+    config = LlamaConfig(
+        **{k: v for k, v in text_families._sizes(MetaModel.from_pretrained(str(folder)).tokenizer.hf).items()}
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    model = MetaModel.from_pretrained(str(folder))
+    with caplog.at_level("WARNING", logger="local_chat.prompting.families"):
+        assert chat_format(model.engine.chat_renderer, "llama") is PLAIN
+    [record] = [r.getMessage() for r in caplog.records if "matches no known family" in r.getMessage()]
+    assert record.startswith("The chat template holds '<tool_call>' but matches no known family: the closest, 'qwen")
+    assert "its model type is 'llama'" in record

@@ -99,17 +99,6 @@ def test_the_faces_are_thin():
         assert all(node.module.startswith("local_chat.") for node in body if isinstance(node, ast.ImportFrom))
 
 
-MAX_MODULE_LINES = 400
-
-
-def test_no_module_of_the_product_is_over_400_lines():
-    """Each module holds one role (the roles issue); tests/, bench/ and the demo model's build may run longer."""
-    product = [*PACKAGE.rglob("*.py"), *(ROOT / name for name in ("app.py",)), *(ROOT / "demos").glob("*.py")]
-    product += [path for face in ("model", "templates", "conversation") for path in (ROOT / face).glob("*.py")]
-    long = {str(p.relative_to(ROOT)): n for p in product if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
-    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
-
-
 def test_the_front_of_another_engine_starts_without_torch_or_transformers():
     """`python app.py --api_base URL` loads no model: `-X importtime` lists every module it imported up to serving
     its page, and neither torch nor transformers is among them."""

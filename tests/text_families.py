@@ -1,13 +1,15 @@
 """The 2026 text families as tiny random models of their real classes, each with its published chat template (kept in
 tests/chat_templates, sources in SOURCES.md) and its special tokens, saved as a Hugging Face folder: gpt-oss, Gemma 4
 (text class), SmolLM3, Ministral 3, a DeepSeek-R1 distill (Qwen2), Llama 3.1 and Qwen3.5 (hybrid linear attention),
-and those of tests/more_families.py.
+and those of tests/more_families.py. `build(..., flipped=True)` makes the same model with its markers' kinds swapped
+(the special ones plain added tokens, the plain ones special), as uploads and conversions of one model differ.
 `FAMILIES[name]` says how each writes a reasoning and answer, and a call (`Family`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +92,8 @@ class Family:
     call_end: str | None = None  # the token that ends a call, where it is not `end`
     off: dict | str = dataclasses.field(default_factory=lambda: {"enable_thinking": False})  # its template's own
     # switch turned off: its variables, or the flag its system prompt ends with
+    arguments_as_text: bool = False  # its template joins a call's arguments to its text (JSON), as OpenAI sends them
+    calls_in_text: bool = False  # its template renders no calls back: a call goes back as the text the model wrote
 
     def think(self, reasoning: str, answer: str) -> str:
         return self.thought.replace("{r}", reasoning).replace("{a}", answer)
@@ -147,6 +151,7 @@ FAMILIES = {
         tuple(more.DEEPSEEK + more.THINK),
         thinking={"thinking": True},
         off={"thinking": False},
+        arguments_as_text=True,
     ),
     "kimi_k2": Family(
         "kimi_k2",
@@ -204,6 +209,14 @@ FAMILIES = {
         '<|tool_call_start|>[{n}(city="Paris")]<|tool_call_end|>',
         tuple(more.LFM2 + more.THINK),
     ),
+    "lfm2": Family(
+        "lfm2",
+        "<|im_end|>",
+        "<think>{r}</think>{a}",
+        '<|tool_call_start|>[{n}(city="Paris")]<|tool_call_end|>',
+        tuple(more.LFM2 + more.THINK),
+        calls_in_text=True,
+    ),
     "nemotron_h": Family(
         "nemotron_h",
         "<SPECIAL_12>",
@@ -220,17 +233,22 @@ FAMILIES = {
         tuple(CHATML + more.QWEN_CALL_MARKERS),
     ),
 }
+FAMILIES["deepseek_v3_1_llamacpp"] = dataclasses.replace(
+    FAMILIES["deepseek_v3_1"], name="deepseek_v3_1_llamacpp", arguments_as_text=False
+)
 OLDER = ("gpt_oss", "gemma4_text", "smollm3", "ministral3", "r1_distill_qwen", "llama3_1", "qwen3_5")
 
 
-def build(name: str, folder: Path, seed: int = 0, **sizes) -> Path:
-    """The tiny `name` model (one of FAMILIES) with its published template, saved in `folder`; `sizes` (such as
-    head_dim) change those of tests/more_families.py's families."""
+def build(name: str, folder: Path, seed: int = 0, flipped: bool = False, **sizes) -> Path:
+    """The tiny `name` model (one of FAMILIES) with its published template, saved in `folder`; `flipped`: its
+    markers' kinds swapped (see the module); `sizes` (such as head_dim) change those of tests/more_families.py's
+    families."""
     torch.manual_seed(seed)
+    tokenizer_of = functools.partial(_tokenizer, flipped=flipped)
     if name in OLDER:
-        model, tokenizer, ends = _BUILDERS[name]()
+        model, tokenizer, ends = _BUILDERS[name](tokenizer_of)
     else:
-        model, tokenizer, ends = getattr(more, name)(_tokenizer, lambda tok, **own: _sizes(tok, **(sizes | own)))
+        model, tokenizer, ends = getattr(more, name)(tokenizer_of, lambda tok, **own: _sizes(tok, **(sizes | own)))
     tokenizer.chat_template = template("gemma4" if name == "gemma4_text" else name)
     model.eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -257,60 +275,65 @@ def _sizes(tokenizer, **overrides) -> dict:
     )
 
 
-def _tokenizer(specials, bos, eos, pad, added=(), adds_bos=False):
+def _tokenizer(specials, bos, eos, pad, added=(), adds_bos=False, flipped=False):
+    """The family's tokenizer: `specials` special, `added` plain added tokens (`flipped`: the other way round, but for
+    the beginning, end and padding tokens)."""
     from tokenizers import AddedToken
 
+    if flipped:
+        named = (bos, eos, pad)
+        specials, added = [*named, *added], [s for s in specials if s not in named]
     tokenizer = family_tokenizer(list(specials), bos, eos, pad, adds_bos=adds_bos)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     return tokenizer
 
 
-def _gpt_oss():
+def _gpt_oss(tokenizer_of):
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    tokenizer = _tokenizer(HARMONY, "<|startoftext|>", "<|return|>", "<|endoftext|>")
+    tokenizer = tokenizer_of(HARMONY, "<|startoftext|>", "<|return|>", "<|endoftext|>")
     config = GptOssConfig(
         **_sizes(tokenizer, intermediate_size=64), num_local_experts=4, num_experts_per_tok=2, sliding_window=64
     )
     return GptOssForCausalLM(config), tokenizer, ["<|return|>", "<|call|>", "<|endoftext|>"]
 
 
-def _gemma4_text():
+def _gemma4_text(tokenizer_of):
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-    tokenizer = _tokenizer(GEMMA4, "<bos>", "<eos>", "<pad>")
+    tokenizer = tokenizer_of(GEMMA4, "<bos>", "<eos>", "<pad>")
     # its full-attention layers wider than its sliding ones, as Gemma 4's are
     config = Gemma4TextConfig(**_sizes(tokenizer, sliding_window=64, global_head_dim=32))
     return Gemma4ForCausalLM(config), tokenizer, ["<eos>", "<turn|>"]
 
 
-def _smollm3():
+def _smollm3(tokenizer_of):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
-    tokenizer = _tokenizer(CHATML, "<|im_start|>", "<|im_end|>", "<|endoftext|>", QWEN_ADDED)
+    tokenizer = tokenizer_of(CHATML, "<|im_start|>", "<|im_end|>", "<|endoftext|>", QWEN_ADDED)
     return SmolLM3ForCausalLM(SmolLM3Config(**_sizes(tokenizer))), tokenizer, ["<|im_end|>", "<|endoftext|>"]
 
 
-def _ministral3():
+def _ministral3(tokenizer_of):
     from transformers import Ministral3Config, Ministral3ForCausalLM
 
-    tokenizer = _tokenizer(MISTRAL, "<s>", "</s>", "<pad>")
+    tokenizer = tokenizer_of(MISTRAL, "<s>", "</s>", "<pad>")
     return Ministral3ForCausalLM(Ministral3Config(**_sizes(tokenizer))), tokenizer, ["</s>"]
 
 
-def _r1_distill_qwen():
+def _r1_distill_qwen(tokenizer_of):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     deepseek = more.DEEPSEEK
-    tokenizer = _tokenizer(deepseek, deepseek[0], deepseek[1], deepseek[1], more.THINK)
+    tokenizer = tokenizer_of(deepseek, deepseek[0], deepseek[1], deepseek[1], more.THINK)
     config = Qwen2Config(**{k: v for k, v in _sizes(tokenizer).items() if k != "head_dim"})
     return Qwen2ForCausalLM(config), tokenizer, [deepseek[1]]
 
 
-def _llama3_1():
+def _llama3_1(tokenizer_of):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = _tokenizer(LLAMA3, "<|begin_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
+    tokenizer = tokenizer_of(LLAMA3, "<|begin_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
     return (
         LlamaForCausalLM(LlamaConfig(**_sizes(tokenizer))),
         tokenizer,
@@ -318,10 +341,10 @@ def _llama3_1():
     )
 
 
-def _qwen3_5():
+def _qwen3_5(tokenizer_of):
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    tokenizer = _tokenizer(CHATML, "<|im_start|>", "<|im_end|>", "<|endoftext|>", QWEN_ADDED)
+    tokenizer = tokenizer_of(CHATML, "<|im_start|>", "<|im_end|>", "<|endoftext|>", QWEN_ADDED)
     config = Qwen3_5TextConfig(
         **_sizes(tokenizer, num_hidden_layers=4),
         layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],

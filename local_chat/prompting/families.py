@@ -5,17 +5,24 @@ response template that transformers' `ResponseParser` reads), how a call of it i
 grammars (prompting/answer_grammars.py), the page's thinking switch and /v1's `reasoning_effort`
 (prompting/messages.py) all read the entry. Adding a family is one entry here and its test.
 
-A model's format: the first entry (in `FORMATS`' order) whose model types hold the model's (or that names none) and
-whose markers its chat template holds all, with the checkpoint's own `response_template` (its tokenizer config) in
-place of the entry's where it has one; else `PLAIN`, whose answer is parsed by `THINK_TAGS`. A format reasons only
-where the model shows it (its reasoning's opening marker is in the chat template, or a token of the tokenizer): else
-its reasoning field is dropped, so that an answer is never filed as reasoning, and a JSON answer is held from its
-first token.
+A model's format: the first entry (in `FORMATS`' order) whose model types hold the model's (or that names none),
+whose markers its chat template holds all and whose variables it reads all (DeepSeek V3.1's `thinking`), with the
+checkpoint's own `response_template` (its tokenizer config) in place of the entry's where it has one; else `PLAIN`,
+whose answer is parsed by `THINK_TAGS`, and where that template holds a family's marker, the terminal says which entry
+came closest and why it was not taken (`why_unrecognised`). Recognition reads the template's text and the model type,
+never which tokens the tokenizer marks special (uploads and conversions of one model differ in that). A format
+reasons only where the model shows it (its reasoning's opening marker is in the chat template, or a token of the
+tokenizer): else its reasoning field is dropped, so that an answer is never filed as reasoning, and a JSON answer is
+held from its first token.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +30,7 @@ from . import answer_grammars as calls
 from . import family_responses as responses
 from .response_formats import DEEPSEEK_R1, HARMONY, LLAMA3_JSON_CALLS, MISTRAL_THINK, RESPONSE_FORMATS, THINK_TAGS
 
+log = logging.getLogger(__name__)
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
@@ -71,6 +79,9 @@ class ChatFormat:
     switch: ThinkingSwitch | None = None  # None: read from the template's variables (`thinking_switch`)
     own: bool = True  # the family's own format (read with the special tokens in the text), not THINK_TAGS
     reasoning_grammar: Callable | None = None  # reasoning that is no single block (harmony's): its Lark rules
+    variables: tuple[str, ...] = ()  # ... and whose chat template reads all of these variables
+    written_calls: Callable[[list[dict]], str] | None = None  # an assistant's calls as the family writes them, for a
+    # template that renders no calls back (LFM2.5-1.2B's): the call then goes back in the message's text
 
     def without(self, field: str) -> ChatFormat:
         """This format with one field of its response template left out (its text then stays in the answer)."""
@@ -80,7 +91,17 @@ class ChatFormat:
         return dataclasses.replace(self, response={**self.response, "fields": fields})
 
     def recognises(self, model_type: str | None, template: str) -> bool:
-        return (not self.model_types or model_type in self.model_types) and all(m in template for m in self.markers)
+        return not self.unmet(model_type, template)
+
+    def unmet(self, model_type: str | None, template: str) -> list[str]:
+        """What of this entry's conditions a model does not meet, each in a few words (none: it is recognised)."""
+        unmet = []
+        if self.model_types and model_type not in self.model_types:
+            unmet.append(f"its model type is {model_type!r}, not {' or '.join(map(repr, self.model_types))}")
+        unmet += [f"its chat template has no {m!r}" for m in self.markers if m not in template]
+        read = variables_read(template)
+        unmet += [f"its chat template reads no {v!r} variable" for v in self.variables if v not in read]
+        return unmet
 
 
 def _transformers(model_type: str) -> dict:
@@ -97,9 +118,10 @@ FORMATS: list[ChatFormat] = [
         "deepseek_v3_1",
         responses.DEEPSEEK,
         ("deepseek_v3",),
-        ("<｜Assistant｜>", "<think></think>"),  # R1's and V3's templates write no closed reasoning
+        ("<｜Assistant｜>",),
         calls.deepseek_call,
         switch=ThinkingSwitch("thinking"),
+        variables=("thinking",),  # V3.1's templates (the checkpoint's, llama.cpp's) switch it; R1's and V3's have none
     ),
     ChatFormat("deepseek_r1", DEEPSEEK_R1, markers=("<｜Assistant｜>",)),
     ChatFormat("kimi_k2", responses.KIMI_K2, markers=("<|tool_calls_section_begin|>",), call=calls.kimi_call),
@@ -135,7 +157,13 @@ FORMATS: list[ChatFormat] = [
     ),
     # Granite 4 (Granite 3's calls are `<|tool_call|>[...]`, which this leaves as text)
     ChatFormat("granite", responses.GRANITE, markers=("<|start_of_role|>", "<tool_call>"), call=calls.qwen_call),
-    ChatFormat("lfm2", responses.LFM2, ("lfm2", "lfm2_moe", "lfm2_vl"), call=calls.pythonic_call),
+    ChatFormat(
+        "lfm2",
+        responses.LFM2,
+        ("lfm2", "lfm2_moe", "lfm2_vl"),  # LFM2 and 2.5, dense (1.2B), MoE (8B-A1B) and vision alike
+        call=calls.pythonic_call,
+        written_calls=responses.lfm2_calls_text,
+    ),
     ChatFormat(
         "nemotron",
         responses.NEMOTRON,
@@ -158,6 +186,8 @@ def chat_format(renderer, model_type: str | None) -> ChatFormat:
     if own is not None:
         found = dataclasses.replace(found or PLAIN, response=own, own=True)
     if found is None or renderer is None:
+        if (why := why_unrecognised(template, model_type)) is not None:
+            _tell_once(why)
         return PLAIN
     return found if _shows_reasoning(found, template, tokenizer) else found.without("reasoning_content")
 
@@ -171,3 +201,48 @@ def _shows_reasoning(found: ChatFormat, template: str, tokenizer) -> bool:
         return True
     added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
     return opening.strip() in template or opening.strip() in added
+
+
+# the markers of the families' answers: a template that holds one and is recognised as no family is told of
+KNOWN_MARKERS = ("</think>", "<｜tool▁calls▁begin｜>", "<|tool_call_start|>", "<tool_call>", "[TOOL_CALLS]", "[THINK]")
+
+
+def why_unrecognised(template: str, model_type: str | None) -> str | None:
+    """Where a chat template holds a known marker but no entry recognises the model: one sentence naming the entry
+    that came closest (the fewest conditions unmet, then the most of those markers in its answers) and why it was
+    not taken; else None."""
+    held = [m for m in KNOWN_MARKERS if m in template]
+    if not held or any(f.recognises(model_type, template) for f in FORMATS):
+        return None
+    closest = min(FORMATS, key=lambda f: (len(f.unmet(model_type, template)), -_writes(f, held)))
+    return (
+        f"The chat template holds {', '.join(map(repr, held))} but matches no known family: the closest, "
+        f"{closest.name!r}, was not taken because {'; '.join(closest.unmet(model_type, template))}. Its answers are "
+        "read as plain text with <think> reasoning, and its tool calls stay text."
+    )
+
+
+def _writes(found: ChatFormat, markers: list[str]) -> int:
+    """How many of `markers` a family's answers are written with."""
+    response = json.dumps(found.response, ensure_ascii=False)
+    return sum(m in response for m in markers)
+
+
+@functools.lru_cache(maxsize=32)
+def _tell_once(sentence: str) -> None:
+    log.warning(sentence)
+
+
+@functools.lru_cache(maxsize=16)
+def variables_read(source: str) -> frozenset[str]:
+    """The variables a chat template reads that callers may set (enable_thinking, reasoning_effort, thinking): those
+    it never sets, and those it sets only where they are not defined (SmolLM3's `enable_thinking`)."""
+    import jinja2
+    from jinja2 import meta
+
+    defaulted = set(re.findall(r"(?<!\.)\b(\w+)\s+is\s+(?:not\s+)?defined\b", source))  # not `ns.x is defined`
+    source = re.sub(r"{%-?\s*(?:end)?generation\s*-?%}", "", source)  # transformers' own tags (SmolLM3's)
+    try:
+        return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)) | defaulted)
+    except jinja2.TemplateError:
+        return frozenset(defaulted)

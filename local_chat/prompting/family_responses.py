@@ -4,6 +4,8 @@ answer and its tool calls after its prompt. prompting/families.py says which mod
 
 from __future__ import annotations
 
+import json
+
 from .response_formats import NAMED_CALL, RESPONSE_FORMATS
 
 QWEN_CALLS = next(v for types, v in RESPONSE_FORMATS.items() if "qwen3" in types)["fields"]["tool_calls"]
@@ -29,12 +31,13 @@ def _xml_call(open_pattern: str, close_pattern: str, pair_pattern: str) -> dict:
     }
 
 
-# DeepSeek V3.1: `<think>` opened by the prompt where thinking is on, calls
+# DeepSeek V3.1: `<think>` opened by the prompt where thinking is on, and closed by it where it is off (the checkpoint's
+# template writes `</think>`, llama.cpp's copy `<think></think>`), calls
 # `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`;
 # after a tool result the answer follows `<｜tool▁output▁end｜>` with no new assistant header.
 DEEPSEEK = {
     "defaults": {"role": "assistant"},
-    "start_anchor": ["<｜Assistant｜>", "<｜tool▁output▁end｜>"],
+    "start_anchor_pattern": r"(?:<｜Assistant｜>|<｜tool▁output▁end｜>)(?:</think>)?",
     "fields": {
         "reasoning_content": _think(),
         "tool_calls": {
@@ -160,6 +163,21 @@ LFM2 = {
         "content": {"close": "<|im_end|>", "content": "text"},
     },
 }
+
+
+def lfm2_calls_text(calls: list[dict]) -> str:
+    """Calls as LFM2 writes them (`<|tool_call_start|>[NAME(KEY=VALUE, ...)]<|tool_call_end|>`, each value as JSON,
+    as its call grammar writes them), for its 1.2B template, which renders an assistant's content only."""
+    written = []
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments") or {}
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments or "{}")
+        pairs = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items())
+        written.append(f"{function.get('name')}({pairs})")
+    return f"<|tool_call_start|>[{', '.join(written)}]<|tool_call_end|>"
+
 
 # Nemotron Nano 2: the prompt opens `<think>` (or writes `<think></think>` after /no_think), calls a JSON list
 # `<TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>`.

@@ -26,7 +26,7 @@ from .chat import (
     message_images,
     message_text,
 )
-from .families import ENABLE_THINKING, REASONING_EFFORT, ThinkingSwitch, chat_format
+from .families import ENABLE_THINKING, REASONING_EFFORT, ThinkingSwitch, chat_format, variables_read
 from .images import png_bytes, png_data_url
 
 # the answer's fields an earlier assistant message may carry back, under either name clients use
@@ -51,6 +51,9 @@ def messages_prompt(
     conv = conversation(engine, CHAT_TEMPLATE)
     if not conv.typed_parts:
         messages = latest_images_only(messages)
+    family = chat_format(engine.chat_renderer, engine.summary().model_type)
+    if family.written_calls and any(m.get("tool_calls") for m in messages) and not conv.renders_calls():
+        messages = calls_in_text(messages, family.written_calls)
     kwargs, effort = template_variables(engine, options)
     switch = thinking_switch_of(engine)
     if effort is not None and switch is not None:
@@ -69,6 +72,17 @@ def messages_prompt(
     dropped, tokens = fitted(engine, messages, options.answer_tokens, length) if shorten else (0, length(0))
     text, images = render(dropped)
     return ChatPrompt(text, list(conv.stop_symbols), dropped, list(images), tokens)
+
+
+def calls_in_text(messages: list[dict], written) -> list[dict]:
+    """The messages with each assistant's tool calls written into its text as the family writes them (`written`), for
+    a template that renders an assistant's content only: the model sees the calls its tool results answer."""
+    return [
+        {**{k: v for k, v in m.items() if k != "tool_calls"}, "content": message_text(m["content"]) + written(calls)}
+        if m["role"] == "assistant" and (calls := m.get("tool_calls"))
+        else m
+        for m in messages
+    ]
 
 
 def latest_images_only(messages: list[dict]) -> list[dict]:
@@ -211,26 +225,10 @@ def thinking_switch_of(engine: Engine) -> ThinkingSwitch | None:
 
 
 def template_reads(engine: Engine) -> frozenset[str]:
-    """The variables the model's chat template reads that callers may set (enable_thinking, reasoning_effort): those
-    it never sets, and those it sets only where they are not defined (SmolLM3's `enable_thinking`)."""
+    """The variables the model's chat template reads that callers may set (prompting/families.py's
+    `variables_read`)."""
     source = getattr(engine.chat_renderer, "chat_template", None)
-    return _settable_variables(source) if isinstance(source, str) else frozenset()
-
-
-@functools.lru_cache(maxsize=8)
-def _settable_variables(source: str) -> frozenset[str]:
-    """`template_reads` of a template's text, parsed once however many requests ask."""
-    import re
-
-    import jinja2
-    from jinja2 import meta
-
-    defaulted = set(re.findall(r"(?<!\.)\b(\w+)\s+is\s+(?:not\s+)?defined\b", source))  # not `ns.x is defined`
-    source = re.sub(r"{%-?\s*(?:end)?generation\s*-?%}", "", source)  # transformers' own tags (SmolLM3's)
-    try:
-        return frozenset(meta.find_undeclared_variables(jinja2.Environment().parse(source)) | defaulted)
-    except jinja2.TemplateError:
-        return frozenset(defaulted)
+    return variables_read(source) if isinstance(source, str) else frozenset()
 
 
 def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:

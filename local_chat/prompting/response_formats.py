@@ -128,10 +128,11 @@ MISTRAL_THINK = {
     },
 }
 
-# The DeepSeek-R1 distills: the template opens `<think>\n` after `<｜Assistant｜>`, the answer follows `</think>`.
+# The DeepSeek-R1 distills: the template opens `<think>\n` after `<｜Assistant｜>`, the answer follows `</think>`; a
+# template that closes the block in the prompt (a V3.1 taken for R1) answers after that `</think>`.
 DEEPSEEK_R1 = {
     "defaults": {"role": "assistant"},
-    "start_anchor": "<｜Assistant｜>",
+    "start_anchor_pattern": r"<｜Assistant｜>(?:</think>)?",
     "fields": {
         "reasoning_content": {"open": "<think>", "close": "</think>", "content": "text"},
         "content": {"close": "<｜end▁of▁sentence｜>", "content": "text"},

@@ -314,7 +314,29 @@ class ChatTemplateConversation(_Messages):
         chat = [self._typed(m) for m in messages if m.get("role") != "system" or _text(m.get("content") or "")]
         if self.system and not any(m["role"] == "system" for m in chat):
             chat.insert(0, {"role": "system", "content": self._content(self.system, self._typed_role("system"))})
-        return self._applied(chat, tools, add_generation_prompt=True, **template_kwargs)
+        try:
+            return self._applied(chat, tools, add_generation_prompt=True, **template_kwargs)
+        except TypeError:
+            if not any(m.get("tool_calls") for m in chat):
+                raise
+            # a template that joins the arguments to its text takes them as JSON text
+            return self._applied(
+                [_calls_as_text(m) for m in chat], tools, add_generation_prompt=True, **template_kwargs
+            )
+
+    def renders_calls(self) -> bool:
+        """Whether the template writes an assistant message's tool calls back into the prompt (LFM2.5-1.2B's writes
+        its content only)."""
+        call = {"id": "call_probe", "type": "function", "function": {"name": self._NEXT, "arguments": "{}"}}
+        probe = [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_probe", "content": "{}"},
+        ]
+        try:
+            return self._NEXT in self.render_messages(probe)
+        except Exception:
+            return True  # a template that cannot render the probe: the calls are left to it
 
     def _typed(self, message: dict) -> dict:
         """A message with its content as the template reads it (typed parts, or a string)."""
@@ -368,6 +390,22 @@ def _call_as_object(call: dict) -> dict:
     except ValueError:
         return call
     return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
+
+
+def _calls_as_text(message: dict) -> dict:
+    """An assistant message's tool calls with their arguments as JSON text, for a template that joins them to its text
+    (DeepSeek V3.1's writes `'<｜tool▁sep｜>' + arguments`)."""
+    if not message.get("tool_calls"):
+        return message
+    return {**message, "tool_calls": [_call_as_text(c) for c in message["tool_calls"]]}
+
+
+def _call_as_text(call: dict) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, dict):
+        return call
+    return {**call, "function": {**function, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
 def _text(content) -> str:
