@@ -168,7 +168,6 @@ def crowd(client, model: str, clients: int, tokens: int) -> float:
 
 
 def run(settings) -> dict[str, float]:
-    from local_chat.engine.process import leave_a_core_to_the_server
     from local_chat.model.meta import MetaModel
 
     tokens, repeats = settings.api_answer_tokens, settings.api_repeats
@@ -176,21 +175,16 @@ def run(settings) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         folder = save_chat_llama(settings.api_shape, Path(tmp) / "model")
         model = MetaModel.from_pretrained(str(folder))
-        threads = torch.get_num_threads()
         ours_port, theirs_port = free_port(), free_port()
         ours = [sys.executable, "app.py", "--pretrained_path", str(folder), "--port", str(ours_port)]
         with openai_server(ours, ours_port) as app:
-            leave_a_core_to_the_server(model.engine)  # timed with the threads the app's model runs with
-            try:
-                client_stream(app, "x", tokens), engine_stream(model, tokens)  # warm up
-                extra, ratio = [], []
-                for _ in range(repeats):
-                    own_first, own_rate = engine_stream(model, tokens)
-                    api_first, api_rate, _ = client_stream(app, "x", tokens)
-                    extra.append(api_first - own_first)
-                    ratio.append(api_rate / own_rate)
-            finally:
-                torch.set_num_threads(threads)
+            client_stream(app, "x", tokens), engine_stream(model, tokens)  # warm up
+            extra, ratio = [], []
+            for _ in range(repeats):
+                own_first, own_rate = engine_stream(model, tokens)
+                api_first, api_rate, _ = client_stream(app, "x", tokens)
+                extra.append(api_first - own_first)
+                ratio.append(api_rate / own_rate)
             del model
             results["api_ttft_overhead_ms"] = 1000 * statistics.median(extra)
             results["api_token_rate_ratio"] = statistics.median(ratio)

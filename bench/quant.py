@@ -1,5 +1,6 @@
-"""What --quant 4 and --quant 8 save: weight bytes (quantization constants included) over bf16, loaded through
-`MetaModel.from_pretrained` from a Hugging Face folder, as a user's checkpoint would be."""
+"""What --quant 4 and --quant 8 save on the CPU (torch's int4 and int8 kernels, model/cpu_linear.py): weight bytes
+(quantization constants included) over bf16, loaded through `MetaModel.from_pretrained` from a Hugging Face folder,
+as a user's checkpoint would be."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ def footprints(folder: Path, quant) -> tuple[int, int]:
     """(transformer blocks' bytes, whole model's bytes)."""
     model = MetaModel.from_pretrained(str(folder), quant=quant, dtype="bf16", device="cpu")
     if quant is not None:  # the loader must really have quantized, or the figure means nothing
-        import bitsandbytes as bnb
+        from local_chat.model.cpu_linear import Int4Linear, Int8Linear
 
-        assert isinstance(model.llma.model.layers[0].mlp.up_proj, (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt))
+        assert isinstance(model.llma.model.layers[0].mlp.up_proj, (Int4Linear, Int8Linear))
     return weight_bytes(model.llma.model.layers), weight_bytes(model.llma)
 
 

@@ -33,9 +33,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from local_chat.engine.process import leave_a_core_to_the_server
 from local_chat.launchers.loading import free_port
 from local_chat.model.meta import MetaModel
 
@@ -187,27 +184,20 @@ def run(settings) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
         folder = save_random_llama(SHAPES[settings.ui_shape], Path(tmp) / "model", with_eos=False)
         model = MetaModel.from_pretrained(str(folder))
-        threads = torch.get_num_threads()
-        leave_a_core_to_the_server(model.engine)  # timed with the threads the app's model runs with
-        try:
-            own = {
-                q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(RECORDINGS + 1)][1:]
-                for q in QUESTIONS[: settings.ui_questions]
-            }
-            replayed = {q: typical(runs) for q, runs in own.items()}
-            schedule = {
-                q: [[t, text] for t, text in zip(timeline.times, timeline.texts)] for q, timeline in replayed.items()
-            }
-            (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
-            with (
-                server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app,
-                server(
-                    [sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]
-                ) as bare,
-            ):
-                seen = compare_clients(app, bare, model, replayed, settings)
-        finally:
-            torch.set_num_threads(threads)
+        own = {
+            q: [model_timeline(model, q, settings.ui_answer_tokens) for _ in range(RECORDINGS + 1)][1:]
+            for q in QUESTIONS[: settings.ui_questions]
+        }
+        replayed = {q: typical(runs) for q, runs in own.items()}
+        schedule = {
+            q: [[t, text] for t, text in zip(timeline.times, timeline.texts)] for q, timeline in replayed.items()
+        }
+        (Path(tmp) / "schedule.json").write_text(json.dumps(schedule))
+        with (
+            server([sys.executable, "app.py", "--pretrained_path", str(folder)]) as app,
+            server([sys.executable, "-m", "bench.bare_gradio", "--schedule", str(Path(tmp) / "schedule.json")]) as bare,
+        ):
+            seen = compare_clients(app, bare, model, replayed, settings)
     gradio_rate_ratio = statistics.median(seen["bare_rate_ratio"])
     return {
         "ui_ttft_overhead_ms": 1000 * (statistics.median(seen["app_extra"]) - statistics.median(seen["bare_extra"])),

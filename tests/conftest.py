@@ -9,6 +9,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # no test keeps conversations in the real user's data folder (an app's default --history_db is there)
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="test-data-")
+# the models' default dtype as on a CPU without native bf16, whatever CPU runs the suite: the tests that compare
+# answers token for token compare fp32 ones; tests/test_cpu.py tests the default and the CPU's kernels
+os.environ["LOCAL_CHAT_DTYPE"] = "fp32"
 
 import tiny_models  # noqa: E402
 import transformers  # noqa: E402

@@ -23,6 +23,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 from local_chat.defaults import DEMO_MODEL
+from local_chat.errors import UserError
 from local_chat.launchers import browser
 from local_chat.model.meta import MetaModel
 from local_chat.ui.chat import Cancels
@@ -170,9 +171,12 @@ def test_a_bad_template_or_port_is_told_before_anything_starts(flags, sentence, 
     assert sentence in capsys.readouterr().err and started == []  # neither the web server nor the model
 
 
-def test_quant_where_bitsandbytes_cannot_run(start_output, no_bitsandbytes, checkpoints):
-    line = start_output(["--pretrained_path", str(checkpoints["hf"]), "--quant", "4"])
-    assert "--quant needs bitsandbytes, which cannot run here" in line
+def test_quant_where_bitsandbytes_cannot_run(no_bitsandbytes, checkpoints):
+    """On the CPU --quant runs on torch's own kernels; under a LoRA adapter it needs bitsandbytes (PEFT wraps its
+    layers), and says so."""
+    assert MetaModel.from_pretrained(str(checkpoints["hf"]), quant=4).generate(["Hi"], max_gen_len=2)[0] is not None
+    with pytest.raises(UserError, match="^--quant needs bitsandbytes, which cannot run here"):
+        MetaModel.from_pretrained(str(checkpoints["hf"]), quant=4, lora={"a": str(checkpoints["hf"])})
 
 
 def test_trust_remote_code_runs_the_checkpoints_code_only_when_asked(tmp_path, byte_llama_dir):

@@ -189,8 +189,10 @@ def test_bad_dtype_and_quant(checkpoints):
     expect_user_error("--quant takes 4 or 8", str(checkpoints["hf"]), quant=3)
 
 
-def test_quant_where_bitsandbytes_cannot_run(checkpoints, no_bitsandbytes):
-    expect_user_error("--quant needs bitsandbytes, which cannot run here", str(checkpoints["hf"]), quant=4)
+def test_quant_on_the_cpu_needs_no_bitsandbytes(checkpoints, no_bitsandbytes):
+    """torch's own int4 kernel (model/cpu_linear.py); tests/test_bad_input.py: where bitsandbytes is still needed."""
+    model = MetaModel.from_pretrained(str(checkpoints["hf"]), quant=4)
+    assert model.engine.summary().cpu_kernels.endswith("int4 weights")
 
 
 def test_cuda_asked_without_a_gpu(checkpoints):

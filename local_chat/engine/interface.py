@@ -315,6 +315,7 @@ class EngineSummary:
     dtype: str = ""
     device: str = ""
     quant: str = "none"
+    cpu_kernels: str = ""  # what of its linear layers runs on torch's CPU kernels (model/cpu_linear.py)
     weight_mib: float = 0.0
     compiled: bool = False
     cuda_graphs: bool = False

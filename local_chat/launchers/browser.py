@@ -48,9 +48,8 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
             args.concurrency = args.concurrency or ENGINE_PLACES
             serve_front(engine, description, tabs, template, args)
             return
-        from local_chat.engine.process import leave_a_core_to_the_server, serve_in_own_process
+        from local_chat.engine.process import serve_in_own_process
 
-        leave_a_core_to_the_server(engine)
         compile_before_answering(engine)  # with the threads it will answer with
         start_batching(engine, args)
         try:

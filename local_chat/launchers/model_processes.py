@@ -75,12 +75,10 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
 
 def _loaded(args: argparse.Namespace, with_visual: bool, connection):
     from local_chat.engine.pipe import LoadProgress
-    from local_chat.engine.process import leave_a_core_to_the_server
 
     from .loading import compile_before_answering, load_engine, start_batching
 
     engine = load_engine(args, with_visual)
-    leave_a_core_to_the_server(engine)
     if engine.compiled is not None:
         connection.send(LoadProgress("compiling"))
     compile_before_answering(engine)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from local_chat.errors import UserError
 
 from . import checkpoint as ckpt
 from . import vision_stem  # noqa: F401  (registers the demo model's vision tower with transformers)
+from .cpu_linear import native_bf16
 from .processors import load_processor, missing_package_error
 from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
 
@@ -46,6 +48,8 @@ class Loaded:
     processor: Any
     max_seq_len: int
     info: dict = field(default_factory=dict)
+    cpu_kernels: bool = False  # whether its linear layers are to be swapped for the CPU's (model/cpu_linear.py)
+    bits: int | None = None  # --quant's
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -57,14 +61,33 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+DTYPE_VARIABLE = "LOCAL_CHAT_DTYPE"  # the environment's default --dtype (the tests pin fp32 with it)
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """--dtype as given, else `default_dtype`."""
     if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        dtype = os.environ.get(DTYPE_VARIABLE) or default_dtype(device)
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
         raise UserError(f"Unknown dtype {dtype!r}; choose one of fp16, bf16, fp32.")
     return DTYPES[dtype]
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on a GPU and on a CPU that computes bf16 natively (AMX, AVX512-BF16): half the bytes of fp32 to read at
+    every step. fp32 on other CPUs, which emulate bf16 slower than they compute fp32."""
+    return torch.bfloat16 if device.type == "cuda" or native_bf16() else torch.float32
+
+
+def dtype_shown(asked, device: torch.device, dtype: torch.dtype) -> str:
+    """The dtype as the model line shows it, with why where the CPU's default chose it."""
+    name = str(dtype).removeprefix("torch.")
+    if asked is not None or os.environ.get(DTYPE_VARIABLE) or device.type != "cpu":
+        return name
+    native = native_bf16()
+    return f"{name} (this CPU computes bf16 with {native})" if native else f"{name} (this CPU has no native bf16)"
 
 
 def resolve_quant(quant) -> int | None:
@@ -131,19 +154,24 @@ def load(
     device=None,
     quant=None,
     trust_remote_code=False,
+    cpu_kernels=True,
 ) -> Loaded:
-    """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor."""
+    """Find the format of `pretrained_path` and load model, tokenizer and (for vision models) processor. On the CPU
+    in one process, with `cpu_kernels`, --quant is left to model/cpu_linear.py (`Loaded.cpu_kernels`), else it is
+    bitsandbytes'."""
     folders = as_paths(pretrained_path)
     formats = [ckpt.detect_format(folder) for folder in folders]
     pipeline = device == "auto"  # layers spread over every visible GPU by accelerate (--parallel pipeline)
+    asked_dtype = dtype
     device = resolve_device("cuda" if pipeline else device)
     dtype = resolve_dtype(dtype, device)
     bits = resolve_quant(quant)
     tp_size = tensor_parallel_size(mp_group, bits)
+    cpu_kernels = cpu_kernels and device.type == "cpu" and tp_size == 1
     common = dict(
         dtype=dtype,
         device="auto" if pipeline else device,
-        bits=bits,
+        bits=None if cpu_kernels else bits,
         max_seq_len=max_seq_len,
         tokenizer_path=tokenizer_path,
         tp_size=tp_size,
@@ -159,9 +187,10 @@ def load(
         loaded = _load_consolidated(
             folders, formats, llama_type=llama_type, llama_config=llama_config, with_visual=with_visual, **common
         )
+    loaded.cpu_kernels, loaded.bits = cpu_kernels, bits
     loaded.info.update(
         path=", ".join(str(f) for f in folders),
-        dtype=str(dtype).removeprefix("torch."),
+        dtype=dtype_shown(asked_dtype, device, dtype),
         device=str(device)
         + (f" x {tp_size} ranks (tensor parallel)" if tp_size > 1 else "")
         + (f" x {torch.cuda.device_count()} GPUs (pipeline)" if pipeline else ""),

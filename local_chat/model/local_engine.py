@@ -127,6 +127,7 @@ class LocalEngine:
             dtype=str(info.get("dtype", "")),
             device=str(info.get("device", "")),
             quant=str(info.get("quant", "none")),
+            cpu_kernels=str(info.get("cpu_kernels", "")),
             weight_mib=weight_bytes(self.llma) / 2**20,
             compiled=self.compiled is not None,
             cuda_graphs=self.graphs is not None,

@@ -13,8 +13,9 @@ from local_chat.engine.interface import ACCESSORY_SAMPLING, End, Sampling
 from local_chat.errors import UserError
 
 from .adapters import Adapters, attach_adapters
+from .cpu_linear import swap_linears
 from .encoding import PromptEncoder
-from .loading import load
+from .loading import QUANT_SKIP_MODULES, load
 from .local_engine import LocalEngine
 from .parallel import Lockstep
 from .prefix_cache import PrefixCaches
@@ -99,7 +100,9 @@ class MetaModel(torch.nn.Module):
     ) -> MetaModel:
         """Load a Hugging Face folder, or an Accessory / Meta consolidated checkpoint (one folder or a list).
 
-        `quant`: None, 4, 8, or True (= 4). `dtype`: bf16 on CUDA and fp32 on the CPU unless given.
+        `quant`: None, 4, 8, or True (= 4): bitsandbytes' on a GPU, torch's CPU kernels on the CPU
+        (model/cpu_linear.py). `dtype`: bf16 on CUDA and on CPUs that compute bf16 natively, else fp32, unless given
+        (or set in the environment's LOCAL_CHAT_DTYPE).
         `compile`: decode steps run `torch.compile`d over a static KV cache of `max_seq_len` tokens (the first
         answers are slow while it compiles, unless `compile_decoding()` ran first; worth it on a GPU).
         `trust_remote_code`: run the Python code a Hugging Face checkpoint ships (off: such a checkpoint is refused).
@@ -122,6 +125,7 @@ class MetaModel(torch.nn.Module):
             device=device,
             quant=quant,
             trust_remote_code=trust_remote_code,
+            cpu_kernels=not (lora and not merge_lora),  # PEFT's layers wrap transformers' own
         )
         lockstep = (
             Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 else None
@@ -131,6 +135,8 @@ class MetaModel(torch.nn.Module):
             check_adapter_flags(lockstep is not None, compile, quant, merge_lora)
             loaded.model, adapters = attach_adapters(loaded.model, lora, merge_lora)
             loaded.info["adapter"] = next(iter(lora)) if merge_lora else ""
+        if loaded.cpu_kernels:
+            loaded.info["cpu_kernels"] = swap_linears(loaded.model, loaded.bits, QUANT_SKIP_MODULES) or "off"
         return MetaModel(
             loaded.model,
             loaded.tokenizer,
@@ -249,6 +255,8 @@ def load_draft(folder: str, loaded, dtype, device):
             f"--draft_model {folder} has another tokenizer than the model; give a smaller model of the same family "
             "(the same tokenizer), or leave --draft_model out."
         )
+    if draft.cpu_kernels:
+        swap_linears(draft.model, None, QUANT_SKIP_MODULES)
     return draft.model.eval()
 
 

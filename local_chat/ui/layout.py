@@ -86,8 +86,9 @@ def model_panel(engine: Engine) -> str:
     else:
         summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts.context} tokens{seeing}"
         details = (
-            f"{escape(facts.architecture)} · {facts.format} · dtype {facts.dtype} · device {facts.device} · "
+            f"{escape(facts.architecture)} · {facts.format} · dtype {escape(facts.dtype)} · device {facts.device} · "
             f"quantization {facts.quant} · weights {facts.weight_mib:,.0f} MiB"
+            + (f" · CPU kernels: {escape(facts.cpu_kernels)}" if facts.cpu_kernels not in ("", "off") else "")
             + (" · compiled decoding" if facts.compiled else "")
             + (" · CUDA graphs" if facts.cuda_graphs else "")
             + f" · batching: {escape(facts.batching)}"

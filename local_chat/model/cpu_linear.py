@@ -1,0 +1,124 @@
+"""The linear layers of a model answering on the CPU, swapped for torch's own CPU kernels.
+
+At batch 1 a decode step reads every weight once, so its time is the weights' bytes over the memory's bandwidth, if
+the kernel keeps up. transformers' layers call `F.linear`, whose bf16 kernel at one row does not (a Llama of
+Qwen2.5-0.5B's shape, 2-core Xeon with AMX: 12.4 tokens/s in bf16, 13.2 in fp32, which reads twice the bytes).
+Here, where the model is on the CPU, in one process, with no LoRA adapter left unmerged:
+
+- bf16 weights are prepacked for oneDNN (`torch.ops.mkldnn._linear_pointwise`, what inductor's freezing does): 17.4
+  tokens/s on that model;
+- `--quant 8`: int8 weights, one scale per output channel (`torch._weight_int8pack_mm`, gpt-fast's recipe), 1.06
+  bytes a weight (llama.cpp's Q8_0: 1.06): 23 tokens/s;
+- `--quant 4`: int4 weights in groups of 32 with a bf16 scale and zero point each (`torch._weight_int4pack_mm_for_cpu`),
+  0.63 bytes a weight (Q4_0: 0.56): 31 tokens/s.
+
+The output layer and a vision model's image side keep their weights (`keeps_weights`): the output layer is one
+matrix read once a step, often tied to the embeddings, and the image side runs once a prompt. bench/cpu.py measures
+these against llama.cpp on the same weights.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+INT4_GROUP = 64  # weights per int4 scale and zero point: 0.5625 bytes a weight, as llama.cpp's Q4_0
+
+
+def native_bf16() -> str | None:
+    """The instructions with which this CPU computes bf16 natively ("AMX", "AVX512-BF16"), or None."""
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    if capabilities.get("amx_bf16"):
+        return "AMX"
+    if capabilities.get("avx512_bf16"):
+        return "AVX512-BF16"
+    return None
+
+
+class PackedLinear(nn.Module):
+    """A bf16 linear layer whose weight oneDNN has laid out for this CPU once, at load."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 1))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer with int8 weights and one scale per output channel (symmetric)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+        self.register_buffer("weight_int8", (weight / scales[:, None]).round().clamp(-128, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch._weight_int8pack_mm(rows, self.weight_int8, self.scales)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+class Int4Linear(nn.Module):
+    """A linear layer with int4 weights in groups of `INT4_GROUP` along the input, each with a bf16 scale and zero
+    point (asymmetric), packed for the CPU kernel."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float().reshape(self.out_features, -1, INT4_GROUP)
+        low, high = weight.amin(dim=-1, keepdim=True), weight.amax(dim=-1, keepdim=True)
+        scales = (high - low).clamp(min=1e-8) / 15
+        codes = ((weight - low) / scales).round().clamp(0, 15).to(torch.int32).reshape(self.out_features, -1)
+        zeros = low + scales * 8  # the kernel reads a code q as (q - 8) * scale + zero
+        self.register_buffer("weight_int4", torch._convert_weight_to_int4pack_for_cpu(codes, 1))
+        scales_and_zeros = torch.stack(
+            [scales.reshape(self.out_features, -1), zeros.reshape(self.out_features, -1)], -1
+        )
+        self.register_buffer("scales_and_zeros", scales_and_zeros.transpose(0, 1).contiguous().to(torch.bfloat16))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -> str | None:
+    """Swap `model`'s linear layers on the CPU for the kernels above (`bits`: None for bf16 weights, else 8 or 4), but
+    those whose names match `keeps_weights` (patterns from the start of a module's name) and those a kernel cannot
+    take (an int4 layer's input must split into whole groups); return what the model panel says of it, or None
+    where nothing was swapped (a model in another dtype than bf16, without --quant)."""
+    if bits is None and next(model.parameters()).dtype != torch.bfloat16:
+        return None
+    kind = {None: PackedLinear, 8: Int8Linear, 4: Int4Linear}[bits]
+    kept = [re.compile(pattern) for pattern in keeps_weights]
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if type(child) is not nn.Linear or any(p.match(full) for p in kept):
+                continue
+            if kind is Int4Linear and child.in_features % INT4_GROUP:
+                continue
+            setattr(module, child_name, kind(child))
+            swapped += 1
+    if not swapped:
+        return None
+    what = {None: "bf16 prepacked for oneDNN", 8: "int8 weights (torch's int8 kernel)", 4: "int4 weights"}[bits]
+    return f"{swapped} linear layers: {what}"
