@@ -14,8 +14,12 @@ FIGURES = {
         "transformers' TextIteratorStreamer + thread over bare generate (the peers' way), ~100M random Llama",
         None,
     ),
-    "quant4_footprint": ("transformer blocks' bytes with --quant 4 over bf16, ~0.5B random Llama", ("<=", 0.28)),
-    "quant8_footprint": ("the same with --quant 8", ("<=", 0.53)),
+    "quant4_footprint": (
+        "transformer blocks' bytes with --quant 4 over bf16 on the CPU (int4, groups of 64; llama.cpp's Q4_0: 0.281), "
+        "~0.5B random Llama",
+        ("<=", 0.29),
+    ),
+    "quant8_footprint": ("the same with --quant 8 (int8; Q8_0: 0.531)", ("<=", 0.53)),
     "quant4_footprint_whole": ("whole model with --quant 4 over bf16 (embeddings, lm_head stay 16-bit)", None),
     "quant8_footprint_whole": ("whole model with --quant 8 over bf16", None),
     "ui_ttft_overhead_ms": (
@@ -247,6 +251,46 @@ FIGURES = {
         (">=", 1.5),
     ),
     "speculative_draft_accepted": ("the share of the draft's guesses taken", None),
+    "cpu_copy_gbs": (
+        "this machine's memory bandwidth: GB/s torch's copy of 512 MiB reads and writes (2 threads)",
+        None,
+    ),
+    "cpu_default_over_llamacpp_bf16": (
+        "the default launch's decode tokens/s over llama.cpp's on the same weights as GGUF bf16 (bench/cpu.py: "
+        "/v1/completions of each server, greedy 161-token answers; a random Llama of Qwen2.5-0.5B's shape, 32k "
+        "vocabulary; ours --speculative off)",
+        (">=", 0.8),
+    ),
+    "cpu_bf16_over_llamacpp_bf16": ("--dtype bf16 over llama.cpp's GGUF bf16", (">=", 1.0)),
+    "cpu_quant8_over_llamacpp_q8_0": ("--quant 8 over llama.cpp's GGUF Q8_0", (">=", 1.0)),
+    "cpu_quant4_over_llamacpp_q4_0": ("--quant 4 over llama.cpp's GGUF Q4_0", (">=", 1.0)),
+    "cpu_first_token_1000_over_llamacpp": (
+        "time to the first token of a new 1,000-token prompt, the default launch over llama.cpp bf16",
+        ("<=", 1.0),
+    ),
+    "cpu_default_tok_s": ("the default launch's decode tokens/s", None),
+    "cpu_bf16_tok_s": ("--dtype bf16's", None),
+    "cpu_quant8_tok_s": ("--quant 8's", None),
+    "cpu_quant4_tok_s": ("--quant 4's", None),
+    "cpu_llamacpp_bf16_tok_s": ("llama.cpp's, GGUF bf16", None),
+    "cpu_llamacpp_q8_0_tok_s": ("llama.cpp's, GGUF Q8_0", None),
+    "cpu_llamacpp_q4_0_tok_s": ("llama.cpp's, GGUF Q4_0", None),
+    "cpu_default_read_gbs": ("GB/s of weights the default launch reads (bf16 weights x tokens/s)", None),
+    "cpu_llamacpp_bf16_read_gbs": ("GB/s of weights llama.cpp reads from its bf16 file", None),
+    "cpu_page_ms_idle": ("ms to GET our page, idle", None),
+    "cpu_page_ms_decoding": ("ms to GET our page while an answer decodes (the model's threads on every core)", None),
+    "cpu_default_over_llamacpp_bf16_1.5b": ("the same at Qwen2.5-1.5B's shape", (">=", 0.8)),
+    "cpu_bf16_over_llamacpp_bf16_1.5b": ("the same at Qwen2.5-1.5B's shape", (">=", 1.0)),
+    "cpu_quant8_over_llamacpp_q8_0_1.5b": ("the same at Qwen2.5-1.5B's shape", (">=", 1.0)),
+    "cpu_quant4_over_llamacpp_q4_0_1.5b": ("the same at Qwen2.5-1.5B's shape", (">=", 1.0)),
+    "cpu_first_token_1000_over_llamacpp_1.5b": ("the same at Qwen2.5-1.5B's shape", ("<=", 1.0)),
+    "cpu_default_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_bf16_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_quant8_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_quant4_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_llamacpp_bf16_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_llamacpp_q8_0_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
+    "cpu_llamacpp_q4_0_tok_s_1.5b": ("the same at Qwen2.5-1.5B's shape", None),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -262,10 +306,13 @@ def expected_figures(settings: Settings) -> set[str]:
     from bench.history import chromium_path
 
     with_chromium = chromium_path() is not None  # bench/history.py's page figure
+    with_llamacpp = importlib.util.find_spec("xllamacpp") is not None  # bench/cpu.py's peer
     return {
         name
         for name in FIGURES
         if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
+        and (with_llamacpp or not name.startswith("cpu_"))
+        and (len(settings.cpu_shapes) > 1 or not name.endswith("_1.5b"))
         and (with_xgrammar or not name.startswith("xgrammar_"))
         and (with_pypdf or name != "documents_pypdf_ms_per_page")
         and (with_chromium or name not in ("history_open_200_paint_ms", "history_open_200_all_ms"))

@@ -49,6 +49,9 @@ SHAPES = {
     "small": Shape(hidden=256, layers=4, heads=4, intermediate=768, vocab=4096),  # the demo model's size
     "100m": Shape(hidden=768, layers=12, heads=12, intermediate=2048, vocab=8192),  # 97M parameters
     "0.5b": Shape(hidden=1024, layers=24, heads=16, intermediate=4096, vocab=32000),  # 468M parameters
+    # Qwen2.5-0.5B's and 1.5B's shapes with a 32k vocabulary (bench/cpu.py ties their embeddings, as Qwen2.5's are)
+    "qwen0.5b": Shape(hidden=896, layers=24, heads=14, intermediate=4864, vocab=32000, kv_heads=2),  # 386M tied
+    "qwen1.5b": Shape(hidden=1536, layers=28, heads=12, intermediate=8960, vocab=32000, kv_heads=2),  # 1.2B tied
     "7b": Shape(hidden=4096, layers=32, heads=32, intermediate=11008, vocab=32000),  # Llama-2-7B's shape
 }
 

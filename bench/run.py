@@ -52,6 +52,7 @@ BENCHMARKS = {
     "history": ("history", True),
     "adapters": ("adapters", False),
     "speculative": ("speculative", True),
+    "cpu": ("cpu", False),
 }
 
 

@@ -45,6 +45,10 @@ class Settings:
     speculative_repeats: int = 5
     speculative_depth: int = 10  # the draft bench's model: the demo model's depth times this
     warmups: int = 1  # rounds before the interleaved repeats count
+    cpu_shapes: tuple[str, ...] = ("qwen0.5b", "qwen1.5b")  # bench/cpu.py: beside llama.cpp
+    cpu_tokens: int = 161
+    cpu_repeats: int = 3
+    cpu_prompt_tokens: int = 1000
 
 
 QUICK = Settings(
@@ -100,6 +104,10 @@ SMOKE = Settings(
     speculative_repeats=1,
     speculative_depth=2,
     warmups=0,
+    cpu_shapes=("tiny",),
+    cpu_tokens=8,
+    cpu_repeats=1,
+    cpu_prompt_tokens=100,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)
