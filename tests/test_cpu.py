@@ -99,3 +99,10 @@ def test_the_cpu_kernels_keep_the_cache_the_batch_the_schema_and_the_guesses(lla
     guessed = collect(engine.stream(Request(quoting, greedy)))
     plain = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", quant=quant, speculative="off")
     assert guessed.text == collect(plain.engine.stream(Request(quoting, greedy))).text
+
+
+def test_compile_keeps_transformers_layers_and_answers(llama_dir):
+    """--compile leaves the layers to inductor (it packs weights itself, and cannot lower oneDNN's prepacked ones)."""
+    model = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", compile=True, speculative="off")
+    assert type(model.llma.model.layers[0].mlp.up_proj) is torch.nn.Linear and not model.engine.summary().cpu_kernels
+    assert model.generate(["Hello"], max_gen_len=3)[0] is not None

@@ -125,7 +125,8 @@ class MetaModel(torch.nn.Module):
             device=device,
             quant=quant,
             trust_remote_code=trust_remote_code,
-            cpu_kernels=not (lora and not merge_lora),  # PEFT's layers wrap transformers' own
+            # PEFT's layers wrap transformers' own; inductor packs its own weights (and cannot lower prepacked ones)
+            cpu_kernels=not (lora and not merge_lora) and not compile,
         )
         lockstep = (
             Lockstep(mp_group) if mp_group is not None and torch.distributed.get_world_size(mp_group) > 1 else None
