@@ -574,7 +574,7 @@ def test_drop_an_image_send_becomes_stop_escape_stops_and_a_phone_screen(browser
         submit.wait_for(state="visible")
         assert not stop.is_visible()  # Stop only while there is an answer to stop
         send(page, "Who are you?")
-        wait_for_answer(page, lambda t: t.startswith("I am") and len(t) > 20)
+        wait_for_answer(page, lambda t: t.startswith("I am"))  # Escape early: the demo answer is short
         page.keyboard.press("Escape")
         at_stop = counter.calls
         assert counter.settled(quiet=0.6) - at_stop <= 2
