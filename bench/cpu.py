@@ -33,6 +33,7 @@ import torch
 
 from local_chat.launchers.loading import free_port
 
+from .figures import CPU_SECOND_SHAPE
 from .models import SHAPES
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the source distribution whose vendor/llama.cpp holds the converter
@@ -49,13 +50,10 @@ def run(settings) -> dict[str, float]:
         print('bench cpu: xllamacpp is not installed (pip install -e ".[dev]"); skipping', file=sys.stderr)
         return {}
     results = {"cpu_copy_gbs": copy_bandwidth()}
-    for shape_name, suffix in zip(settings.cpu_shapes, ("", SECOND)):
+    for shape_name, suffix in zip(settings.cpu_shapes, ("", CPU_SECOND_SHAPE)):
         with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
             results.update(side_by_side(SHAPES[shape_name], Path(tmp), settings, suffix))
     return results
-
-
-SECOND = "_1.5b"  # the figures of the second shape end so
 
 
 def side_by_side(shape, work: Path, settings, suffix: str) -> dict[str, float]:

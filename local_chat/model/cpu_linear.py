@@ -2,15 +2,15 @@
 
 At batch 1 a decode step reads every weight once, so its time is the weights' bytes over the memory's bandwidth, if
 the kernel keeps up. transformers' layers call `F.linear`, whose bf16 kernel at one row does not (a Llama of
-Qwen2.5-0.5B's shape, 2-core Xeon with AMX: 12.4 tokens/s in bf16, 13.2 in fp32, which reads twice the bytes).
-Here, where the model is on the CPU, in one process, with no LoRA adapter left unmerged:
+Qwen2.5-0.5B's shape, 2-core Xeon with AMX, a bare forward loop: 12.4 tokens/s in bf16, 13.2 in fp32, which reads
+twice the bytes). Here, where the model is on the CPU, in one process, with no LoRA adapter left unmerged:
 
 - bf16 weights are prepacked for oneDNN (`torch.ops.mkldnn._linear_pointwise`, what inductor's freezing does): 17.4
   tokens/s on that model;
-- `--quant 8`: int8 weights, one scale per output channel (`torch._weight_int8pack_mm`, gpt-fast's recipe), 1.06
+- `--quant 8`: int8 weights, one scale per output channel (`torch._weight_int8pack_mm`, gpt-fast's recipe), 1.00
   bytes a weight (llama.cpp's Q8_0: 1.06): 23 tokens/s;
-- `--quant 4`: int4 weights in groups of 32 with a bf16 scale and zero point each (`torch._weight_int4pack_mm_for_cpu`),
-  0.63 bytes a weight (Q4_0: 0.56): 31 tokens/s.
+- `--quant 4`: int4 weights in groups of 64 with a bf16 scale and zero point each (`torch._weight_int4pack_mm_for_cpu`),
+  0.5625 bytes a weight (Q4_0's): 31 tokens/s.
 
 The output layer and a vision model's image side keep their weights (`keeps_weights`): the output layer is one
 matrix read once a step, often tied to the embeddings, and the image side runs once a prompt. bench/cpu.py measures
@@ -37,48 +37,56 @@ def native_bf16() -> str | None:
     return None
 
 
-class PackedLinear(nn.Module):
-    """A bf16 linear layer whose weight oneDNN has laid out for this CPU once, at load."""
+class CpuLinear(nn.Module):
+    """A linear layer over one of the CPU kernels: its input's rows in bf16 through `multiply`, the bias added, the
+    output back in the input's shape and dtype."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 1))
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-
-class Int8Linear(nn.Module):
-    """A linear layer with int8 weights and one scale per output channel (symmetric)."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()
-        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
-        self.register_buffer("weight_int8", (weight / scales[:, None]).round().clamp(-128, 127).to(torch.int8))
-        self.register_buffer("scales", scales.to(torch.bfloat16))
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+    def multiply(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch._weight_int8pack_mm(rows, self.weight_int8, self.scales)
+        out = self.multiply(x.reshape(-1, self.in_features).to(torch.bfloat16))
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-class Int4Linear(nn.Module):
-    """A linear layer with int4 weights in groups of `INT4_GROUP` along the input, each with a bf16 scale and zero
-    point (asymmetric), packed for the CPU kernel."""
+class PackedLinear(CpuLinear):
+    """bf16 weights that oneDNN has laid out for this CPU once, at load."""
 
     def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        super().__init__(linear)
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 1))
+
+    def multiply(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, None, "none", [], "")
+
+
+class Int8Linear(CpuLinear):
+    """int8 weights with one scale per output channel (symmetric)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
+        weight = linear.weight.detach().float()
+        scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+        self.register_buffer("weight_int8", (weight / scales[:, None]).round().clamp(-128, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+
+    def multiply(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int8pack_mm(rows, self.weight_int8, self.scales)
+
+
+class Int4Linear(CpuLinear):
+    """int4 weights in groups of `INT4_GROUP` along the input, each with a bf16 scale and zero point (asymmetric),
+    packed for the CPU kernel."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
         weight = linear.weight.detach().float().reshape(self.out_features, -1, INT4_GROUP)
         low, high = weight.amin(dim=-1, keepdim=True), weight.amax(dim=-1, keepdim=True)
         scales = (high - low).clamp(min=1e-8) / 15
@@ -89,14 +97,9 @@ class Int4Linear(nn.Module):
             [scales.reshape(self.out_features, -1), zeros.reshape(self.out_features, -1)], -1
         )
         self.register_buffer("scales_and_zeros", scales_and_zeros.transpose(0, 1).contiguous().to(torch.bfloat16))
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+    def multiply(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
 
 
 def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -> str | None:

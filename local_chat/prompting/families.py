@@ -186,8 +186,7 @@ def chat_format(renderer, model_type: str | None) -> ChatFormat:
     if own is not None:
         found = dataclasses.replace(found or PLAIN, response=own, own=True)
     if found is None or renderer is None:
-        if (why := why_unrecognised(template, model_type)) is not None:
-            _tell_once(why)
+        _tell_unrecognised(template, model_type)
         return PLAIN
     return found if _shows_reasoning(found, template, tokenizer) else found.without("reasoning_content")
 
@@ -229,8 +228,10 @@ def _writes(found: ChatFormat, markers: list[str]) -> int:
 
 
 @functools.lru_cache(maxsize=32)
-def _tell_once(sentence: str) -> None:
-    log.warning(sentence)
+def _tell_unrecognised(template: str, model_type: str | None) -> None:
+    """`why_unrecognised` in the terminal, once a template (every request asks for the model's format)."""
+    if (why := why_unrecognised(template, model_type)) is not None:
+        log.warning(why)
 
 
 @functools.lru_cache(maxsize=16)
