@@ -4,14 +4,16 @@ layers run on torch's CPU kernels (model/cpu_linear.py): prepacked bf16, int8 an
 as plain bf16 layers, the session's cache across turns, the batch, answers held to a schema, guessed tokens."""
 
 import json
+import os
+import threading
 
 import pytest
 import tiny_models
 import torch
 
 from local_chat.engine import AnswerFormat, Request, Sampling, collect
-from local_chat.model import cpu_linear, loading
-from local_chat.model.cpu_linear import INT4_GROUP, Int4Linear, Int8Linear, PackedLinear
+from local_chat.model import cpu_linear, cpu_threads, loading
+from local_chat.model.cpu_linear import INT4_GROUP, Int4Linear, Int8Linear, PackedLinear, SiblingLinear, swap_linears
 from local_chat.model.meta import MetaModel
 
 
@@ -52,11 +54,40 @@ def test_each_kernel_computes_the_layer(kind, tolerance):
         assert (got - want).norm() / want.norm() < tolerance
 
 
+@pytest.mark.parametrize("bits", [None, 8, 4])
+def test_layers_that_read_one_input_are_merged_and_each_still_gets_its_own_output(bits):
+    """q, k and v (gate and up) become one layer read in one pass; each gives what its own layer gave, also when it is
+    called on an input its siblings were not (the merged layer computes again, never a stale output)."""
+    torch.manual_seed(0)
+    width = 2 * INT4_GROUP
+    attention = torch.nn.Module()
+    for name, out in (("q_proj", width), ("k_proj", 32), ("v_proj", 32), ("o_proj", width)):
+        setattr(attention, name, torch.nn.Linear(width, out, bias=name != "o_proj").to(torch.bfloat16))
+    plain = {name: getattr(attention, name) for name in ("q_proj", "k_proj", "v_proj")}
+    assert (
+        swap_linears(attention, bits, [])
+        == {
+            None: "4 linear layers: bf16 prepacked for oneDNN",
+            8: "4 linear layers: int8 weights (torch's int8 kernel)",
+            4: "4 linear layers: int4 weights",
+        }[bits]
+    )
+    assert all(isinstance(getattr(attention, name), SiblingLinear) for name in plain)
+    assert len([m for m in attention.modules() if isinstance(m, (PackedLinear, Int8Linear, Int4Linear))]) == 2
+    tolerance = 0.15 if bits == 4 else 0.03
+    x, other = torch.randn(2, 3, width, dtype=torch.bfloat16), torch.randn(1, 1, width, dtype=torch.bfloat16)
+    for name in ("q_proj", "k_proj", "v_proj", "k_proj"):  # k twice: the second call reads the shared output
+        for rows in (x, other) if name == "k_proj" else (x,):
+            want, got = plain[name](rows).float(), getattr(attention, name)(rows).float()
+            assert got.shape == want.shape and (got - want).norm() / want.norm() < tolerance, name
+
+
 def test_bf16_layers_are_prepacked_and_compute_what_plain_bf16_layers_compute(llama_dir):
     """The same next-token logits as the model's own bf16 layers, within bf16's rounding (two bf16 kernels add in
     other orders: a random model's near-even logits may then pick other tokens, so no token-for-token claim here)."""
     packed = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", speculative="off")
-    assert isinstance(packed.llma.model.layers[0].mlp.up_proj, PackedLinear)
+    mlp = packed.llma.model.layers[0].mlp
+    assert isinstance(mlp.down_proj, PackedLinear) and isinstance(mlp.up_proj, SiblingLinear)
     assert type(packed.llma.lm_head) is torch.nn.Linear
     assert packed.engine.summary().cpu_kernels == "14 linear layers: bf16 prepacked for oneDNN"
     plain = MetaModel.from_pretrained(str(llama_dir), dtype="fp32").llma.to(torch.bfloat16)  # fp32 keeps F.linear
@@ -106,3 +137,26 @@ def test_compile_keeps_transformers_layers_and_answers(llama_dir):
     model = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", compile=True, speculative="off")
     assert type(model.llma.model.layers[0].mlp.up_proj) is torch.nn.Linear and not model.engine.summary().cpu_kernels
     assert model.generate(["Hello"], max_gen_len=3)[0] is not None
+
+
+def test_a_thread_done_computing_hands_its_workers_back():
+    """The OpenMP workers a thread's parallel region started end when it hands them back, and start again with its
+    next region (model/cpu_threads.py)."""
+    if torch.get_num_threads() < 2 or cpu_threads._libgomp() is None:
+        pytest.skip("one thread, or no libgomp: no workers to hand back")
+    tasks = lambda: set(os.listdir("/proc/self/task"))  # noqa: E731
+    seen = {}
+
+    def compute_then_hand_back():
+        before = tasks()
+        assert torch.ones(4096, 4096).sum() == 4096 * 4096  # a parallel region: the workers start
+        seen["started"] = tasks() - before
+        cpu_threads.hand_back_workers()
+        seen["left"] = seen["started"] & tasks()
+        assert torch.ones(4096, 4096).sum() == 4096 * 4096  # and start again
+
+    thread = threading.Thread(target=compute_then_hand_back)
+    thread.start()
+    thread.join()
+    assert len(seen["started"]) >= torch.get_num_threads() - 1
+    assert len(seen["started"]) - len(seen["left"]) >= torch.get_num_threads() - 1

@@ -41,7 +41,8 @@ def test_quantized_model_loads_answers_and_shrinks(wide_llama_dir, bf16_block_by
         model = MetaModel.from_pretrained(str(wide_llama_dir), quant=quant)
         pieces = list(model.stream_generate("The quick brown fox", max_gen_len=8))
     linear = Int4Linear if quant in (4, True) else Int8Linear
-    assert isinstance(model.llma.model.layers[0].self_attn.q_proj, linear)
+    attention = model.llma.model.layers[0].self_attn
+    assert isinstance(attention.o_proj, linear) and isinstance(attention.q_proj.merged, linear)  # q, k, v: one layer
     assert type(model.llma.lm_head) is torch.nn.Linear  # stays full precision
     assert pieces[-1]["completion_tokens"] == 8 and pieces[-1]["text"]
     ratio = weight_bytes(model.llma.model.layers) / bf16_block_bytes

@@ -25,6 +25,7 @@ import torch
 from local_chat.engine.interface import Sampling
 
 from .answer_stream import AnswerStream
+from .cpu_threads import hand_back_workers
 
 PAGE_TOKENS = 64  # tokens a page of the paged cache holds: a conversation's history is reused in whole pages
 MAX_BATCH_TOKENS = 2048  # tokens one forward pass runs at most (longer prompts are prefilled in chunks)
@@ -122,6 +123,15 @@ def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], stopped: Ca
                 raise BatchFailed("no token came for 10 minutes")
 
 
+class _HandsBackWhenIdle(threading.Event):
+    """The event the batch's thread waits on for work: before it waits, its CPU workers are handed back, for the
+    answer that may run alone in another thread next (model/cpu_threads.py)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        hand_back_workers()
+        return super().wait(timeout)
+
+
 class ContinuousBatcher:
     """One `ContinuousBatchingManager` over `llma`, running on its own thread, with each request's outputs routed
     to the answer that waits for them."""
@@ -151,6 +161,8 @@ class ContinuousBatcher:
         try:
             self._manager = llma.init_continuous_batching(generation_config=sampler, continuous_batching_config=config)
             self._results = self._manager.output_router.output_queue  # every request's outputs, in one queue
+            if isinstance(getattr(self._manager, "_wake_up_loop", None), threading.Event):
+                self._manager._wake_up_loop = _HandsBackWhenIdle()  # what its thread waits on when it has no work
         except BaseException:
             self._forwards_alone_again()
             raise

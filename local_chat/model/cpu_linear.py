@@ -19,6 +19,7 @@ these against llama.cpp on the same weights.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -102,6 +103,72 @@ class Int4Linear(CpuLinear):
         return torch._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
 
 
+# Layers a model calls one after the other on the same input (attention's q, k, v; the MLP's gate and up): merged
+# into one layer, they read their weights in one pass, which a one-row kernel does faster than in several (bf16,
+# 2-core Xeon: q, k and v of Qwen2.5-0.5B's shape in 114 us merged, 157 apart; gate and up in 758, 818 apart).
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class _LastOutput:
+    """The merged layer's last (input, output), which the siblings share."""
+
+    last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+class SiblingLinear(nn.Module):
+    """One of `SIBLINGS`, as the columns `start:end` of a merged layer's output. The first sibling called on an input
+    computes the merged layer; the others find its output for the same input (the same tensor) and take theirs. An
+    input that is not the last one (a sibling called on its own) computes the merged layer again: never a wrong
+    output, at worst a slower one."""
+
+    def __init__(self, merged: CpuLinear, start: int, end: int, shared: _LastOutput, holds: bool):
+        super().__init__()
+        self.in_features, self.out_features, self.start, self.end = merged.in_features, end - start, start, end
+        if holds:  # one sibling holds the merged layer (its weights counted once), the others reach it through it
+            self.merged = merged
+        self._merged, self._shared = [merged], shared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = self._shared.last
+        if last is None or last[0] is not x:
+            last = self._shared.last = (x, self._merged[0](x))
+        return last[1][..., self.start : self.end].contiguous()
+
+
+def _swappable(layer: nn.Module, name: str, prefix: str, kind, kept: list[re.Pattern]) -> bool:
+    """Whether `kind` can take the layer `name` (under `prefix`): a plain linear layer not kept, whose input an int4
+    layer can split into whole groups."""
+    if type(layer) is not nn.Linear or any(pattern.match(prefix + name) for pattern in kept):
+        return False
+    return not (kind is Int4Linear and layer.in_features % INT4_GROUP)
+
+
+def _merge_siblings(module: nn.Module, kind, swappable) -> int:
+    """Swap each group of `SIBLINGS` among `module`'s children (all plain linear layers of one input width that
+    `swappable` allows) for `SiblingLinear`s over one `kind` layer; the number of layers swapped."""
+    swapped = 0
+    for names in SIBLINGS:
+        layers = [getattr(module, name, None) for name in names]
+        if not all(swappable(layer, name) for layer, name in zip(layers, names)):
+            continue
+        if len({layer.in_features for layer in layers}) > 1 or "Cross" in type(module).__name__:
+            continue  # cross-attention reads keys and values from another input than its queries
+        ends = torch.tensor([layer.out_features for layer in layers]).cumsum(0).tolist()
+        merged = nn.Linear(layers[0].in_features, ends[-1], bias=any(layer.bias is not None for layer in layers))
+        with torch.no_grad():
+            merged.weight = nn.Parameter(torch.cat([layer.weight for layer in layers]), requires_grad=False)
+            if merged.bias is not None:
+                biases = [layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.out_features)
+                          for layer in layers]  # fmt: skip
+                merged.bias = nn.Parameter(torch.cat(biases), requires_grad=False)
+        merged_kind, shared = kind(merged), _LastOutput()
+        for index, name in enumerate(names):
+            start = ends[index - 1] if index else 0
+            setattr(module, name, SiblingLinear(merged_kind, start, ends[index], shared, holds=index == 0))
+        swapped += len(names)
+    return swapped
+
+
 def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -> str | None:
     """Swap `model`'s linear layers on the CPU for the kernels above (`bits`: None for bf16 weights, else 8 or 4), but
     those whose names match `keeps_weights` (patterns from the start of a module's name) and those a kernel cannot
@@ -113,14 +180,12 @@ def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -
     kept = [re.compile(pattern) for pattern in keeps_weights]
     swapped = 0
     for name, module in list(model.named_modules()):
+        swappable = functools.partial(_swappable, prefix=f"{name}." if name else "", kind=kind, kept=kept)
+        swapped += _merge_siblings(module, kind, swappable)
         for child_name, child in list(module.named_children()):
-            full = f"{name}.{child_name}" if name else child_name
-            if type(child) is not nn.Linear or any(p.match(full) for p in kept):
-                continue
-            if kind is Int4Linear and child.in_features % INT4_GROUP:
-                continue
-            setattr(module, child_name, kind(child))
-            swapped += 1
+            if swappable(child, child_name):
+                setattr(module, child_name, kind(child))
+                swapped += 1
     if not swapped:
         return None
     what = {None: "bf16 prepacked for oneDNN", 8: "int8 weights (torch's int8 kernel)", 4: "int4 weights"}[bits]

@@ -33,6 +33,7 @@ from .adapters import Adapters, Cancelled, adapter_session, holding
 from .answer_stream import AnswersInFlight, AnswerStream, batch_decider, logprob_recorder
 from .batching import answer_once, paged_cache_tokens
 from .constraints import Grammars, grammars_for, token_mask
+from .cpu_threads import hand_back_workers
 from .encoding import PromptEncoder
 from .footprint import weight_bytes
 from .generation import ModelInputs, generate_tokens
@@ -359,6 +360,7 @@ class LocalEngine:
         finally:
             steps.close()  # a turn over a static cache copies its keys and values back into `cache` as it closes
             self.sessions.keep(session, inputs, cache, sampled, pixels_key)
+            hand_back_workers()  # the next answer may run in another thread (model/cpu_threads.py)
         return joins_batch
 
     @announced

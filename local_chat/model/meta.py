@@ -14,6 +14,7 @@ from local_chat.errors import UserError
 
 from .adapters import Adapters, attach_adapters
 from .cpu_linear import swap_linears
+from .cpu_threads import hand_back_workers
 from .encoding import PromptEncoder
 from .loading import QUANT_SKIP_MODULES, load
 from .local_engine import LocalEngine
@@ -138,7 +139,7 @@ class MetaModel(torch.nn.Module):
             loaded.info["adapter"] = next(iter(lora)) if merge_lora else ""
         if loaded.cpu_kernels:
             loaded.info["cpu_kernels"] = swap_linears(loaded.model, loaded.bits, QUANT_SKIP_MODULES) or "off"
-        return MetaModel(
+        model = MetaModel(
             loaded.model,
             loaded.tokenizer,
             loaded.processor,
@@ -153,6 +154,8 @@ class MetaModel(torch.nn.Module):
             speculative,
             load_draft(draft_model, loaded, dtype, device) if draft_model and speculative != "off" else None,
         )
+        hand_back_workers()  # the answers run in other threads (model/cpu_threads.py)
+        return model
 
     @property
     def device(self) -> torch.device:

@@ -31,6 +31,7 @@ from local_chat.errors import described
 
 from .answer_stream import AnswerStream
 from .batching import BatchFailed, forwards_take_turns, next_output, why_unbatchable
+from .cpu_threads import hand_back_workers
 from .generation import (
     ModelInputs,
     cache_keyword,
@@ -169,6 +170,8 @@ class StepBatcher:
     def _admit(self) -> None:
         """Take the answers waiting to join, while there is room (waiting for one when none runs)."""
         while len(self._rows) < self.places:
+            if not self._rows:
+                hand_back_workers()  # idle until an answer comes, maybe for long (model/cpu_threads.py)
             try:
                 row = self._joining.get(block=not self._rows)
             except queue.Empty:
