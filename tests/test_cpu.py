@@ -88,8 +88,11 @@ def test_bf16_layers_are_prepacked_and_compute_what_plain_bf16_layers_compute(ll
     packed = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", speculative="off")
     mlp = packed.llma.model.layers[0].mlp
     assert isinstance(mlp.down_proj, PackedLinear) and isinstance(mlp.up_proj, SiblingLinear)
-    assert type(packed.llma.lm_head) is torch.nn.Linear
-    assert packed.engine.summary().cpu_kernels == "14 linear layers: bf16 prepacked for oneDNN"
+    head = packed.llma.lm_head  # prepacked too, its weights kept for the models that read them
+    assert type(head) is PackedLinear and head.weight.shape == (head.out_features, head.in_features)
+    assert packed.engine.summary().cpu_kernels == (
+        "14 linear layers: bf16 prepacked for oneDNN; the output layer: bf16 prepacked"
+    )
     plain = MetaModel.from_pretrained(str(llama_dir), dtype="fp32").llma.to(torch.bfloat16)  # fp32 keeps F.linear
     ids = packed.tokenizer.hf("What is the capital of France?", return_tensors="pt").input_ids
     with torch.inference_mode():
