@@ -19,7 +19,7 @@ def footprints(folder: Path, quant) -> tuple[int, int]:
     if quant is not None:  # the loader must really have quantized, or the figure means nothing
         from local_chat.model.cpu_linear import Int4Linear, Int8Linear
 
-        assert isinstance(model.llma.model.layers[0].mlp.up_proj, (Int4Linear, Int8Linear))
+        assert isinstance(model.llma.model.layers[0].mlp.down_proj, (Int4Linear, Int8Linear))
     return weight_bytes(model.llma.model.layers), weight_bytes(model.llma)
 
 

@@ -88,8 +88,9 @@ def test_bf16_layers_are_prepacked_and_compute_what_plain_bf16_layers_compute(ll
     packed = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", speculative="off")
     mlp = packed.llma.model.layers[0].mlp
     assert isinstance(mlp.down_proj, PackedLinear) and isinstance(mlp.up_proj, SiblingLinear)
-    head = packed.llma.lm_head  # prepacked too, its weights kept for the models that read them
+    head = packed.llma.lm_head  # prepacked too; untied here, so its weights' values are in the packed copy alone
     assert type(head) is PackedLinear and head.weight.shape == (head.out_features, head.in_features)
+    assert head.weight.is_meta and not any(p.is_meta for p in packed.llma.parameters())
     assert packed.engine.summary().cpu_kernels == (
         "14 linear layers: bf16 prepacked for oneDNN; the output layer: bf16 prepacked"
     )

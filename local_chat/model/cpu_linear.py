@@ -14,9 +14,8 @@ twice the bytes). Here, where the model is on the CPU, in one process, with no L
 
 A vision model's image side keeps its weights (`keeps_weights`): it runs once a prompt. The output layer keeps its
 bf16 weights, prepacked whatever `--quant` says: oneDNN reads a matrix that wide faster than the int8 kernel reads its
-half (32000 x 896: 2.3 ms, int8 2.0, `F.linear` 3.4), and the output layer's precision is the answer's. Its packed copy
-is memory the model did not take before (32000 x 896: 57 MB; its own weights stay, as the embeddings or for models
-that read them). bench/cpu.py
+half (32000 x 896: 2.3 ms, int8 2.0, `F.linear` 3.4), and the output layer's precision is the answer's. Where it is
+tied to the embeddings, its packed copy is memory the model did not take before (32000 x 896: 57 MB). bench/cpu.py
 measures these against llama.cpp on the same weights.
 """
 
@@ -185,7 +184,10 @@ def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -
     packed_head = type(head) is nn.Linear and head.weight.dtype == torch.bfloat16
     if packed_head:
         packed = PackedLinear(head)
-        packed.weight = head.weight  # some models read it (its dtype, or the rows for their own product)
+        # Some models read `lm_head.weight` (its dtype): tied to the embeddings, it stays (they hold it); else only its
+        # shape and dtype stay, its values live on in the packed copy, never in two copies.
+        tied = head.weight is getattr(model.get_input_embeddings(), "weight", None)
+        packed.weight = head.weight.detach() if tied else head.weight.detach().to("meta")
         model.set_output_embeddings(packed)
     swapped = 0
     for name, module in list(model.named_modules()):
