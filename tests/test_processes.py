@@ -161,7 +161,7 @@ def test_a_terminated_launcher_ends_its_server_quietly():
     server = web_server_of(app)
     app.terminate()
     code, printed = app.wait(timeout=20), app.stdout.read()
-    assert code == 0, (code, printed)  # once -6 (SIGABRT) under a loaded full run; its output shows why, next time
+    assert code == 0, (code, printed)  # not -6: SIGABRT from the interpreter finalizing around torch threads
     assert ended(server, within=5)
     assert "error" not in printed
 
