@@ -56,7 +56,7 @@ def test_each_kernel_computes_the_layer(kind, tolerance):
 
 @pytest.mark.parametrize("bits", [None, 8, 4])
 def test_layers_that_read_one_input_are_merged_and_each_still_gets_its_own_output(bits):
-    """q, k and v (gate and up) become one layer read in one pass; each gives what its own layer gave, also when it is
+    """q, k and v become one layer read in one pass; each gives what its own layer gave, also when it is
     called on an input its siblings were not (the merged layer computes again, never a stale output)."""
     torch.manual_seed(0)
     width = 2 * INT4_GROUP
@@ -86,8 +86,8 @@ def test_bf16_layers_are_prepacked_and_compute_what_plain_bf16_layers_compute(ll
     """The same next-token logits as the model's own bf16 layers, within bf16's rounding (two bf16 kernels add in
     other orders: a random model's near-even logits may then pick other tokens, so no token-for-token claim here)."""
     packed = MetaModel.from_pretrained(str(llama_dir), dtype="bf16", speculative="off")
-    mlp = packed.llma.model.layers[0].mlp
-    assert isinstance(mlp.down_proj, PackedLinear) and isinstance(mlp.up_proj, SiblingLinear)
+    layer = packed.llma.model.layers[0]
+    assert isinstance(layer.mlp.up_proj, PackedLinear) and isinstance(layer.self_attn.k_proj, SiblingLinear)
     head = packed.llma.lm_head  # prepacked too; untied here, so its weights' values are in the packed copy alone
     assert type(head) is PackedLinear and head.weight.shape == (head.out_features, head.in_features)
     assert head.weight.is_meta and not any(p.is_meta for p in packed.llma.parameters())

@@ -105,10 +105,11 @@ class Int4Linear(CpuLinear):
         return torch._weight_int4pack_mm_for_cpu(rows, self.weight_int4, INT4_GROUP, self.scales_and_zeros)
 
 
-# Layers a model calls one after the other on the same input (attention's q, k, v; the MLP's gate and up): merged
-# into one layer, they read their weights in one pass, which a one-row kernel does faster than in several (bf16,
-# 2-core Xeon: q, k and v of Qwen2.5-0.5B's shape in 114 us merged, 157 apart; gate and up in 758, 818 apart).
-SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# Layers a model calls one after the other on the same input (attention's q, k, v): merged into one layer, they read
+# their weights in one pass, which a one-row kernel does faster than in several (bf16, 2-core Xeon: q, k and v of
+# Qwen2.5-0.5B's shape in 114 us merged, 157 apart). Not the MLP's gate and up: merged, their 2,081-row prompt took
+# oneDNN 30 ms a layer against 20 apart (one row: 758 us against 818), and prompts matter more.
+SIBLINGS = (("q_proj", "k_proj", "v_proj"),)
 
 
 class _LastOutput:
