@@ -60,8 +60,7 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
             code = int(exit.code or 0)
         finally:
             engine.stop_batching()  # its thread would keep the process alive
-            server.close()
-        exit_now(code)
+        exit_now(code)  # the server closed (serve_in_own_process closes it on every way out)
     except UserError as error:
         fail(error)
     finally:

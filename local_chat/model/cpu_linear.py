@@ -22,6 +22,7 @@ measures these against llama.cpp on the same weights.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 
 import torch
@@ -156,7 +157,7 @@ def _merge_siblings(module: nn.Module, kind, swappable) -> int:
             continue
         if len({layer.in_features for layer in layers}) > 1 or "Cross" in type(module).__name__:
             continue  # cross-attention reads keys and values from another input than its queries
-        ends = torch.tensor([layer.out_features for layer in layers]).cumsum(0).tolist()
+        ends = list(itertools.accumulate(layer.out_features for layer in layers))
         merged = nn.Linear(layers[0].in_features, ends[-1], bias=any(layer.bias is not None for layer in layers))
         with torch.no_grad():
             merged.weight = nn.Parameter(torch.cat([layer.weight for layer in layers]), requires_grad=False)
@@ -175,8 +176,9 @@ def _merge_siblings(module: nn.Module, kind, swappable) -> int:
 def swap_linears(model: nn.Module, bits: int | None, keeps_weights: list[str]) -> str | None:
     """Swap `model`'s linear layers on the CPU for the kernels above (`bits`: None for bf16 weights, else 8 or 4), but
     those whose names match `keeps_weights` (patterns from the start of a module's name) and those a kernel cannot
-    take (an int4 layer's input must split into whole groups); return what the model panel says of it, or None
-    where nothing was swapped (a model in another dtype than bf16, without --quant)."""
+    take (an int4 layer's input must split into whole groups), with `SIBLINGS` merged and a bf16 output layer
+    prepacked; return what the model panel says of it, or None where nothing was swapped (a model in another dtype
+    than bf16, without --quant)."""
     if bits is None and next(model.parameters()).dtype != torch.bfloat16:
         return None
     kind = {None: PackedLinear, 8: Int8Linear, 4: Int4Linear}[bits]
