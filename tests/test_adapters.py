@@ -15,6 +15,7 @@ import tiny_models
 import torch
 from app_server import generate_here, launched
 from openai import APIStatusError, OpenAI
+from playwright.sync_api import expect
 from test_browser import ARTIFACTS, browser, open_page, send  # noqa: F401
 from test_models_dir import model_processes
 
@@ -243,7 +244,9 @@ def test_the_page_picker_offers_each_adapter_and_the_answer_names_it(browser, by
         assert options == ["byte_llama", "byte_llama + alpha", "byte_llama + beta"]
         page.screenshot(path=str(ARTIFACTS / "adapter-picker.png"), full_page=True)
         page.get_by_role("option", name="byte_llama + beta").click()
-        page.get_by_text("Now answering: byte_llama + beta").wait_for(timeout=30_000)
+        expect(page.locator(".model-picker input").first).to_have_value("byte_llama + beta")
+        # On failure, the status says where the switch was (empty: it never started; "Waiting...": it loads).
+        expect(page.locator(".model-status").first).to_contain_text("Now answering: byte_llama + beta", timeout=60_000)
         assert "byte_llama + beta" in page.locator(".model-line").first.inner_text()
         send(page, "Hi")
         stats = page.locator("text=/tokens · first token/")
