@@ -90,10 +90,15 @@ def harmony_reasoning(token) -> tuple[str, ...]:
 
 
 def _lazy(name: str, closing: str, token) -> str:
-    """A rule for free text up to the first `closing` marker, and the marker. Text never holds an added token, so
-    a marker that is one ends it as it is; a marker in plain text ends a lazy lexeme, at its first occurrence."""
+    """A rule for free text up to the first `closing` marker, and the marker. A marker in plain text ends a lazy
+    lexeme, at its first occurrence. A marker that is one added token ends text that never spells it: where the
+    grammar's tokenizer marks added tokens special (transformers'), text cannot hold it anyway; where it reads a
+    non-special added token as its text too (llama.cpp's, for <think> and its kin), the text would swallow it."""
     written = token(closing)
-    return f"{name}: /(?s:.*)/ {written}" if "<[" in written else f"{name}[lazy]: /(?s:.*)/ {written}"
+    if "<[" not in written:
+        return f"{name}[lazy]: /(?s:.*)/ {written}"
+    text, spelled = f"{name.upper()}_TEXT", re.escape(closing).replace("/", "\\/")
+    return f"{name}: {text} {written}\n{text}: /(?s:.*)/ & ~/(?s:.*{spelled}.*)/"
 
 
 # One call of a function in each family's format: (function, token writer) -> a Lark expression.
