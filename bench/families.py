@@ -32,25 +32,49 @@ QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 
-def qwen_tokenizer(chat_template: str, vocab_size: int = 400, specials: tuple[str, ...] = ()):
+# Qwen2's pre-tokenizer (its tokenizer.json), which llama.cpp knows as "qwen2"
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def qwen_tokenizer(
+    chat_template: str,
+    vocab_size: int = 400,
+    specials: tuple[str, ...] = (),
+    qwen_split: bool = False,
+    added: tuple[str, ...] = (),
+    every_byte: bool = True,
+):
     """A byte-level BPE tokenizer with Qwen's markers as Qwen ships them: <|im_start|>, <|im_end|> and
     <|endoftext|> special (and `specials`: a vision model's), <think>, <tool_call> and their kin added but not special
-    (they show in decoded text)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    (they show in decoded text), and `added` too. `qwen_split`: Qwen2's own pre-tokenizer (a GGUF file's, see
+    tests/gguf_models.py), else GPT-2's. `every_byte`: a token for each byte, as Qwen's; else only the corpus's
+    characters (ASCII: no token ends inside a character, so a random model's text is always whole)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+        if qwen_split
+        else pre_tokenizers.ByteLevel(add_prefix_space=False)
+    )
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(
         CORPUS,
         trainers.BpeTrainer(
             vocab_size=400,
             special_tokens=QWEN_SPECIAL + list(specials),
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if every_byte else _ascii_alphabet(),
         ),
     )
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED + list(added)])
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -61,11 +85,21 @@ def qwen_tokenizer(chat_template: str, vocab_size: int = 400, specials: tuple[st
     return hf
 
 
-def save_tiny_qwen3(folder: Path, seed: int = 0, config: dict = TEXT_CONFIG | {"head_dim": 16}) -> Path:
-    """A random Qwen3ForCausalLM (`config`'s sizes) with Qwen3's published chat template (qwen3.jinja)."""
+def _ascii_alphabet() -> list[str]:
+    """The byte-level alphabet's characters of the bytes 0-127 (GPT-2's `bytes_to_unicode`)."""
+    shown = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    moved = [b for b in range(256) if b not in shown]
+    return [chr(b) if b in shown else chr(256 + moved.index(b)) for b in range(128)]
+
+
+def save_tiny_qwen3(
+    folder: Path, seed: int = 0, config: dict = TEXT_CONFIG | {"head_dim": 16}, tokenizer=None, shaped=None
+) -> Path:
+    """A random Qwen3ForCausalLM (`config`'s sizes) with Qwen3's published chat template (qwen3.jinja), and
+    `tokenizer` (default: `qwen_tokenizer`'s); `shaped(model, tokenizer)` sets its weights before it is saved."""
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = qwen_tokenizer((TEMPLATES / "qwen3.jinja").read_text())
+    tokenizer = tokenizer or qwen_tokenizer((TEMPLATES / "qwen3.jinja").read_text())
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
@@ -75,6 +109,8 @@ def save_tiny_qwen3(folder: Path, seed: int = 0, config: dict = TEXT_CONFIG | {"
         **config,
     )
     model = Qwen3ForCausalLM(config).eval()
+    if shaped is not None:
+        shaped(model, tokenizer)
     model.save_pretrained(folder)
     ends = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     GenerationConfig(eos_token_id=ends, pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)

@@ -311,7 +311,8 @@ class EngineSummary:
     context_known: bool = True  # False: a remote engine that does not say its context
     architecture: str = ""
     model_type: str | None = None  # the config's: picks the family's response format
-    format: str = ""  # the checkpoint's: Hugging Face, LLaMA2-Accessory (2 shards), ...
+    format: str = ""  # the checkpoint's: Hugging Face, LLaMA2-Accessory (2 shards), GGUF Q8_0 · 0.4 GB, ...
+    served_by: str = ""  # the engine that computes it where it is not this app's own: "llama.cpp" (a GGUF file)
     dtype: str = ""
     device: str = ""
     quant: str = "none"

@@ -15,6 +15,7 @@ from pathlib import Path
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError
 from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
+from local_chat.model.gguf import SPLIT_PART, gguf_file, gguf_name, is_model
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a config's dtype: bytes a weight is stored in
 QUANT_SHARE = {4: 0.28, 8: 0.53}  # of the 16-bit bytes (bench/quant.py's footprints)
@@ -105,9 +106,11 @@ def pick(models: list[ListedModel], wanted: str | None) -> ListedModel:
 def _candidates(folder: Path) -> list[tuple[str, Path]]:
     """(name, path) of each checkpoint folder directly in `folder`: a snapshot of a cached `models--org--name`
     (the one `refs/main` names, else the newest) as `org/name`."""
-    found = []
+    found = [(gguf_name(file), file) for file in sorted(folder.glob("*.gguf")) if is_model(file)]
     for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if child.name.startswith("models--"):
+        if gguf_file(child) is not None:
+            found.append((child.name, child))
+        elif child.name.startswith("models--"):
             snapshot = _snapshot(child)
             if snapshot is not None:
                 found.append(("/".join(child.name.split("--")[1:]), snapshot))
@@ -133,6 +136,8 @@ def _looks_like_checkpoint(folder: Path) -> bool:
 
 
 def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None, given: set) -> ListedModel:
+    if (file := gguf_file(path)) is not None:
+        return _gguf(model_id, file, free)
     if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
         return _adapter(model_id, path)
     shards = [p for p in path.iterdir() if ACCESSORY_SHARD.match(p.name) or META_SHARD.match(p.name)]
@@ -181,6 +186,21 @@ def _consolidated(
     )
     fits = _fits(size, 2, load, free)  # Meta's and Accessory's releases are 16-bit
     return ListedModel(model_id, path, f"llama ({kind})", size, fits=fits, problem=problem)
+
+
+def _gguf(model_id: str, file: Path, free: int | None) -> ListedModel:
+    """A GGUF file (served by llama.cpp): its header is read when it loads; here only its first bytes."""
+    parts = [file]
+    if (split := SPLIT_PART.match(file.name)) is not None:
+        parts = sorted(file.parent.glob(f"{split['stem']}-*-of-{split['count']}.gguf"))
+    size = sum(p.stat().st_size for p in parts)
+    with open(file, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        return ListedModel(
+            model_id, file, "GGUF", size, problem=f"{file.name} is not a GGUF file (it does not start with GGUF)."
+        )
+    return ListedModel(model_id, file, "GGUF, llama.cpp", size, fits=None if free is None else size <= free)
 
 
 def _adapter(name: str, path: Path) -> ListedModel:

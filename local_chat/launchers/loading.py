@@ -19,6 +19,7 @@ from local_chat.errors import UserError
 from .flags import api_keys, check_port_free, first_free_port, logins
 
 if TYPE_CHECKING:
+    from local_chat.engine.llama_cpp import LlamaCppEngine
     from local_chat.engine.remote import RemoteEngine
     from local_chat.model.local_engine import LocalEngine
 
@@ -48,7 +49,9 @@ def check_serving_flags(args: argparse.Namespace) -> None:
     check_engine_flags(args)
     if getattr(args, "models_dir", None):
         choose_listed_model(args)
-    if args.api_base is None:
+    if args.api_base is None and not getattr(args, "models_dir", None) and gguf_checkpoint(args) is not None:
+        check_gguf_flags(args)
+    elif args.api_base is None:
         check_adapters_and_draft(args, ranks=parallel_plan(args)[0])
     if getattr(args, "auth", None) is not None:
         logins(args.auth)
@@ -84,6 +87,39 @@ def check_adapters_and_draft(args: argparse.Namespace, ranks: int) -> None:
     for flag, given in (("--lora", adapters), ("--draft_model", getattr(args, "draft_model", None))):
         if given and ranks > 1:
             raise UserError(f"{flag} works on one device for now; leave out --n_gpus (or --gpu_ids) or {flag}.")
+
+
+# flags of a model loaded by transformers, which a GGUF file (llama.cpp's) cannot take, with why
+NOT_FOR_GGUF = {
+    "quant": "it is quantized already",
+    "dtype": "its weights keep the file's type",
+    "compile": "llama.cpp runs its own kernels",
+    "lora": "PEFT adapters go over a Hugging Face folder",
+    "merge_lora": "PEFT adapters go over a Hugging Face folder",
+    "draft_model": "speculative decoding runs over a Hugging Face folder",
+    "llama_type": "it is not an Accessory checkpoint",
+    "llama_config": "it is not an Accessory checkpoint",
+    "tokenizer_path": "its tokenizer is inside it",
+    "trust_remote_code": "it runs no Python code",
+}
+
+
+def gguf_checkpoint(args: argparse.Namespace) -> Path | None:
+    """The GGUF file --pretrained_path names (model/gguf.py), or None."""
+    from local_chat.model.gguf import gguf_file
+
+    paths = checkpoint_paths(args)
+    return gguf_file(paths[0]) if len(paths) == 1 else None
+
+
+def check_gguf_flags(args: argparse.Namespace) -> None:
+    """A GGUF file with a flag that does not apply to it: one sentence, before anything loads."""
+    given = [name for name in NOT_FOR_GGUF if getattr(args, name, None) not in (None, False, [], ())]
+    given += ["n_gpus"] if getattr(args, "n_gpus", 1) > 1 or getattr(args, "gpu_ids", None) else []
+    if given:
+        name = given[0]
+        why = NOT_FOR_GGUF.get(name, "llama.cpp runs it in one process")
+        raise UserError(f"--{name} does not apply to a GGUF file ({why}); leave it out.")
 
 
 def lora_adapters(values: list[str] | None) -> dict[str, str]:
@@ -276,6 +312,8 @@ def load_engine(args: argparse.Namespace, with_visual: bool = False) -> LocalEng
     either way. With --api_base, no model loads: the engine's is used (`connect_engine`)."""
     if args.api_base is not None:
         return connect_engine(args, with_visual)
+    if (gguf := gguf_checkpoint(args)) is not None:
+        return load_gguf(gguf, args, with_visual)
     from local_chat.model.parallel import start_ranks, torchrun_world
 
     size, mode, device = parallel_plan(args)
@@ -301,6 +339,24 @@ def load_engine(args: argparse.Namespace, with_visual: bool = False) -> LocalEng
         args.master_addr,
         args.master_port or free_port(),
     )
+
+
+GGUF_SLOTS = 4  # answers at a time over a GGUF file where --concurrency is not given (llama.cpp's default)
+
+
+def load_gguf(path: Path, args: argparse.Namespace, with_visual: bool) -> LlamaCppEngine:
+    """The engine of a GGUF file (engine/llama_cpp.py): llama.cpp's server in this process, with --concurrency slots
+    of --max_seq_len tokens each."""
+    from local_chat.engine.llama_cpp import LlamaCppEngine
+    from local_chat.model.gguf import read_gguf
+
+    model = read_gguf(path)
+    if with_visual:
+        raise UserError(f"{path.name} is served as a text model (GGUF vision models are not served yet); use app.py.")
+    slots = args.concurrency = getattr(args, "concurrency", None) or GGUF_SLOTS
+    engine = LlamaCppEngine(model, args.max_seq_len or DEFAULT_CONTEXT, slots, len(os.sched_getaffinity(0)))
+    print(f"llama.cpp serves {path.name} ({model.architecture}, {model.described}).", file=sys.stderr, flush=True)
+    return engine
 
 
 def load_shard(

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import torch
 
 from local_chat.engine.interface import TokenLogprob
+from local_chat.errors import UserError
 
 from .detokenize import IncrementalDetokenizer, StopStrings
 
@@ -116,6 +117,20 @@ class AnswerStream:
             "guessed_tokens": self.guesses.get("guessed", 0),
             "accepted_tokens": self.guesses.get("accepted", 0),
         }
+
+
+def answer_room(max_seq_len: int, prompt_tokens: int, max_gen_len: int) -> int:
+    """How many tokens an answer to a prompt of `prompt_tokens` may have: `max_gen_len`, clamped to what the
+    `max_seq_len`-token context leaves."""
+    if not max_gen_len >= 1:
+        raise UserError(f"The answer length (max_gen_len) is {max_gen_len}; ask for at least 1 token.")
+    room = max_seq_len - prompt_tokens
+    if room < 1:
+        raise UserError(
+            f"The prompt is {prompt_tokens} tokens long and leaves no room for an answer within the "
+            f"{max_seq_len}-token context; shorten it or start a new conversation."
+        )
+    return max(1, min(max_gen_len, room))
 
 
 def batch_decider(streams: Sequence[AnswerStream]) -> Callable[[torch.Tensor], bool]:

@@ -30,7 +30,7 @@ from local_chat.engine.interface import (
 from local_chat.errors import UserError, described, failure_sentence
 
 from .adapters import Adapters, Cancelled, adapter_session, holding
-from .answer_stream import AnswersInFlight, AnswerStream, batch_decider, logprob_recorder
+from .answer_stream import AnswersInFlight, AnswerStream, answer_room, batch_decider, logprob_recorder
 from .batching import answer_once, paged_cache_tokens
 from .constraints import Grammars, grammars_for, token_mask
 from .cpu_threads import hand_back_workers
@@ -162,15 +162,7 @@ class LocalEngine:
 
     def answer_room(self, prompt_tokens: int, max_gen_len: int) -> int:
         """How many tokens may be generated: `max_gen_len`, clamped to what `max_seq_len` leaves."""
-        if not max_gen_len >= 1:
-            raise UserError(f"The answer length (max_gen_len) is {max_gen_len}; ask for at least 1 token.")
-        room = self.max_seq_len - prompt_tokens
-        if room < 1:
-            raise UserError(
-                f"The prompt is {prompt_tokens} tokens long and leaves no room for an answer within the "
-                f"{self.max_seq_len}-token context; shorten it or start a new conversation."
-            )
-        return max(1, min(max_gen_len, room))
+        return answer_room(self.max_seq_len, prompt_tokens, max_gen_len)
 
     # ----- speed-ups -----
 

@@ -85,6 +85,8 @@ def model_panel(engine: Engine) -> str:
         details = f"served by {escape(facts.engine_url)} · batching: {escape(facts.batching)}"
     else:
         summary = f"<b>Model</b> <code>{escape(checkpoint_name(facts))}</code> · {facts.context} tokens{seeing}"
+        if facts.served_by:  # a GGUF file: "llama.cpp · GGUF Q4_K_M · 4.1 GB"
+            summary += f" · {escape(facts.served_by)} · {escape(facts.format)}"
         details = (
             f"{escape(facts.architecture)} · {facts.format} · dtype {escape(facts.dtype)} · device {facts.device} · "
             f"quantization {facts.quant} · weights {facts.weight_mib:,.0f} MiB"

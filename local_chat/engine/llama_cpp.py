@@ -1,0 +1,265 @@
+"""`LlamaCppEngine`: a GGUF file's engine (engine/interface.py). llama.cpp computes the tokens; everything else is
+the app's own, as for a Hugging Face folder of the same family.
+
+- llama.cpp's server (xllamacpp's binding, prebuilt wheels) runs in the model's process (engine/process.py), on
+  127.0.0.1 with a key of its own. An abort inside llama.cpp ends that process, which the chat tells in one sentence
+  while the web server stays up, as for any model that dies.
+- The prompt is rendered with the file's own chat template and tokenized here (model/gguf.py: transformers reads both
+  from the file); llama.cpp gets the token ids and sends back each answer token's id, which `AnswerStream` turns into
+  text, so stop strings, EOS and what a response parser reads are decided exactly as for a local model.
+- Stop closes the request's stream, which llama.cpp aborts at its next token, even while the engine is silent.
+- Each of llama.cpp's slots keeps the last conversation it answered: a turn that goes on from it reuses its KV cache
+  (llama.cpp picks the slot whose cache shares the most of the prompt). Several answers run at once, one per slot.
+- Answers held to a format (a JSON schema, a required tool call) go as llguidance grammars, which llama.cpp's
+  sampler enforces token by token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from local_chat.errors import UserError, described, failure_sentence
+from local_chat.model.answer_stream import AnswerStream, answer_room
+from local_chat.model.gguf import INSTALL, GgufModel, gguf_tokenizer
+from local_chat.model.tokenizer import HFTokenizer
+from local_chat.prompting.answer_grammars import json_options
+
+from .interface import Answer, AnswerFormat, Delta, End, EngineSummary, Event, Request, Sampling, collect
+from .openai_wire import server_events
+from .remote import close_on_cancel
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 600.0  # how long llama.cpp may take to load the file
+START_POLL_S = 0.1
+NO_IMAGES = "This GGUF model has no image projector (an mmproj*.gguf beside it); send the message without an image."
+
+
+class LlamaCppEngine:
+    """The engine of the GGUF `model`, with `max_seq_len` tokens of context for each of `slots` answers at a time,
+    computed on `threads` CPU threads."""
+
+    compiled = None  # --compile does not apply (launchers/loading.py)
+    batcher = None
+    failure = None  # llama.cpp failing ends this process, which the web server tells
+    sees_images = False
+
+    def __init__(self, model: GgufModel, max_seq_len: int, slots: int, threads: int):
+        self.model, self.slots, self.threads = model, slots, threads
+        self.max_seq_len = min(max_seq_len, model.context or max_seq_len)
+        self.tokenizer = HFTokenizer(gguf_tokenizer(model))
+        self._key = secrets.token_hex(16)
+        self._server, self.url = _start_server(model, self.max_seq_len, slots, threads, self._key)
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(None, connect=10.0), headers={"Authorization": f"Bearer {self._key}"}
+        )
+
+    # ----- what the model is -----
+
+    @property
+    def chat_renderer(self):
+        return self.tokenizer.hf if self.tokenizer.hf.chat_template else None
+
+    def summary(self) -> EngineSummary:
+        return EngineSummary(
+            path=str(self.model.path),
+            context=self.max_seq_len,
+            sees_images=False,
+            architecture=self.model.architecture,
+            model_type=self.model.model_type,
+            format=self.model.described,
+            served_by="llama.cpp",
+            dtype="the file's",
+            device=f"cpu, {self.threads} threads",
+            quant=self.model.file_type,
+            weight_mib=self.model.size_bytes / 2**20,
+            batching=f"llama.cpp's {self.slots} slot{'s' if self.slots != 1 else ''}",
+        )
+
+    def generation_defaults(self) -> Sampling:
+        return Sampling()
+
+    def eos_ids(self, stop: tuple[str, ...] = ()) -> set[int]:
+        ids = set(self.tokenizer.eos_ids)
+        ids.update(i for i in map(self.tokenizer.special_token_id, stop) if i is not None)
+        return ids
+
+    def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
+        if images:
+            raise UserError(NO_IMAGES)
+        return len(self.tokenizer.encode(prompt, bos=True))
+
+    def start_batching(self, places: int, cache_bytes: int | None = None) -> str:
+        """The answers at a time are llama.cpp's slots, set when it started."""
+        return self.summary().batching
+
+    def stop_batching(self) -> None:
+        """Nothing to stop: llama.cpp's slots end with the process."""
+
+    def drop_sessions(self, browser_session: str) -> None:
+        """Nothing is kept per session here: llama.cpp's slots keep the last prompts they answered."""
+
+    # ----- answers -----
+
+    def complete(self, requests: list[Request]) -> list[Answer]:
+        """Whole answers, asked of llama.cpp all at once (its slots run them together)."""
+        answers: list[Answer | None] = [None] * len(requests)
+
+        def answer(index: int) -> None:
+            answers[index] = collect(self.stream(requests[index]))
+
+        threads = [threading.Thread(target=answer, args=(i,)) for i in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return answers
+
+    def stream(self, request: Request) -> Iterator[Event]:
+        """The answer's events; never raises: what fails is one sentence."""
+        try:
+            yield from self._answer(request)
+        except UserError as error:
+            yield End.failed(str(error), caller_error=True)
+        except httpx.HTTPError as error:
+            yield End.failed(f"llama.cpp stopped answering ({described(error)}); send the message again.")
+        except Exception as error:
+            log.exception("The answer failed")
+            yield End.failed(failure_sentence(error))
+
+    def _answer(self, request: Request) -> Iterator[Event]:
+        if request.images:
+            raise UserError(NO_IMAGES)
+        if request.adapter:
+            raise UserError("LoRA adapters are not served over a GGUF model; ask the model alone.")
+        ids = self.tokenizer.encode(request.prompt, bos=True)
+        room = answer_room(self.max_seq_len, len(ids), request.sampling.max_new_tokens)
+        decode = self.tokenizer.decode_with_specials if request.special_tokens else self.tokenizer.decode
+        stream = AnswerStream(decode, self.eos_ids(tuple(request.stop)), list(request.stop), room, request.cancel)
+        body = completion_body(ids, request.sampling, room, request.answer_format, request.logprobs)
+        sent, cached, sampled = "", 0, 0
+        with self._http.stream("POST", self.url + "/completion", json=body) as reply:
+            if reply.status_code != 200:
+                raise UserError(f"llama.cpp refused the request: {_message(reply)}")
+            finished = threading.Event()
+            threading.Thread(target=close_on_cancel, args=(reply, request.cancel, finished), daemon=True).start()
+            try:
+                for chunk in _chunks(reply, stream):
+                    tokens, sampled = self._tokens_of(chunk, sampled)
+                    for token in tokens:
+                        stream.push(token)
+                        if stream.done:
+                            break
+                    if len(stream.text) > len(sent):
+                        yield Delta(stream.text[len(sent) :])
+                        sent = stream.text
+                    cached = (chunk.get("timings") or {}).get("cache_n", cached)
+                    if not stream.done and chunk.get("stop"):
+                        stream.finish("length" if chunk.get("stop_type") == "limit" else "stop")
+                    if stream.done:
+                        break
+            finally:
+                finished.set()
+        if not stream.done:
+            stream.finish("cancelled")
+        yield End(**stream.summary(len(ids)), cached_tokens=cached)
+
+    def _tokens_of(self, chunk: dict, sampled: int) -> tuple[list[int], int]:
+        """(the answer's tokens a chunk brings, how many llama.cpp has sampled by then). A token that ends inside a
+        character is held back by llama.cpp's stream, and only the token that completes the character comes, with
+        the text of them all: the text is then tokenized here (the same text; the ids of a re-tokenization)."""
+        tokens = [int(token) for token in chunk.get("tokens") or ()]
+        now = int(chunk.get("tokens_predicted") or sampled + len(tokens))
+        if tokens and now - sampled > len(tokens):
+            tokens = self.tokenizer.encode(chunk.get("content") or "", bos=False)
+        return tokens, now
+
+
+def _chunks(reply, stream: AnswerStream) -> Iterator[dict]:
+    """llama.cpp's streamed chunks; a stream closed by Stop just ends."""
+    try:
+        for chunk in server_events(reply):
+            if isinstance(chunk.get("error"), dict):
+                raise UserError(f"llama.cpp ended the answer with an error: {chunk['error'].get('message')}")
+            yield chunk
+    except httpx.HTTPError:
+        if not stream.cancelled():
+            raise
+
+
+def _message(reply) -> str:
+    reply.read()
+    try:
+        error = reply.json().get("error")
+        return str(error.get("message") if isinstance(error, dict) else error)
+    except ValueError:
+        return reply.text[:300] or f"HTTP {reply.status_code}"
+
+
+def completion_body(
+    ids: list[int], sampling: Sampling, room: int, answer_format: AnswerFormat | None, logprobs: int | None
+) -> dict:
+    """llama.cpp's /completion request for an answer to the token ids `ids`: its tokens streamed back by id."""
+    if logprobs is not None:
+        raise UserError("Log-probabilities are not served over a GGUF model yet; ask without logprobs.")
+    body = {
+        "prompt": ids,
+        "n_predict": room,
+        "stream": True,
+        "return_tokens": True,
+        "cache_prompt": True,
+        "timings_per_token": True,  # the prompt tokens its cache held, from the first chunk on
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "min_p": 0.0,
+        "repeat_penalty": sampling.repetition_penalty,
+        "seed": sampling.seed if sampling.seed is not None else secrets.randbelow(2**31),
+    }
+    if answer_format is not None:
+        body["grammar"] = "%llguidance {}\n" + _lark(answer_format)
+    return body
+
+
+def _lark(answer_format: AnswerFormat) -> str:
+    """The answer's format in llguidance's Lark, which llama.cpp's llguidance sampler takes."""
+    if answer_format.kind == "lark":
+        return answer_format.grammar
+    schema = {**answer_format.held_schema, "x-guidance": json_options()}
+    return f"start: %json {json.dumps(schema)}"
+
+
+def _start_server(model: GgufModel, context: int, slots: int, threads: int, key: str):
+    """llama.cpp's server over `model`, in this process: (the server, its address), once it has loaded."""
+    try:
+        import xllamacpp
+    except ImportError as error:
+        raise UserError(f"{model.path.name} is a GGUF file; serving one needs llama.cpp: `{INSTALL}`.") from error
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model.path)
+    params.n_ctx = context * slots
+    params.n_parallel = slots
+    params.kv_unified = False  # each slot its own context, as --max_seq_len says
+    params.fit_params = False  # the context as asked, not fitted by llama.cpp
+    params.api_keys = [key]
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
+    params.verbosity = int(os.environ.get("LOCAL_CHAT_LLAMA_CPP_VERBOSITY", "0"))
+    server = xllamacpp.Server(params)
+    address = server.listening_address  # "http://127.0.0.1:PORT": the port is the system's choice
+    url = address if address.startswith("http") else "http://" + address
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(START_POLL_S)
+    raise UserError(f"llama.cpp did not load {model.path.name} in {START_TIMEOUT_S:.0f} s.")

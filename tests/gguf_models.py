@@ -1,0 +1,50 @@
+"""GGUF files for the tests, written by llama.cpp's own converter (bench/cpu.py fetches it) from tiny random Qwen3
+models of the real class, with Qwen3's published chat template and Qwen2's pre-tokenizer (llama.cpp's "qwen2"), their
+vocabularies ASCII (a random model's answers are whole characters, so llama.cpp's stream holds none back).
+
+llama.cpp computes these models' answers, so no hook can make them write a given answer (bench/families.py's
+`ForcedAnswer`). `tiny_qwen3(answer=...)` sets the weights instead: every layer's output projections are zero, so
+the last position's state is its token's embedding, and the output layer maps each token of the answer to the next
+one (a bigram table): the model writes `answer` after any prompt that ends in a newline, then <|im_end|>."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from bench.cpu import convert
+from bench.families import TEMPLATES, qwen_tokenizer, save_tiny_qwen3
+
+THINKING_ANSWER = "<think>Let me think</think>Paris"
+CALL = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'  # one added token: a bigram writes no JSON
+CALL_ANSWER = f"<tool_call>{CALL}</tool_call>"
+
+
+def tiny_qwen3(folder: Path, answer: str | None = None, seed: int = 0) -> Path:
+    """A random Qwen3ForCausalLM saved in `folder`; with `answer`, one that writes it (see the module's docstring)."""
+    template = (TEMPLATES / "qwen3.jinja").read_text()
+    tokenizer = qwen_tokenizer(template, qwen_split=True, added=(CALL,), every_byte=False)
+    shaped = None if answer is None else functools.partial(_script, answer=answer)
+    return save_tiny_qwen3(folder, seed, tokenizer=tokenizer, shaped=shaped)
+
+
+def _script(model, tokenizer, answer: str) -> None:
+    chain = tokenizer.encode("\n", add_special_tokens=False) + tokenizer.encode(answer, add_special_tokens=False)
+    chain.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    assert len(set(chain)) == len(chain), f"a bigram cannot write {answer!r}: a token comes twice"
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = model.model.embed_tokens.weight
+        head = model.lm_head.weight
+        head.zero_()
+        for token, following in zip(chain, chain[1:]):
+            head[following] = 10 * embeddings[token] / embeddings[token].norm()
+
+
+def gguf_of(folder: Path, kind: str = "q8_0") -> Path:
+    """`folder`'s model as a GGUF file of `kind` beside it (llama.cpp's converter)."""
+    return convert(folder, kind, folder.parent / f"{folder.name}-{kind}.gguf", pre_tokenizer="qwen2")

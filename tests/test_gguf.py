@@ -1,0 +1,261 @@
+"""GGUF files served by llama.cpp (engine/llama_cpp.py, model/gguf.py): tiny Qwen3 models of the real class with
+Qwen3's published template, converted by llama.cpp's own converter (tests/gguf_models.py), answered through every
+door as a Hugging Face folder of the family is."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+from app_server import ROOT, launched
+from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen3
+from openai import OpenAI
+from test_browser import ARTIFACTS, browser, open_page, send, wait_for_answer  # noqa: F401
+from test_models_dir import model_processes
+from tiny_models import WEATHER
+
+from local_chat.errors import UserError
+from local_chat.launchers.flags import parser
+from local_chat.launchers.loading import check_gguf_flags
+from local_chat.model.gguf import read_gguf
+
+pytest.importorskip("xllamacpp", reason='GGUF files need the gguf extra: pip install -e ".[gguf]"')
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A --models_dir of GGUF files: a random Qwen3 (Q8_0 and BF16), one that thinks, then answers "Paris", and one
+    that calls get_weather (tests/gguf_models.py)."""
+    work = tmp_path_factory.mktemp("gguf")
+    folder = work / "models"
+    folder.mkdir()
+    random = tiny_qwen3(work / "qwen3-random")
+    shutil.move(gguf_of(random, "q8_0"), folder / "qwen3-random.gguf")
+    shutil.move(gguf_of(random, "bf16"), folder / "qwen3-random-bf16.gguf")
+    for name, answer in (("qwen3-thinks", THINKING_ANSWER), ("qwen3-calls", f"<tool_call>{CALL}</tool_call>")):
+        shutil.move(gguf_of(tiny_qwen3(work / name, answer)), folder / f"{name}.gguf")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def app(models):
+    app, client = launched("--models_dir", str(models), "--max_loaded_models", "4", "--no_history")
+    yield app, client
+    app.terminate()
+    app.communicate(timeout=30)
+
+
+def api_of(client) -> OpenAI:
+    return OpenAI(base_url=client.src.rstrip("/") + "/v1", api_key="unused", max_retries=0)
+
+
+def test_the_header_the_tokenizer_and_the_template_are_the_folders(models, tmp_path):
+    """What model/gguf.py reads of a file is what its Hugging Face folder holds: the family, the weights' type, the
+    template and a tokenizer that gives the same ids."""
+    from transformers import AutoTokenizer
+
+    from local_chat.model.gguf import gguf_tokenizer
+
+    model = read_gguf(models / "qwen3-random.gguf")
+    assert (model.architecture, model.model_type, model.file_type) == ("qwen3", "qwen3", "Q8_0")
+    assert read_gguf(models / "qwen3-random-bf16.gguf").file_type == "BF16"
+    folder = AutoTokenizer.from_pretrained(models.parent / "qwen3-random")
+    assert model.chat_template == folder.chat_template
+    from_file = gguf_tokenizer(model)
+    messages = [{"role": "user", "content": "What is the weather in Paris? It's 12 degrees."}]
+    rendered = folder.apply_chat_template(messages, tools=[WEATHER], add_generation_prompt=True, tokenize=False)
+    assert from_file.apply_chat_template(messages, tools=[WEATHER], add_generation_prompt=True, tokenize=False) == (
+        rendered
+    )
+    assert from_file.encode(rendered + THINKING_ANSWER) == folder.encode(rendered + THINKING_ANSWER)
+
+
+def test_listed_by_name_and_answering_through_v1(app):
+    """--models_dir lists each GGUF file by its name, and each answers through /v1."""
+    _, client = app
+    api = api_of(client)
+    ids = [card.id for card in api.models.list().data]
+    assert ids == ["qwen3-calls", "qwen3-random-bf16", "qwen3-random", "qwen3-thinks"]  # by file name
+    for name in ("qwen3-random", "qwen3-random-bf16"):
+        reply = api.completions.create(model=name, prompt="The quick brown fox", max_tokens=8, temperature=0)
+        assert reply.usage.completion_tokens >= 1 and reply.model == name
+
+
+def test_reasoning_tool_calls_and_a_schema_through_v1(app):
+    """The family registry reads llama.cpp's tokens as it reads transformers': the reasoning apart, the call as
+    `tool_calls`, the tool's result answered; a JSON schema holds the answer (llguidance inside llama.cpp)."""
+    _, client = app
+    api = api_of(client)
+    asked = [{"role": "user", "content": "What is the capital of France?"}]
+    reply = api.chat.completions.create(model="qwen3-thinks", messages=asked, max_tokens=32, temperature=0)
+    message = reply.choices[0].message
+    assert (message.model_extra["reasoning_content"], message.content) == ("Let me think", "Paris")
+    assert reply.choices[0].finish_reason == "stop"
+
+    asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+    # "required": held to a call by llguidance in llama.cpp, token by token (the arguments pinned: this model's choice
+    # among what the grammar allows is the lowest id, which would start another key after the city)
+    only_paris = json.loads(json.dumps(WEATHER).replace('{"type": "string"}', '{"enum": ["Paris"]}'))
+    only_paris["function"]["parameters"]["additionalProperties"] = False
+    for choice, tool in (("auto", WEATHER), ("required", only_paris)):
+        reply = api.chat.completions.create(
+            model="qwen3-calls", messages=asked, tools=[tool], tool_choice=choice, max_tokens=64, temperature=0
+        )
+        assert reply.choices[0].message.tool_calls, reply
+        [call] = reply.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+        assert reply.choices[0].finish_reason == "tool_calls"
+    answered = asked + [
+        reply.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 degrees."},
+    ]
+    again = api.chat.completions.create(model="qwen3-calls", messages=answered, tools=[WEATHER], max_tokens=32)
+    assert again.choices[0].finish_reason in ("stop", "tool_calls")
+
+    # after its reasoning, the answer held to the schema (where the model's own next token is not JSON, the grammar
+    # leaves it the lowest id allowed, and the enum the rest)
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris"]}}, "required": ["city"]}
+    schema["additionalProperties"] = False
+    reply = api.chat.completions.create(
+        model="qwen3-thinks",
+        messages=[{"role": "user", "content": "Which city?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+        max_tokens=64,
+        temperature=0,
+    )
+    assert json.loads(reply.choices[0].message.content) == {"city": "Paris"}, reply
+    assert reply.choices[0].message.model_extra["reasoning_content"] == "Let me think"
+
+
+ENGINE_CHECKS = """
+import json, sys, threading, time, httpx
+from local_chat.engine.interface import Delta, End, Request, Sampling
+from local_chat.engine.llama_cpp import LlamaCppEngine
+from local_chat.model.gguf import read_gguf
+
+same = []
+for path in sys.argv[2:]:  # the same greedy tokens as llama.cpp's own handling of the text
+    engine = LlamaCppEngine(read_gguf(path), 1024, 1, 2)
+    prompt = "The quick brown fox jumps over the lazy dog. What is the capital of France?"
+    ours = list(engine.stream(Request(prompt, Sampling(max_new_tokens=24, temperature=0))))[-1].token_ids
+    body = {"prompt": prompt, "n_predict": 24, "temperature": 0, "cache_prompt": False, "return_tokens": True}
+    theirs = httpx.post(engine.url + "/completion", json=body, headers=engine._http.headers, timeout=60).json()
+    same.append([ours, theirs["tokens"]])
+engine = LlamaCppEngine(read_gguf(sys.argv[1]), 1024, 1, 2)
+slots = lambda: httpx.get(engine.url + "/slots", headers=engine._http.headers).json()[0]
+prompt = "The quick brown fox jumps over the lazy dog. " * 8
+cancel, pieces = threading.Event(), 0
+for event in engine.stream(Request(prompt, Sampling(max_new_tokens=400, temperature=0), cancel=cancel)):
+    pieces += isinstance(event, Delta)
+    if pieces == 3 and not cancel.is_set():
+        cancel.set()
+        at_stop = len(engine.tokenizer.encode(prompt, bos=True))
+stopped = event
+deadline = time.time() + 10
+while slots()["is_processing"] and time.time() < deadline:
+    time.sleep(0.05)
+decoded = slots()["n_prompt_tokens"] - at_stop  # the slot's cache: the prompt and the answer's tokens fed back
+short = Sampling(max_new_tokens=8, temperature=0)
+first = list(engine.stream(Request(prompt, short)))[-1]
+second = list(engine.stream(Request(prompt + "And again, the quick", short)))[-1]
+print(json.dumps({"reason": stopped.finish_reason, "tokens": stopped.completion_tokens, "decoded": decoded,
+                  "prompt": first.prompt_tokens, "cached": second.cached_tokens, "same": same}))
+"""
+
+
+def test_greedy_tokens_stop_and_the_cache_across_turns(models):
+    """In the engine (a process of its own, as the app runs it): a greedy answer is the one llama.cpp's own server
+    gives for the same file and text (Q8_0 and BF16); Stop (the request's cancel flag) closes the stream, which
+    llama.cpp aborts; a prompt that goes on from the last one is answered from llama.cpp's cached prefix."""
+    files = [str(models / name) for name in ("qwen3-random.gguf", "qwen3-random.gguf", "qwen3-random-bf16.gguf")]
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_CHECKS, *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    for ours, theirs in facts["same"]:
+        assert ours == theirs and len(ours) >= 1
+    assert facts["reason"] == "cancelled"
+    # the answer shows at most 2 tokens after the one Stop came at; llama.cpp aborts the request instead of going on
+    # to its 400 tokens (this model decodes a token in about a millisecond: the few it took past the close were
+    # already decoded, or in flight, when the stream closed)
+    assert facts["tokens"] <= 3 + 2 and facts["decoded"] < 50, facts
+    assert facts["cached"] >= facts["prompt"], facts
+
+
+def test_the_page_names_llama_cpp_and_folds_the_reasoning(browser, app):  # noqa: F811
+    _, client = app
+    page = open_page(browser, client.src)
+    page.locator(".model-picker input").first.click()
+    page.get_by_role("option", name="qwen3-thinks").click()
+    from playwright.sync_api import expect
+
+    expect(page.locator(".model-line").first).to_contain_text("llama.cpp · GGUF Q8_0", timeout=60_000)
+    send(page, "What is the capital of France?")
+    answer = wait_for_answer(page, lambda text: "Paris" in text, timeout=60)
+    assert "<think>" not in answer and "Let me think" not in answer
+    expect(page.get_by_text("Thinking").first).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "gguf-reasoning.png"), full_page=True)
+
+
+def test_a_killed_llama_cpp_is_a_sentence_and_the_next_answer_loads_it_again(app):
+    """llama.cpp dying mid-answer (an abort inside it ends its process) is one sentence; the server stays up and the
+    next request loads the model again."""
+    app_process, client = app
+    api = api_of(client)
+    api.completions.create(model="qwen3-random", prompt="Hi", max_tokens=2)
+    before = set(model_processes(app_process))
+    stream = api.completions.create(model="qwen3-random", prompt="Hi", max_tokens=3000, temperature=0, stream=True)
+    pieces = iter(stream)
+    next(pieces)
+    for process in before:  # the one that answers is among them
+        os.kill(process.pid, signal.SIGKILL)
+    with pytest.raises(Exception, match="stopped|died|ended"):
+        for _ in pieces:
+            pass
+    again = api.completions.create(model="qwen3-random", prompt="Hi", max_tokens=4, temperature=0)
+    assert again.usage.completion_tokens == 4
+
+
+def test_bad_files_and_flags_that_do_not_apply_are_one_sentence(models, tmp_path, monkeypatch):
+    whole = (models / "qwen3-random.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(UserError, match="is truncated .*: download it again"):
+        read_gguf(tmp_path / "cut.gguf")
+    (tmp_path / "notes.gguf").write_text("not a model")
+    with pytest.raises(UserError, match="is not a GGUF file"):
+        read_gguf(tmp_path / "notes.gguf")
+    (tmp_path / "big-00001-of-00002.gguf").write_bytes(whole)
+    with pytest.raises(UserError, match="big-00002-of-00002.gguf is not beside it"):
+        read_gguf(tmp_path / "big-00001-of-00002.gguf")
+    for flags, said in (
+        (["--quant", "4"], "--quant does not apply to a GGUF file (it is quantized already)"),
+        (["--n_gpus", "2"], "--n_gpus does not apply to a GGUF file"),
+        (["--compile"], "--compile does not apply"),
+    ):
+        args = parser("test").parse_args(["--pretrained_path", str(models / "qwen3-random.gguf"), *flags])
+        with pytest.raises(UserError, match=re.escape(said)):
+            check_gguf_flags(args)
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    with pytest.raises(UserError, match=r'pip install -e "\.\[gguf\]"'):
+        read_gguf(models / "qwen3-random.gguf")
+
+
+def test_the_command_line_launcher_answers_from_a_gguf_file(models):
+    done = subprocess.run(
+        [sys.executable, "-m", "local_chat.launchers.generate", "--pretrained_path", str(models / "qwen3-thinks.gguf"),
+         "--prompts", "What is the capital of France?", "--template", "chat_template", "--max_gen_len", "16"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Paris" in done.stdout
