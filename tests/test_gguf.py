@@ -259,3 +259,55 @@ def test_the_command_line_launcher_answers_from_a_gguf_file(models):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Paris" in done.stdout
+
+
+def test_ollamas_and_lm_studios_folders_list_their_models_by_their_names(models, tmp_path):
+    """--models_dir alone reads Ollama's store (manifests naming their model's blob), LM Studio's PUBLISHER/REPO
+    folders and the Hugging Face cache where they are, nothing copied; a manifest whose blob is missing is listed
+    with its sentence."""
+    import hashlib
+
+    ollama = tmp_path / ".ollama" / "models"
+    (ollama / "blobs").mkdir(parents=True)
+    for name, source in (("qwen3-thinks", "qwen3-thinks.gguf"), ("gone", None)):
+        data = (models / (source or "qwen3-random.gguf")).read_bytes()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if source:
+            (ollama / "blobs" / digest.replace(":", "-")).write_bytes(data)
+        manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / name / "latest"
+        manifest.parent.mkdir(parents=True)
+        layer = {"mediaType": "application/vnd.ollama.image.model", "digest": digest, "size": len(data)}
+        manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [layer]}))
+    studio = tmp_path / ".lmstudio" / "models"
+    for repo, files in (
+        ("Qwen3-Tiny-GGUF", ["qwen3-random.gguf"]),
+        ("Qwen3-Both-GGUF", ["a-Q8_0.gguf", "b-BF16.gguf"]),
+    ):
+        (studio / "acme" / repo).mkdir(parents=True)
+        for file in files:
+            source = "qwen3-random-bf16.gguf" if "BF16" in file else "qwen3-random.gguf"
+            os.symlink(models / source, studio / "acme" / repo / file)
+    hub = tmp_path / ".cache" / "huggingface" / "hub"  # a GGUF repo's two quantizations, downloaded by the Hub
+    snapshot = hub / "models--acme--Qwen3-Tiny-GGUF" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc123")
+    os.symlink(models / "qwen3-random.gguf", snapshot / "qwen3-tiny-Q8_0.gguf")
+    os.symlink(models / "qwen3-random-bf16.gguf", snapshot / "qwen3-tiny-BF16.gguf")
+    home = {"HOME": str(tmp_path), "OLLAMA_MODELS": str(ollama), "HF_HOME": str(hub.parent), "HF_HUB_CACHE": str(hub)}
+    app, client = launched("--models_dir", "--no_history", env=home)
+    try:
+        api = api_of(client)
+        ids = [card.id for card in api.models.list().data]
+        studios = ["acme/Qwen3-Both-GGUF/a-Q8_0", "acme/Qwen3-Both-GGUF/b-BF16", "acme/Qwen3-Tiny-GGUF"]
+        hubs = ["acme/Qwen3-Tiny-GGUF/qwen3-tiny-BF16", "acme/Qwen3-Tiny-GGUF/qwen3-tiny-Q8_0"]
+        assert ids == ["qwen3-thinks:latest", *studios, *hubs]
+        asked = [{"role": "user", "content": "What is the capital of France?"}]
+        reply = api.chat.completions.create(model="qwen3-thinks:latest", messages=asked, max_tokens=16, temperature=0)
+        assert reply.choices[0].message.content == "Paris"
+        reply = api.completions.create(model="acme/Qwen3-Both-GGUF/b-BF16", prompt="Hi", max_tokens=4)
+        assert reply.usage.completion_tokens >= 1
+    finally:
+        app.terminate()
+        output = app.communicate(timeout=30)[0]
+    assert "gone:latest: Ollama's blob sha256-" in output and "is missing." in output

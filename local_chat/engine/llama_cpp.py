@@ -68,8 +68,9 @@ class LlamaCppEngine:
         return self.tokenizer.hf if self.tokenizer.hf.chat_template else None
 
     def summary(self) -> EngineSummary:
+        path = self.model.path  # an Ollama blob goes by its model's name
         return EngineSummary(
-            path=str(self.model.path),
+            path=str(path) if path.suffix == ".gguf" else self.model.name,
             context=self.max_seq_len,
             sees_images=False,
             architecture=self.model.architecture,

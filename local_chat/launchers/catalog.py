@@ -15,10 +15,11 @@ from pathlib import Path
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError
 from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
-from local_chat.model.gguf import SPLIT_PART, gguf_file, gguf_name, is_model
+from local_chat.model.gguf import MAGIC, SPLIT_PART, gguf_file, gguf_name, is_model
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a config's dtype: bytes a weight is stored in
 QUANT_SHARE = {4: 0.28, 8: 0.53}  # of the 16-bit bytes (bench/quant.py's footprints)
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"  # a manifest's layer that is the model's GGUF
 
 
 @dataclass(frozen=True)
@@ -104,18 +105,62 @@ def pick(models: list[ListedModel], wanted: str | None) -> ListedModel:
 
 
 def _candidates(folder: Path) -> list[tuple[str, Path]]:
-    """(name, path) of each checkpoint folder directly in `folder`: a snapshot of a cached `models--org--name`
-    (the one `refs/main` names, else the newest) as `org/name`."""
+    """(name, path) of each checkpoint directly in `folder`: a folder, a GGUF file (by its name), a snapshot of a
+    cached `models--org--name` (the one `refs/main` names, else the newest) as `org/name`, LM Studio's
+    `PUBLISHER/REPO` folders of GGUF files; or, for Ollama's store, each model its manifests name."""
+    if (folder / "manifests").is_dir() and (folder / "blobs").is_dir():
+        return _ollama(folder)
     found = [(gguf_name(file), file) for file in sorted(folder.glob("*.gguf")) if is_model(file)]
     for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if gguf_file(child) is not None:
             found.append((child.name, child))
+        elif _lm_studio_publisher(child):
+            found += _lm_studio(child)
         elif child.name.startswith("models--"):
-            snapshot = _snapshot(child)
-            if snapshot is not None:
-                found.append(("/".join(child.name.split("--")[1:]), snapshot))
+            snapshot, name = _snapshot(child), "/".join(child.name.split("--")[1:])
+            files = [] if snapshot is None else [f for f in sorted(snapshot.glob("*.gguf")) if is_model(f)]
+            if len(files) > 1 and not (snapshot / "config.json").exists():  # a GGUF repo's quantizations
+                found += [(f"{name}/{gguf_name(file)}", file) for file in files]
+            elif snapshot is not None:
+                found.append((name, snapshot))
         elif _looks_like_checkpoint(child) or (child / "adapter_config.json").is_file():
             found.append((child.name, child))
+    return found
+
+
+def _ollama(store: Path) -> list[tuple[str, Path]]:
+    """Ollama's store (~/.ollama/models): each manifest (manifests/HOST/NAMESPACE/NAME/TAG) names its model's GGUF
+    blob; listed as Ollama names it ("NAME:TAG" in its library, else "NAMESPACE/NAME:TAG"). A manifest that cannot
+    be read, or whose blob is missing, is listed with its sentence by `_listed` (its path then does not exist)."""
+    found = []
+    for manifest in sorted(p for p in (store / "manifests").glob("*/*/*/*") if p.is_file()):
+        namespace, name, tag = manifest.parts[-3:]
+        model_id = f"{name}:{tag}" if namespace == "library" else f"{namespace}/{name}:{tag}"
+        try:
+            layers = json.loads(manifest.read_text()).get("layers", [])
+            digest = next(x["digest"] for x in layers if x.get("mediaType") == OLLAMA_MODEL_LAYER)
+        except (OSError, ValueError, AttributeError, KeyError, StopIteration):
+            found.append((model_id, manifest))  # listed with why it cannot load
+            continue
+        found.append((model_id, store / "blobs" / digest.replace(":", "-")))
+    return found
+
+
+def _lm_studio_publisher(folder: Path) -> bool:
+    """LM Studio's PUBLISHER folder (~/.lmstudio/models/PUBLISHER/REPO/*.gguf): its folders hold GGUF files."""
+    return not (folder / "config.json").exists() and any(
+        any(repo.glob("*.gguf")) for repo in folder.iterdir() if repo.is_dir()
+    )
+
+
+def _lm_studio(publisher: Path) -> list[tuple[str, Path]]:
+    """Each model in a publisher's folders as "PUBLISHER/REPO" (with its file's name where a folder holds several:
+    the same model in several quantizations)."""
+    found = []
+    for repo in sorted(p for p in publisher.iterdir() if p.is_dir()):
+        files = [file for file in sorted(repo.glob("*.gguf")) if is_model(file)]
+        name = f"{publisher.name}/{repo.name}"
+        found += [(name if len(files) == 1 else f"{name}/{gguf_name(file)}", file) for file in files]
     return found
 
 
@@ -136,6 +181,10 @@ def _looks_like_checkpoint(folder: Path) -> bool:
 
 
 def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int | None, given: set) -> ListedModel:
+    if path.parent.name == "blobs" and not path.is_file():
+        return ListedModel(model_id, path, "GGUF", 0, problem=f"Ollama's blob {path.name} is missing.")
+    if path.is_file() and path.parent.parent.parent.parent.name == "manifests":
+        return ListedModel(model_id, path, "GGUF", 0, problem="its Ollama manifest names no model layer.")
     if (file := gguf_file(path)) is not None:
         return _gguf(model_id, file, free)
     if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
@@ -196,7 +245,7 @@ def _gguf(model_id: str, file: Path, free: int | None) -> ListedModel:
     size = sum(p.stat().st_size for p in parts)
     with open(file, "rb") as f:
         magic = f.read(4)
-    if magic != b"GGUF":
+    if magic != MAGIC:
         return ListedModel(
             model_id, file, "GGUF", size, problem=f"{file.name} is not a GGUF file (it does not start with GGUF)."
         )

@@ -33,6 +33,29 @@ class FlagParser(argparse.ArgumentParser):
         raise SystemExit(1)
 
 
+def known_model_folders() -> list[str]:
+    """The folders where Ollama, LM Studio and the Hugging Face cache keep models, those this machine has."""
+    import os
+
+    home = Path.home()
+    hub = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or home / ".cache" / "huggingface") / "hub"
+    places = [os.environ.get("OLLAMA_MODELS") or home / ".ollama" / "models", home / ".lmstudio" / "models", hub]
+    return [str(place) for place in map(Path, places) if place.is_dir()]
+
+
+class ModelFolders(argparse.Action):
+    """--models_dir DIR [DIR ...], or --models_dir alone: `known_model_folders()`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        folders = values or known_model_folders()
+        if not folders:
+            parser.error(
+                "--models_dir with no folder looks in Ollama's (~/.ollama/models), LM Studio's (~/.lmstudio/models) "
+                "and the Hugging Face cache (~/.cache/huggingface/hub), and none of them is here: name a folder."
+            )
+        setattr(namespace, self.dest, folders)
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """The flags of app.py and the browser demos: the model's, then serving."""
     p = FlagParser(description=description)
@@ -239,12 +262,14 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--models_dir",
-        nargs="+",
+        nargs="*",
+        action=ModelFolders,
         default=None,
         metavar="DIR",
-        help="folders of checkpoints (Hugging Face folders, Accessory / Meta consolidated ones, the Hugging Face "
-        "cache): each is listed at start-up with its id and loads when asked for (/v1's `model`); --model picks "
-        "the one the app starts with",
+        help="folders of checkpoints (Hugging Face folders, Accessory / Meta consolidated ones, GGUF files, the "
+        "Hugging Face cache, Ollama's and LM Studio's model folders): each is listed at start-up with its id and "
+        "loads when asked for (/v1's `model`); --model picks the one the app starts with; with no folder, those "
+        "of Ollama, LM Studio and the Hugging Face cache that this machine has",
     )
     p.add_argument(
         "--models_config",

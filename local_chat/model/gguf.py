@@ -14,6 +14,7 @@ from pathlib import Path
 from local_chat.errors import UserError
 
 SUFFIX = ".gguf"
+MAGIC = b"GGUF"  # a GGUF file's first bytes
 SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 INSTALL = 'pip install -e ".[gguf]"'
 # gguf-py's architecture names where transformers' model_type differs (the family registry goes by model_type)
@@ -54,7 +55,7 @@ def gguf_file(path: str | Path) -> Path | None:
     """The GGUF file `path` names (itself, or the one model file in a folder that holds no Hugging Face weights), or
     None where `path` is not GGUF."""
     path = Path(path)
-    if path.suffix.lower() == SUFFIX:
+    if path.suffix.lower() == SUFFIX or (path.is_file() and _starts_as_gguf(path)):  # Ollama's blobs have no suffix
         return path
     if not path.is_dir() or (path / "config.json").exists():
         return None
@@ -117,6 +118,11 @@ def gguf_tokenizer(model: GgufModel):
     return hf
 
 
+def _starts_as_gguf(file: Path) -> bool:
+    with open(file, "rb") as f:
+        return f.read(4) == MAGIC
+
+
 def _reader(file: Path):
     try:
         from gguf import GGUFReader
@@ -124,9 +130,8 @@ def _reader(file: Path):
         raise UserError(
             f"{file.name} is a GGUF file; serving one needs llama.cpp: install it with `{INSTALL}`."
         ) from error
-    with open(file, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise UserError(f"{file} is not a GGUF file (it does not start with GGUF); pass a model's .gguf file.")
+    if not _starts_as_gguf(file):
+        raise UserError(f"{file} is not a GGUF file (it does not start with GGUF); pass a model's .gguf file.")
     try:
         reader = GGUFReader(file)
     except (ValueError, IndexError, OSError) as error:  # its tensors run past its end
