@@ -279,6 +279,21 @@ FIGURES = {
     "cpu_llamacpp_bf16_read_gbs": ("GB/s of weights llama.cpp reads from its bf16 file", None),
     "cpu_page_ms_idle": ("ms to GET our page, idle", None),
     "cpu_page_ms_decoding": ("ms to GET our page while an answer decodes (the model's threads on every core)", None),
+    "gguf_bf16_over_llamacpp": (
+        "a GGUF bf16 file served by our app (--pretrained_path FILE.gguf: llama.cpp inside it) over llama.cpp's own "
+        "server on the same file: decode tokens/s through /v1/completions (bench/gguf.py; bench/cpu.py's 0.5B shape)",
+        (">=", 0.97),
+    ),
+    "gguf_q8_0_over_llamacpp": ("the same for the file in Q8_0", (">=", 0.97)),
+    "gguf_bf16_first_token_extra_ms": (
+        "ms our app adds to the first token of a new 32-token prompt, the bf16 file",
+        ("<=", 20.0),
+    ),
+    "gguf_q8_0_first_token_extra_ms": ("the same, the Q8_0 file", ("<=", 20.0)),
+    "gguf_bf16_tok_s": ("our app's decode tokens/s, the bf16 file", None),
+    "gguf_llamacpp_bf16_tok_s": ("llama.cpp's server's, the bf16 file", None),
+    "gguf_q8_0_tok_s": ("our app's, the Q8_0 file", None),
+    "gguf_llamacpp_q8_0_tok_s": ("llama.cpp's server's, the Q8_0 file", None),
     "models_memory_after_unload_ratio": (
         "memory (RSS) of the app's processes once its models are unloaded over before any loaded",
         ("<=", 1.05),
@@ -307,7 +322,7 @@ def expected_figures(settings: Settings) -> set[str]:
         name
         for name in FIGURES
         if (len(settings.batching_shapes) > 1 or not name.endswith(SECOND_SHAPE))
-        and (with_llamacpp or not name.startswith("cpu_"))
+        and (with_llamacpp or not name.startswith(("cpu_", "gguf_")))
         and (len(settings.cpu_shapes) > 1 or not name.endswith(CPU_SECOND_SHAPE))
         and (with_xgrammar or not name.startswith("xgrammar_"))
         and (with_pypdf or name != "documents_pypdf_ms_per_page")

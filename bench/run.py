@@ -53,6 +53,7 @@ BENCHMARKS = {
     "adapters": ("adapters", False),
     "speculative": ("speculative", True),
     "cpu": ("cpu", False),
+    "gguf": ("gguf", False),
 }
 
 
