@@ -106,8 +106,8 @@ class ModelPicker:
         may_load = self.may_load(request)
         others = [gr.skip() for tab in self._tabs for _ in tab.model_outputs()]
         hidden = gr.update(visible=False)
-        if not chosen or chosen == current:
-            yield gr.skip(), gr.skip(), gr.skip(), "", hidden, *others
+        if not chosen or chosen == current:  # the same choice again (the dropdown may send one twice): as it is
+            yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), hidden, *others
             return
         loading = asyncio.get_running_loop().run_in_executor(None, self.models.lease_or_failure, chosen, may_load)
         while not loading.done():
