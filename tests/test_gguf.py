@@ -232,6 +232,8 @@ def test_bad_files_and_flags_that_do_not_apply_are_one_sentence(models, tmp_path
     (tmp_path / "cut.gguf").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UserError, match="is truncated .*: download it again"):
         read_gguf(tmp_path / "cut.gguf")
+    with pytest.raises(UserError, match="does not exist; check --pretrained_path"):
+        read_gguf(tmp_path / "missing.gguf")
     (tmp_path / "notes.gguf").write_text("not a model")
     with pytest.raises(UserError, match="is not a GGUF file"):
         read_gguf(tmp_path / "notes.gguf")

@@ -78,6 +78,8 @@ def read_gguf(path: str | Path) -> GgufModel:
     """The header of the GGUF model at `path` (see `gguf_file`); one sentence for a file that is missing, truncated
     or not GGUF, and for a missing part of a split model."""
     file = gguf_file(path)
+    if not Path(path).exists():
+        raise UserError(f"{path} does not exist; check --pretrained_path (a .gguf file, or a folder holding one).")
     if file is None or not file.is_file():
         raise UserError(f"{path} is not a GGUF file; pass a .gguf file (or a folder holding one).")
     parts = _parts(file)
