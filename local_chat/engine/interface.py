@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -383,3 +383,12 @@ def collect(events: Iterator[Event]) -> Answer:
             end = event
     end = end or End.failed("The answer ended without its last event.")
     return Answer("".join(text), end, "".join(reasoning), calls)
+
+
+def collect_at_once(stream: Callable[[Request], Iterator[Event]], requests: list[Request]) -> list[Answer]:
+    """Whole answers to `requests`, each `stream`ed on a thread of its own at the same time (an engine that runs them
+    together: another server, llama.cpp's slots)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, len(requests))) as pool:
+        return list(pool.map(lambda request: collect(stream(request)), requests))

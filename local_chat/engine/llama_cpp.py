@@ -33,7 +33,7 @@ from local_chat.model.gguf import INSTALL, GgufModel, gguf_tokenizer
 from local_chat.model.tokenizer import HFTokenizer
 from local_chat.prompting.answer_grammars import json_options
 
-from .interface import Answer, AnswerFormat, Delta, End, EngineSummary, Event, Request, Sampling, collect
+from .interface import Answer, AnswerFormat, Delta, End, EngineSummary, Event, Request, Sampling, collect_at_once
 from .openai_wire import server_events
 from .remote import close_on_cancel
 
@@ -112,17 +112,7 @@ class LlamaCppEngine:
 
     def complete(self, requests: list[Request]) -> list[Answer]:
         """Whole answers, asked of llama.cpp all at once (its slots run them together)."""
-        answers: list[Answer | None] = [None] * len(requests)
-
-        def answer(index: int) -> None:
-            answers[index] = collect(self.stream(requests[index]))
-
-        threads = [threading.Thread(target=answer, args=(i,)) for i in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return answers
+        return collect_at_once(self.stream, requests)
 
     def stream(self, request: Request) -> Iterator[Event]:
         """The answer's events; never raises: what fails is one sentence."""

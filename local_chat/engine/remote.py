@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -42,7 +41,7 @@ from .interface import (
     Reasoning,
     Request,
     Sampling,
-    collect,
+    collect_at_once,
 )
 from .openai_wire import (
     chunk_logprobs,
@@ -224,8 +223,7 @@ class RemoteEngine:
 
     def complete(self, requests: list[Request]) -> list[Answer]:
         """Whole answers, asked of the engine all at once (it batches them)."""
-        with ThreadPoolExecutor(max(1, len(requests))) as pool:
-            return list(pool.map(lambda request: collect(self.stream(request)), requests))
+        return collect_at_once(self.stream, requests)
 
     def stream(self, request: Request) -> Iterator[Event]:
         import openai
