@@ -15,7 +15,7 @@ from pathlib import Path
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError
 from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
-from local_chat.model.gguf import MAGIC, SPLIT_PART, gguf_file, gguf_name, is_model
+from local_chat.model.gguf import gguf_file, gguf_name, is_model, split_parts, starts_as_gguf
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a config's dtype: bytes a weight is stored in
 QUANT_SHARE = {4: 0.28, 8: 0.53}  # of the 16-bit bytes (bench/quant.py's footprints)
@@ -239,13 +239,8 @@ def _consolidated(
 
 def _gguf(model_id: str, file: Path, free: int | None) -> ListedModel:
     """A GGUF file (served by llama.cpp): its header is read when it loads; here only its first bytes."""
-    parts = [file]
-    if (split := SPLIT_PART.match(file.name)) is not None:
-        parts = sorted(file.parent.glob(f"{split['stem']}-*-of-{split['count']}.gguf"))
-    size = sum(p.stat().st_size for p in parts)
-    with open(file, "rb") as f:
-        magic = f.read(4)
-    if magic != MAGIC:
+    size = sum(p.stat().st_size for p in split_parts(file) if p.is_file())
+    if not starts_as_gguf(file):
         return ListedModel(
             model_id, file, "GGUF", size, problem=f"{file.name} is not a GGUF file (it does not start with GGUF)."
         )

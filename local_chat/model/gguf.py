@@ -55,7 +55,7 @@ def gguf_file(path: str | Path) -> Path | None:
     """The GGUF file `path` names (itself, or the one model file in a folder that holds no Hugging Face weights), or
     None where `path` is not GGUF."""
     path = Path(path)
-    if path.suffix.lower() == SUFFIX or (path.is_file() and _starts_as_gguf(path)):  # Ollama's blobs have no suffix
+    if path.suffix.lower() == SUFFIX or (path.is_file() and starts_as_gguf(path)):  # Ollama's blobs have no suffix
         return path
     if not path.is_dir() or (path / "config.json").exists():
         return None
@@ -120,7 +120,8 @@ def gguf_tokenizer(model: GgufModel):
     return hf
 
 
-def _starts_as_gguf(file: Path) -> bool:
+def starts_as_gguf(file: Path) -> bool:
+    """Whether `file` begins as a GGUF file does (its name aside: Ollama's blobs have none)."""
     with open(file, "rb") as f:
         return f.read(4) == MAGIC
 
@@ -132,7 +133,7 @@ def _reader(file: Path):
         raise UserError(
             f"{file.name} is a GGUF file; serving one needs llama.cpp: install it with `{INSTALL}`."
         ) from error
-    if not _starts_as_gguf(file):
+    if not starts_as_gguf(file):
         raise UserError(f"{file} is not a GGUF file (it does not start with GGUF); pass a model's .gguf file.")
     try:
         reader = GGUFReader(file)
@@ -163,17 +164,25 @@ def _part_index(file: Path) -> int | None:
     return int(match["index"]) if match else None
 
 
-def _parts(file: Path) -> tuple[Path, ...]:
+def split_parts(file: Path) -> tuple[Path, ...]:
+    """The files a model's `file` names: itself, or every part of a split model (there or not)."""
     match = SPLIT_PART.match(file.name)
     if match is None:
         return (file,)
-    if int(match["index"]) != 1:
-        raise UserError(f"{file.name} is part {int(match['index'])} of a split model; pass its first part (-00001-).")
     count = int(match["count"])
-    parts = tuple(file.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+    return tuple(file.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+
+
+def _parts(file: Path) -> tuple[Path, ...]:
+    """`split_parts`, with one sentence for a later part passed, or a part missing."""
+    parts = split_parts(file)
+    if (index := _part_index(file)) not in (None, 1):
+        raise UserError(f"{file.name} is part {index} of a split model; pass its first part (-00001-).")
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
-        raise UserError(f"{file.name} is split in {count} parts and {missing[0]} is not beside it; download it too.")
+        raise UserError(
+            f"{file.name} is split in {len(parts)} parts and {missing[0]} is not beside it; download it too."
+        )
     return parts
 
 
