@@ -207,10 +207,12 @@ def _patch(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def convert(folder: Path, kind: str, out: Path, pre_tokenizer: str | None = None) -> Path:
+def convert(folder: Path, kind: str, out: Path, pre_tokenizer: str | None = None, mmproj: bool = False) -> Path:
     """`folder` (a Hugging Face model) as a GGUF file of `kind` (bf16, q8_0, q4_0) at `out`; `pre_tokenizer`: the
-    llama.cpp name of its BPE pre-tokenizer where the converter does not know it by its hash."""
+    llama.cpp name of its BPE pre-tokenizer where the converter does not know it by its hash; `mmproj`: a vision
+    model's image projector instead of its language model."""
     command = [sys.executable, str(converter()), str(folder), "--outtype", kind, "--outfile", str(out)]
+    command += ["--mmproj"] if mmproj else []
     env = {**os.environ, **({"GGUF_PRE_TOKENIZER": pre_tokenizer} if pre_tokenizer else {})}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -225,15 +227,18 @@ import sys, threading, xllamacpp
 params = xllamacpp.CommonParams()
 params.model.path, params.n_ctx, params.n_parallel, params.port = sys.argv[1], 4096, 1, int(sys.argv[2])
 params.cpuparams.n_threads = params.cpuparams_batch.n_threads = int(sys.argv[3])
+if len(sys.argv) > 4:  # a vision model's image projector
+    params.mmproj.path = sys.argv[4]
 server = xllamacpp.Server(params)
 threading.Event().wait()
 """
 
 
 @contextlib.contextmanager
-def llama_server(gguf: Path):
+def llama_server(gguf: Path, mmproj: Path | None = None):
     port = free_port()
     command = [sys.executable, "-c", LLAMA_SERVER, str(gguf), str(port), str(torch.get_num_threads())]
+    command += [str(mmproj)] if mmproj else []
     with _running(command, f"http://127.0.0.1:{port}", "/health") as url:
         yield url
 

@@ -1,6 +1,7 @@
 """GGUF files for the tests, written by llama.cpp's own converter (bench/cpu.py fetches it) from tiny random Qwen3
 models of the real class, with Qwen3's published chat template and Qwen2's pre-tokenizer (llama.cpp's "qwen2"), their
-vocabularies ASCII (a random model's answers are whole characters, so llama.cpp's stream holds none back).
+vocabularies ASCII (a random model's answers are whole characters, so llama.cpp's stream holds none back); and a tiny
+Qwen2-VL (tests/vlm_families.py) with its image projector (`mmproj-*.gguf`) beside it.
 
 llama.cpp computes these models' answers, so no hook can make them write a given answer (bench/families.py's
 `ForcedAnswer`). `tiny_qwen3(answer=...)` sets the weights instead: every layer's output projections are zero, so
@@ -16,6 +17,8 @@ import torch
 
 from bench.cpu import convert
 from bench.families import TEMPLATES, qwen_tokenizer, save_tiny_qwen3
+
+QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 THINKING_ANSWER = "<think>Let me think</think>Paris"
 CALL = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'  # one added token: a bigram writes no JSON
@@ -48,3 +51,22 @@ def _script(model, tokenizer, answer: str) -> None:
 def gguf_of(folder: Path, kind: str = "q8_0") -> Path:
     """`folder`'s model as a GGUF file of `kind` beside it (llama.cpp's converter)."""
     return convert(folder, kind, folder.parent / f"{folder.name}-{kind}.gguf", pre_tokenizer="qwen2")
+
+
+def tiny_qwen2_vl(work: Path) -> Path:
+    """A folder in `work` holding a random Qwen2VLForConditionalGeneration's language model as GGUF (Q8_0) and its
+    image projector (`mmproj-...gguf`, F16), as vision models are published for llama.cpp."""
+    import vlm_families
+
+    tokenizer = qwen_tokenizer(
+        vlm_families.template("qwen2_vl"), qwen_split=True, every_byte=False, specials=QWEN_VISION_TOKENS
+    )
+    torch.manual_seed(0)
+    model, processor, template, published_in = vlm_families._qwen_vl("2", tokenizer, vision_depth=3)
+    vlm_families._sharpen(model.eval())
+    source = vlm_families._save(model, processor, work / "qwen2-vl-hf", published_in, template)
+    out = work / "qwen2-vl"
+    out.mkdir()
+    convert(source, "q8_0", out / "qwen2-vl-q8_0.gguf", pre_tokenizer="qwen2")
+    convert(source, "f16", out / "mmproj-qwen2-vl-f16.gguf", mmproj=True)
+    return out

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 from app_server import ROOT, launched
-from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen3
+from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen2_vl, tiny_qwen3
 from openai import OpenAI
-from test_browser import ARTIFACTS, browser, open_page, send, wait_for_answer  # noqa: F401
+from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 from test_models_dir import model_processes
 from tiny_models import WEATHER
 
@@ -133,6 +133,47 @@ def test_reasoning_tool_calls_and_a_schema_through_v1(app):
     assert reply.choices[0].message.model_extra["reasoning_content"] == "Let me think"
 
 
+def test_log_probabilities_are_the_models_own(app, models):
+    """/v1 asks for log-probabilities of a GGUF model's answer: one for each token, their texts the answer's, the
+    alternatives best first; at the first token they are the Hugging Face folder's own (BF16 against float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, client = app
+    api = api_of(client)
+    prompt = "The quick brown fox"
+    reply = api.completions.create(
+        model="qwen3-random-bf16", prompt=prompt, max_tokens=8, temperature=0, logprobs=3
+    ).choices[0]
+    assert len(reply.logprobs.tokens) == 8 and "".join(reply.logprobs.tokens).lstrip() == reply.text
+    for token, logprob, top in zip(reply.logprobs.tokens, reply.logprobs.token_logprobs, reply.logprobs.top_logprobs):
+        assert len(top) == 3 and list(top.values()) == sorted(top.values(), reverse=True)
+        assert top[token] == logprob == max(top.values())  # greedy: the likeliest token
+    folder = models.parent / "qwen3-random"
+    ids = AutoTokenizer.from_pretrained(folder).encode(prompt, return_tensors="pt")
+    with torch.no_grad():
+        first = torch.log_softmax(AutoModelForCausalLM.from_pretrained(folder).float()(ids).logits[0, -1], dim=-1)
+    theirs = dict(reply.logprobs.top_logprobs[0])
+    best = first.topk(3)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert [tokenizer.decode([i]) for i in best.indices.tolist()] == list(theirs)
+    assert list(theirs.values()) == pytest.approx(best.values.tolist(), abs=0.05)
+
+    chat = api.chat.completions.create(
+        model="qwen3-random",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    )
+    pieces = [c.choices[0] for c in chat if c.choices]
+    tokens = [t for p in pieces if p.logprobs for t in p.logprobs.content]
+    assert "".join(t.token for t in tokens).lstrip() == "".join(p.delta.content or "" for p in pieces)
+    assert tokens and all(len(t.top_logprobs) == 2 for t in tokens)
+
+
 ENGINE_CHECKS = """
 import json, sys, threading, time, httpx
 from local_chat.engine.interface import Delta, End, Request, Sampling
@@ -225,6 +266,63 @@ def test_a_killed_llama_cpp_is_a_sentence_and_the_next_answer_loads_it_again(app
             pass
     again = api.completions.create(model="qwen3-random", prompt="Hi", max_tokens=4, temperature=0)
     assert again.usage.completion_tokens == 4
+
+
+def image_message(color: str, text: str = "What is in this picture?") -> dict:
+    from PIL import Image
+
+    from local_chat.prompting.images import png_bytes, png_data_url
+
+    url = png_data_url(png_bytes(Image.new("RGB", (56, 56), color)))
+    return {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+    }
+
+
+def test_an_image_projector_beside_the_file_sees_the_image(browser, tmp_path):  # noqa: F811
+    """A folder holding a vision model's GGUF and its `mmproj-*.gguf` (a tiny Qwen2-VL): through /v1, an answer
+    about an image is the one llama.cpp's own chat endpoint gives for the same messages (its template, its place for
+    the image); another image, another answer; the next turn is answered from the cache, the image's tokens too. On
+    the page, an attached image is answered."""
+    from PIL import Image
+    from playwright.sync_api import expect
+
+    from bench.cpu import llama_server
+
+    folder = tiny_qwen2_vl(tmp_path)
+    greedy = dict(max_tokens=12, temperature=0)
+    app, client = launched("--pretrained_path", str(folder), "--no_history")
+    try:
+        page = open_page(browser, client.src)
+        expect(page.locator(".model-line").first).to_contain_text("llama.cpp · GGUF Q8_0", timeout=60_000)
+        Image.new("RGB", (56, 56), "red").save(tmp_path / "red.png")
+        attach(page, tmp_path / "red.png")
+        send(page, "What is in this picture?")
+        answer = wait_for_answer(page, lambda text: bool(text.strip()), timeout=60)
+        assert "llama.cpp" not in answer and "image" not in answer, answer  # no sentence of a failure
+        assert page.locator('[data-testid="user"] img').count() == 1
+        page.screenshot(path=str(ARTIFACTS / "gguf-vision.png"), full_page=True)
+        api = api_of(client)
+        ours = {"red": api.chat.completions.create(model="m", messages=[image_message("red")], **greedy)}
+        follow_up = [
+            image_message("red"),
+            {"role": "assistant", "content": ours["red"].choices[0].message.content},
+            {"role": "user", "content": "And its colour?"},
+        ]
+        again = api.chat.completions.create(model="m", messages=follow_up, **greedy)
+        ours["blue"] = api.chat.completions.create(model="m", messages=[image_message("blue")], **greedy)
+    finally:
+        app.terminate()
+        app.communicate(timeout=30)
+    with llama_server(next(folder.glob("qwen2-vl*.gguf")), next(folder.glob("mmproj*.gguf"))) as url:
+        peer = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        theirs = {c: peer.chat.completions.create(model="m", messages=[image_message(c)], **greedy) for c in ours}
+    answers = {c: reply.choices[0].message.content for c, reply in ours.items()}
+    assert answers == {c: reply.choices[0].message.content for c, reply in theirs.items()}
+    assert answers["red"] != answers["blue"] and all(answers.values())
+    assert ours["red"].usage.prompt_tokens == theirs["red"].usage.prompt_tokens  # the image's tokens counted
+    assert again.usage.prompt_tokens_details.cached_tokens >= ours["red"].usage.prompt_tokens - 1
 
 
 def test_bad_files_and_flags_that_do_not_apply_are_one_sentence(models, tmp_path, monkeypatch):

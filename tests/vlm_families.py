@@ -224,10 +224,12 @@ QWEN_VISION = dict(
 )
 
 
-def _qwen_vl(version: str):
+def _qwen_vl(version: str, tok=None, vision_depth: int = 2):
+    """`tok`: the tokenizer (default: `_qwen_tokenizer`'s); `vision_depth`: the vision tower's blocks (llama.cpp's
+    converter names the merger's layers by block, so it needs at least 3)."""
     import transformers as tf
 
-    tok = _qwen_tokenizer()
+    tok = tok or _qwen_tokenizer()
     ids = {
         k: tok.convert_tokens_to_ids(t)
         for k, t in (
@@ -240,7 +242,7 @@ def _qwen_vl(version: str):
     text = text_config(tok, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
     if version == "2":
         vision = dict(
-            depth=2,
+            depth=vision_depth,
             embed_dim=32,
             hidden_size=64,
             num_heads=2,

@@ -12,10 +12,15 @@ the app's own, as for a Hugging Face folder of the same family.
   (llama.cpp picks the slot whose cache shares the most of the prompt). Several answers run at once, one per slot.
 - Answers held to a format (a JSON schema, a required tool call) go as llguidance grammars, which llama.cpp's
   sampler enforces token by token.
+- A model with an image projector beside it (`mmproj*.gguf`) sees images as llama.cpp's own chat endpoint shows them:
+  each image part of a message is rendered as llama.cpp's media marker (`MediaMarkers`), and the prompt goes as text
+  with the images, which llama.cpp tokenizes, placing each image's tokens (and its family's image delimiters) at its
+  marker.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -32,8 +37,20 @@ from local_chat.model.cpu_threads import hand_back_workers
 from local_chat.model.gguf import INSTALL, GgufModel, gguf_tokenizer
 from local_chat.model.tokenizer import HFTokenizer
 from local_chat.prompting.answer_grammars import json_options
+from local_chat.prompting.images import png_bytes
 
-from .interface import Answer, AnswerFormat, Delta, End, EngineSummary, Event, Request, Sampling, collect_at_once
+from .interface import (
+    Answer,
+    AnswerFormat,
+    Delta,
+    End,
+    EngineSummary,
+    Event,
+    Request,
+    Sampling,
+    TokenLogprob,
+    collect_at_once,
+)
 from .openai_wire import server_events
 from .remote import close_on_cancel
 
@@ -50,7 +67,6 @@ class LlamaCppEngine:
     compiled = None  # --compile does not apply (launchers/loading.py)
     batcher = None
     failure = None  # llama.cpp failing ends this process, which the web server tells
-    sees_images = False
 
     def __init__(self, model: GgufModel, max_seq_len: int, slots: int, threads: int):
         self.model, self.slots, self.threads = model, slots, threads
@@ -61,19 +77,28 @@ class LlamaCppEngine:
         self._http = httpx.Client(
             timeout=httpx.Timeout(None, connect=10.0), headers={"Authorization": f"Bearer {self._key}"}
         )
+        # llama.cpp's marker for an image in a text prompt: random for each server, so no typed text can forge one
+        self.media_marker = self._http.get(self.url + "/props").json()["media_marker"] if self.sees_images else ""
+        self._image_tokens = 0  # the most tokens an image took so far (llama.cpp counts them as it reads the prompt)
 
     # ----- what the model is -----
 
     @property
+    def sees_images(self) -> bool:
+        return self.model.mmproj is not None
+
+    @property
     def chat_renderer(self):
-        return self.tokenizer.hf if self.tokenizer.hf.chat_template else None
+        if not self.tokenizer.hf.chat_template:
+            return None
+        return MediaMarkers(self.tokenizer.hf, self.media_marker) if self.sees_images else self.tokenizer.hf
 
     def summary(self) -> EngineSummary:
         path = self.model.path  # an Ollama blob goes by its model's name
         return EngineSummary(
             path=str(path) if path.suffix == ".gguf" else self.model.name,
             context=self.max_seq_len,
-            sees_images=False,
+            sees_images=self.sees_images,
             architecture=self.model.architecture,
             model_type=self.model.model_type,
             format=self.model.described,
@@ -83,6 +108,8 @@ class LlamaCppEngine:
             quant=self.model.file_type,
             weight_mib=self.model.size_bytes / 2**20,
             batching=f"llama.cpp's {self.slots} slot{'s' if self.slots != 1 else ''}",
+            image_marker=self.media_marker,
+            image_token=self.media_marker,
         )
 
     def generation_defaults(self) -> Sampling:
@@ -94,9 +121,16 @@ class LlamaCppEngine:
         return ids
 
     def prompt_length(self, prompt: str, images=None, image_transform: str | None = None) -> int:
-        if images:
+        """The prompt's tokens: its text's, and for each image the most an image has taken so far (llama.cpp
+        counts an image's tokens only as it reads it)."""
+        if not images:
+            return len(self.tokenizer.encode(prompt, bos=True))
+        if not self.sees_images:
             raise UserError(NO_IMAGES)
-        return len(self.tokenizer.encode(prompt, bos=True))
+        return len(self._text_ids(prompt)) + self._image_tokens * len(images)
+
+    def _text_ids(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt.replace(self.media_marker, ""), bos=True)
 
     def start_batching(self, places: int, cache_bytes: int | None = None) -> str:
         """The answers at a time are llama.cpp's slots, set when it started."""
@@ -127,16 +161,14 @@ class LlamaCppEngine:
             yield End.failed(failure_sentence(error))
 
     def _answer(self, request: Request) -> Iterator[Event]:
-        if request.images:
-            raise UserError(NO_IMAGES)
         if request.adapter:
             raise UserError("LoRA adapters are not served over a GGUF model; ask the model alone.")
-        ids = self.tokenizer.encode(request.prompt, bos=True)
-        room = answer_room(self.max_seq_len, len(ids), request.sampling.max_new_tokens)
+        prompt, length = self._prompt(request.prompt, request.images or [])
+        room = answer_room(self.max_seq_len, length, request.sampling.max_new_tokens)
         decode = self.tokenizer.decode_with_specials if request.special_tokens else self.tokenizer.decode
         stream = AnswerStream(decode, self.eos_ids(tuple(request.stop)), list(request.stop), room, request.cancel)
-        body = completion_body(ids, request.sampling, room, request.answer_format, request.logprobs)
-        sent, cached, sampled = "", 0, 0
+        body = completion_body(prompt, request.sampling, room, request.answer_format, request.logprobs)
+        sent, sent_tokens, cached, sampled = "", 0, 0, 0
         with self._http.stream("POST", self.url + "/completion", json=body) as reply:
             if reply.status_code != 200:
                 raise UserError(f"llama.cpp refused the request: {_message(reply)}")
@@ -144,24 +176,68 @@ class LlamaCppEngine:
             threading.Thread(target=close_on_cancel, args=(reply, request.cancel, finished), daemon=True).start()
             try:
                 for chunk in _chunks(reply, stream):
-                    tokens, sampled = self._tokens_of(chunk, sampled)
-                    for token in tokens:
-                        stream.push(token)
-                        if stream.done:
-                            break
-                    if len(stream.text) > len(sent):
-                        yield Delta(stream.text[len(sent) :])
-                        sent = stream.text
+                    sampled = self._take(chunk, sampled, stream, request.logprobs)
                     cached = (chunk.get("timings") or {}).get("cache_n", cached)
+                    length = int(chunk.get("tokens_evaluated") or length)
                     if not stream.done and chunk.get("stop"):
                         stream.finish("length" if chunk.get("stop_type") == "limit" else "stop")
+                    tokens = stream.sent_tokens() if request.logprobs is not None else 0
+                    if len(stream.text) > len(sent) or tokens > sent_tokens:
+                        yield Delta(stream.text[len(sent) :], stream.logprobs[sent_tokens:tokens])
+                        sent, sent_tokens = stream.text, tokens
                     if stream.done:
                         break
             finally:
                 finished.set()
         if not stream.done:
             stream.finish("cancelled")
-        yield End(**stream.summary(len(ids)), cached_tokens=cached)
+        if request.images:
+            self._learn_image_tokens(request.prompt, len(request.images), length)
+        yield End(**stream.summary(length), cached_tokens=cached)
+
+    def _prompt(self, text: str, images: list) -> tuple[list[int] | dict, int]:
+        """(the prompt as llama.cpp takes it, its length in tokens as far as known): token ids; or, with images,
+        the text with a media marker at each image (in front where the template placed none) and the images."""
+        if not images:
+            ids = self.tokenizer.encode(text, bos=True)
+            return ids, len(ids)
+        if not self.sees_images:
+            raise UserError(NO_IMAGES)
+        if self.media_marker not in text:  # a template with no place for images: they go first (Accessory's way)
+            text = self.media_marker * len(images) + text
+        bos = self.tokenizer.hf.bos_token
+        if bos and self.tokenizer.adds_bos and text.startswith(bos):  # llama.cpp adds the BOS itself
+            text = text[len(bos) :]
+        data = [base64.b64encode(png_bytes(image)).decode() for image in images]
+        return {"prompt_string": text, "multimodal_data": data}, self.prompt_length(text, images)
+
+    def _learn_image_tokens(self, prompt: str, images: int, length: int) -> None:
+        """Keep the most tokens an image took (`length`: the prompt's tokens as llama.cpp counted them)."""
+        per_image = (length - len(self._text_ids(prompt))) // images
+        self._image_tokens = max(self._image_tokens, per_image)
+
+    def _take(self, chunk: dict, sampled: int, stream: AnswerStream, logprobs: int | None) -> int:
+        """Push the answer's tokens a chunk brings into `stream`, with their log-probabilities where the request asked
+        for `logprobs` alternatives; gives how many tokens llama.cpp has sampled by then."""
+        tokens, sampled = self._tokens_of(chunk, sampled)
+        probabilities = chunk.get("completion_probabilities") or []
+        if logprobs is not None and probabilities:  # each sampled token by its id, those llama.cpp held back too
+            tokens = [int(p["id"]) for p in probabilities]
+            stream.logprobs += [self._token_logprob(p, logprobs) for p in probabilities]
+        for token in tokens:
+            stream.push(token)
+            if stream.done:
+                break
+        return sampled
+
+    def _token_logprob(self, probability: dict, alternatives: int) -> TokenLogprob:
+        """A sampled token's log-probability (llama.cpp's, over the model's whole distribution) and the likeliest
+        `alternatives`, their texts decoded as the local engine decodes them."""
+        top = [(self._text(t), float(t["logprob"])) for t in probability.get("top_logprobs", [])[:alternatives]]
+        return TokenLogprob(int(probability["id"]), self._text(probability), float(probability["logprob"]), top)
+
+    def _text(self, token: dict) -> str:
+        return self.tokenizer.decode([int(token["id"])])
 
     def _tokens_of(self, chunk: dict, sampled: int) -> tuple[list[int], int]:
         """(the answer's tokens a chunk brings, how many llama.cpp has sampled by then). A token that ends inside a
@@ -196,13 +272,12 @@ def _message(reply) -> str:
 
 
 def completion_body(
-    ids: list[int], sampling: Sampling, room: int, answer_format: AnswerFormat | None, logprobs: int | None
+    prompt: list[int] | dict, sampling: Sampling, room: int, answer_format: AnswerFormat | None, logprobs: int | None
 ) -> dict:
-    """llama.cpp's /completion request for an answer to the token ids `ids`: its tokens streamed back by id."""
-    if logprobs is not None:
-        raise UserError("Log-probabilities are not served over a GGUF model yet; ask without logprobs.")
+    """llama.cpp's /completion request for an answer to `prompt` (token ids, or text with images): its tokens
+    streamed back by id."""
     body = {
-        "prompt": ids,
+        "prompt": prompt,
         "n_predict": room,
         "stream": True,
         "return_tokens": True,
@@ -215,6 +290,8 @@ def completion_body(
         "repeat_penalty": sampling.repetition_penalty,
         "seed": sampling.seed if sampling.seed is not None else secrets.randbelow(2**31),
     }
+    if logprobs is not None:  # each token's log-probability over the model's distribution, before sampling
+        body.update(n_probs=max(logprobs, 1), post_sampling_probs=False)
     if sampling.greedy:  # the likeliest token: no sort of the whole vocabulary for top_p at every step
         body.update(top_k=1, top_p=1.0)
     if answer_format is not None:
@@ -230,6 +307,29 @@ def _lark(answer_format: AnswerFormat) -> str:
     return f"start: %json {json.dumps(schema)}"
 
 
+class MediaMarkers:
+    """The chat renderer of a GGUF model that sees images: its chat template, with each image part of a message
+    given to it as a text part holding llama.cpp's media marker (as llama.cpp's own chat endpoint renders one), so
+    the prompt holds one marker where each image goes, whatever the family's own image tokens are."""
+
+    def __init__(self, tokenizer, marker: str):
+        self.tokenizer, self.marker = tokenizer, marker
+
+    @property
+    def chat_template(self) -> str:
+        return self.tokenizer.chat_template
+
+    def apply_chat_template(self, conversation: list[dict], **kwargs):
+        return self.tokenizer.apply_chat_template([self._marked(m) for m in conversation], **kwargs)
+
+    def _marked(self, message: dict) -> dict:
+        content = message.get("content")
+        if not isinstance(content, list):
+            return message
+        text = {"type": "text", "text": self.marker}
+        return {**message, "content": [text if p.get("type") == "image" else p for p in content]}
+
+
 def _start_server(model: GgufModel, context: int, slots: int, threads: int, key: str):
     """llama.cpp's server over `model`, in this process: (the server, its address), once it has loaded."""
     try:
@@ -238,6 +338,8 @@ def _start_server(model: GgufModel, context: int, slots: int, threads: int, key:
         raise UserError(f"{model.path.name} is a GGUF file; serving one needs llama.cpp: `{INSTALL}`.") from error
     params = xllamacpp.CommonParams()
     params.model.path = str(model.path)
+    if model.mmproj is not None:
+        params.mmproj.path = str(model.mmproj)
     params.n_ctx = context * slots
     params.n_parallel = slots
     params.kv_unified = False  # each slot its own context, as --max_seq_len says

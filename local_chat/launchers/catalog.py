@@ -15,7 +15,7 @@ from pathlib import Path
 from local_chat.defaults import DEFAULT_CONTEXT
 from local_chat.errors import UserError
 from local_chat.model.checkpoint import ACCESSORY_SHARD, HF_WEIGHT_PATTERNS, META_SHARD
-from local_chat.model.gguf import gguf_file, gguf_name, is_model, split_parts, starts_as_gguf
+from local_chat.model.gguf import gguf_file, gguf_name, image_projector, is_model, split_parts, starts_as_gguf
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a config's dtype: bytes a weight is stored in
 QUANT_SHARE = {4: 0.28, 8: 0.53}  # of the 16-bit bytes (bench/quant.py's footprints)
@@ -238,13 +238,17 @@ def _consolidated(
 
 
 def _gguf(model_id: str, file: Path, free: int | None) -> ListedModel:
-    """A GGUF file (served by llama.cpp): its header is read when it loads; here only its first bytes."""
+    """A GGUF file (served by llama.cpp): its header is read when it loads; here only its first bytes, and whether an
+    image projector (`mmproj*.gguf`) is beside it."""
     size = sum(p.stat().st_size for p in split_parts(file) if p.is_file())
     if not starts_as_gguf(file):
         return ListedModel(
             model_id, file, "GGUF", size, problem=f"{file.name} is not a GGUF file (it does not start with GGUF)."
         )
-    return ListedModel(model_id, file, "GGUF, llama.cpp", size, fits=None if free is None else size <= free)
+    fits = None if free is None else size <= free
+    return ListedModel(
+        model_id, file, "GGUF, llama.cpp", size, fits=fits, sees_images=image_projector(file) is not None
+    )
 
 
 def _adapter(name: str, path: Path) -> ListedModel:

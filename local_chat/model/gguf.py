@@ -19,7 +19,9 @@ SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gg
 INSTALL = 'pip install -e ".[gguf]"'
 # gguf-py's architecture names where transformers' model_type differs (the family registry goes by model_type)
 MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3",
-               "phi3": "phi3", "command-r": "cohere", "gemma3n": "gemma3n", "lfm2moe": "lfm2_moe"}  # fmt: skip
+               "phi3": "phi3", "command-r": "cohere", "gemma3n": "gemma3n", "lfm2moe": "lfm2_moe",
+               "qwen2vl": "qwen2_vl", "qwen3vl": "qwen3_vl", "qwen3vlmoe": "qwen3_vl_moe", "glm4moe": "glm4_moe",
+               "granitehybrid": "granitemoehybrid"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def read_gguf(path: str | Path) -> GgufModel:
     return GgufModel(
         path=file,
         parts=parts,
-        mmproj=_mmproj(file),
+        mmproj=image_projector(file),
         architecture=architecture,
         name=str(fields.get("general.name", file.stem)),
         file_type=_file_type(fields.get("general.file_type"), reader),
@@ -104,10 +106,15 @@ def read_gguf(path: str | Path) -> GgufModel:
 
 def gguf_tokenizer(model: GgufModel):
     """The model's tokenizer and chat template as transformers reads them from the file (a fast tokenizer)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     try:
-        hf = AutoTokenizer.from_pretrained(str(model.path.parent), gguf_file=model.path.name)
+        try:
+            hf = AutoTokenizer.from_pretrained(str(model.path.parent), gguf_file=model.path.name)
+        except ValueError as error:  # transformers reads the config of some architectures only; the tokenizer
+            if "is not supported yet" not in str(error):  # is built from `tokenizer.ggml.model`, whichever it is
+                raise
+            hf = PreTrainedTokenizerFast.from_pretrained(str(model.path.parent), gguf_file=model.path.name)
     except ImportError as error:
         raise UserError(f"Reading {model.path.name} needs gguf-py: install it with `{INSTALL}`.") from error
     except (ValueError, KeyError, NotImplementedError) as error:
@@ -190,7 +197,7 @@ def _is_mmproj(file: Path) -> bool:
     return file.name.lower().startswith("mmproj")
 
 
-def _mmproj(file: Path) -> Path | None:
+def image_projector(file: Path) -> Path | None:
     """The image projector beside a vision model's file (llama.cpp's `mmproj*.gguf`), if any."""
     found = sorted(p for p in file.parent.glob("*.gguf") if _is_mmproj(p))
     return found[0] if found else None
