@@ -25,10 +25,12 @@ CALL = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'  # one adde
 CALL_ANSWER = f"<tool_call>{CALL}</tool_call>"
 
 
-def tiny_qwen3(folder: Path, answer: str | None = None, seed: int = 0) -> Path:
-    """A random Qwen3ForCausalLM saved in `folder`; with `answer`, one that writes it (see the module's docstring)."""
+def tiny_qwen3(folder: Path, answer: str | None = None, seed: int = 0, every_byte: bool = False) -> Path:
+    """A random Qwen3ForCausalLM saved in `folder`; with `answer`, one that writes it (see the module's docstring).
+    `every_byte`: a vocabulary with a token for each byte, as Qwen's (a character outside the corpus's is written
+    byte by byte)."""
     template = (TEMPLATES / "qwen3.jinja").read_text()
-    tokenizer = qwen_tokenizer(template, qwen_split=True, added=(CALL,), every_byte=False)
+    tokenizer = qwen_tokenizer(template, qwen_split=True, added=(CALL,), every_byte=every_byte)
     shaped = None if answer is None else functools.partial(_script, answer=answer)
     return save_tiny_qwen3(folder, seed, tokenizer=tokenizer, shaped=shaped)
 

@@ -18,7 +18,7 @@ from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen2_vl, tiny_qwen
 from openai import OpenAI
 from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 from test_models_dir import model_processes
-from tiny_models import WEATHER
+from tiny_models import WEATHER, save_hf
 
 from local_chat.errors import UserError
 from local_chat.launchers.flags import parser
@@ -359,6 +359,83 @@ def test_the_command_line_launcher_answers_from_a_gguf_file(models):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Paris" in done.stdout
+
+
+ENGINE_ANSWER = """
+import json, sys
+from local_chat.engine.interface import Delta, Request, Sampling
+from local_chat.engine.llama_cpp import LlamaCppEngine
+from local_chat.model.gguf import read_gguf
+engine = LlamaCppEngine(read_gguf(sys.argv[1]), 1024, 1, 2)
+request = Request(sys.argv[2], Sampling(max_new_tokens=24, temperature=0), logprobs=2)
+events = list(engine.stream(request))
+deltas = [e for e in events if isinstance(e, Delta)]
+print(json.dumps({"prompt": engine.tokenizer.encode(sys.argv[2], bos=True), "answer": events[-1].token_ids,
+                  "text": "".join(d.text for d in deltas), "completion_tokens": events[-1].completion_tokens,
+                  "logprobs": [[t.token, t.logprob] for d in deltas for t in d.logprobs]}))
+"""
+
+
+def engine_answer(gguf, prompt: str) -> dict:
+    """The greedy answer of `gguf`'s LlamaCppEngine to `prompt` (a process of its own, as the app runs it)."""
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_ANSWER, str(gguf), prompt], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_character_written_byte_by_byte_comes_whole(tmp_path):
+    """A vocabulary with a token for each byte (Qwen's) writes "é" and "☕" in several tokens; llama.cpp's stream holds
+    back a token that ends inside a character and sends only the one that completes it: the answer's text is whole,
+    its tokens all counted, and the held-back tokens' log-probabilities unknown (None), the others' llama.cpp's."""
+    answer = "Café ☕!"
+    from transformers import AutoTokenizer
+
+    folder = tiny_qwen3(tmp_path / "bytes", answer, every_byte=True)
+    ours = engine_answer(gguf_of(folder), "Order something.\n")
+    written = AutoTokenizer.from_pretrained(folder).encode(answer, add_special_tokens=False)
+    assert ours["text"] == answer and ours["answer"] == written and ours["completion_tokens"] == len(written)
+    assert len(ours["logprobs"]) == len(written)  # a byte's own text is "\ufffd", as the local engine's
+    unknown = [token for token, logprob in ours["logprobs"] if logprob is None]
+    assert len(unknown) == 3 and all(logprob is None or logprob <= 0 for _, logprob in ours["logprobs"])
+
+
+def test_a_sentencepiece_llama_answers_as_its_hugging_face_folder(checkpoints, sp_model_file, tmp_path):
+    """A Llama with a SentencePiece tokenizer (what LLaMA2-Accessory's and Meta's checkpoints use), converted as it
+    is: the file's tokenizer gives sentencepiece's ids, and an Accessory template's prompt (`format_prompt(...,
+    sys_name="alpaca")`) is answered with transformers' greedy tokens on the Hugging Face folder (F32 file, float32
+    folder)."""
+    import sentencepiece
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from bench.cpu import convert
+    from local_chat.model.gguf import gguf_tokenizer
+    from local_chat.templates.single_turn import format_prompt
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(sp_model_file))
+    # a Llama that writes whole characters (no byte token: llama.cpp's stream holds back a token that ends inside a
+    # character, and sends only the id of the one that completes it)
+    folder = LlamaForCausalLM.from_pretrained(checkpoints["hf"]).float()
+    with torch.no_grad():
+        folder.lm_head.weight[[i for i in range(sp.vocab_size()) if sp.IsByte(i)]] = 0
+    source = save_hf(folder, tmp_path / "llama", tokenizer_model=sp_model_file)
+    gguf = convert(source, "f32", tmp_path / "llama-f32.gguf")
+    text = "Hello world, it's 1234 degrees. Émile naïve"
+    assert gguf_tokenizer(read_gguf(gguf)).encode(text, add_special_tokens=False) == sp.encode(text)
+
+    prompt = format_prompt({"instruction": "What is the capital of France?"}, sys_name="alpaca")
+    ours = engine_answer(gguf, prompt)
+    assert ours["prompt"] == [sp.bos_id(), *sp.encode(prompt)]
+    # each token of llama.cpp's greedy answer is the folder's likeliest at its place, but for ties within llama.cpp's
+    # rounding (its KV cache is F16): transformers' log-probabilities over the prompt and that answer
+    answer = ours["answer"]
+    with torch.no_grad():
+        logits = folder(torch.tensor([ours["prompt"] + answer])).logits[0, len(ours["prompt"]) - 1 : -1]
+    scores = torch.log_softmax(logits, dim=-1)
+    behind = scores.max(dim=-1).values - scores[torch.arange(len(answer)), answer]
+    assert len(answer) == 24 and behind.max() < 0.01, behind
 
 
 def test_ollamas_and_lm_studios_folders_list_their_models_by_their_names(models, tmp_path):

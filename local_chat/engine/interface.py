@@ -165,7 +165,7 @@ class Request:
 class TokenLogprob:
     token_id: int
     token: str
-    logprob: float
+    logprob: float | None  # None: unknown (llama.cpp reports none for a token it held back: engine/llama_cpp.py)
     top: list[tuple[str, float]] = field(default_factory=list)  # the likeliest tokens at that step, best first
 
 

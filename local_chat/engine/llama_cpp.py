@@ -220,24 +220,31 @@ class LlamaCppEngine:
         """Push the answer's tokens a chunk brings into `stream`, with their log-probabilities where the request asked
         for `logprobs` alternatives; gives how many tokens llama.cpp has sampled by then."""
         tokens, sampled = self._tokens_of(chunk, sampled)
-        probabilities = chunk.get("completion_probabilities") or []
-        if logprobs is not None and probabilities:  # each sampled token by its id, those llama.cpp held back too
-            tokens = [int(p["id"]) for p in probabilities]
-            stream.logprobs += [self._token_logprob(p, logprobs) for p in probabilities]
+        if logprobs is not None:
+            stream.logprobs += self._token_logprobs(tokens, chunk.get("completion_probabilities") or [], logprobs)
         for token in tokens:
             stream.push(token)
             if stream.done:
                 break
         return sampled
 
-    def _token_logprob(self, probability: dict, alternatives: int) -> TokenLogprob:
-        """A sampled token's log-probability (llama.cpp's, over the model's whole distribution) and the likeliest
-        `alternatives`, their texts decoded as the local engine decodes them."""
-        top = [(self._text(t), float(t["logprob"])) for t in probability.get("top_logprobs", [])[:alternatives]]
-        return TokenLogprob(int(probability["id"]), self._text(probability), float(probability["logprob"]), top)
+    def _token_logprobs(self, tokens: list[int], probabilities: list[dict], alternatives: int) -> list[TokenLogprob]:
+        """Each of a chunk's tokens' log-probability (llama.cpp's, over the model's whole distribution) and the
+        likeliest `alternatives`, their texts decoded as the local engine decodes them. llama.cpp reports the token it
+        sends; the tokens it held back (they ended inside a character) it reports nowhere: theirs are unknown (None)."""
+        reported = {int(p["id"]): p for p in probabilities[-1:]}
+        out = []
+        for at, token in enumerate(tokens):
+            probability = reported.get(token) if at == len(tokens) - 1 else None
+            if probability is None:
+                out.append(TokenLogprob(token, self._text(token), None))
+                continue
+            top = [(self._text(int(t["id"])), float(t["logprob"])) for t in probability["top_logprobs"][:alternatives]]
+            out.append(TokenLogprob(token, self._text(token), float(probability["logprob"]), top))
+        return out
 
-    def _text(self, token: dict) -> str:
-        return self.tokenizer.decode([int(token["id"])])
+    def _text(self, token: int) -> str:
+        return self.tokenizer.decode([token])
 
     def _tokens_of(self, chunk: dict, sampled: int) -> tuple[list[int], int]:
         """(the answer's tokens a chunk brings, how many llama.cpp has sampled by then). A token that ends inside a
