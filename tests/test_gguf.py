@@ -22,7 +22,7 @@ from tiny_models import WEATHER, save_hf
 
 from local_chat.errors import UserError
 from local_chat.launchers.flags import parser
-from local_chat.launchers.loading import check_gguf_flags
+from local_chat.launchers.loading import check_gguf_flags, load_gguf
 from local_chat.model.gguf import read_gguf
 
 pytest.importorskip("xllamacpp", reason='GGUF files need the gguf extra: pip install -e ".[gguf]"')
@@ -346,6 +346,9 @@ def test_bad_files_and_flags_that_do_not_apply_are_one_sentence(models, tmp_path
         args = parser("test").parse_args(["--pretrained_path", str(models / "qwen3-random.gguf"), *flags])
         with pytest.raises(UserError, match=re.escape(said)):
             check_gguf_flags(args)
+    args = parser("test").parse_args(["--pretrained_path", str(models / "qwen3-random.gguf")])
+    with pytest.raises(UserError, match=r"has no image projector beside it \(an mmproj\*\.gguf in its folder\)"):
+        load_gguf(models / "qwen3-random.gguf", args, with_visual=True)  # the image demos' launch
     monkeypatch.setitem(sys.modules, "gguf", None)
     with pytest.raises(UserError, match=r'pip install -e "\.\[gguf\]"'):
         read_gguf(models / "qwen3-random.gguf")

@@ -177,7 +177,7 @@ class LlamaCppEngine:
             try:
                 for chunk in _chunks(reply, stream):
                     sampled = self._take(chunk, sampled, stream, request.logprobs)
-                    cached = (chunk.get("timings") or {}).get("cache_n", cached)
+                    cached = (chunk.get("prompt_progress") or {}).get("cache", cached)
                     length = int(chunk.get("tokens_evaluated") or length)
                     if not stream.done and chunk.get("stop"):
                         stream.finish("length" if chunk.get("stop_type") == "limit" else "stop")
@@ -249,7 +249,10 @@ class LlamaCppEngine:
     def _tokens_of(self, chunk: dict, sampled: int) -> tuple[list[int], int]:
         """(the answer's tokens a chunk brings, how many llama.cpp has sampled by then). A token that ends inside a
         character is held back by llama.cpp's stream, and only the token that completes the character comes, with
-        the text of them all: the text is then tokenized here (the same text; the ids of a re-tokenization)."""
+        the text of them all: the text is then tokenized here (the same text; the ids of a re-tokenization). A chunk
+        telling the prompt's progress brings none (its "tokens" holds a placeholder)."""
+        if "prompt_progress" in chunk:
+            return [], sampled
         tokens = [int(token) for token in chunk.get("tokens") or ()]
         now = int(chunk.get("tokens_predicted") or sampled + len(tokens))
         if tokens and now - sampled > len(tokens):
@@ -289,7 +292,7 @@ def completion_body(
         "stream": True,
         "return_tokens": True,
         "cache_prompt": True,
-        "timings_per_token": True,  # the prompt tokens its cache held, from the first chunk on
+        "return_progress": True,  # the prompt tokens its cache held, before the first token (none with each token)
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "top_k": sampling.top_k,

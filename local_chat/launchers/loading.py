@@ -350,9 +350,12 @@ def load_gguf(path: Path, args: argparse.Namespace, with_visual: bool) -> LlamaC
     from local_chat.engine.llama_cpp import LlamaCppEngine
     from local_chat.model.gguf import read_gguf
 
-    if with_visual:
-        raise UserError(f"{path.name} is served as a text model (GGUF vision models are not served yet); use app.py.")
     model = read_gguf(path)
+    if with_visual and model.mmproj is None:
+        raise UserError(
+            f"{path.name} has no image projector beside it (an mmproj*.gguf in its folder), so it cannot see images; "
+            "put the model's mmproj file there, or use app.py for text."
+        )
     slots = args.concurrency = getattr(args, "concurrency", None) or GGUF_SLOTS
     engine = LlamaCppEngine(model, args.max_seq_len or DEFAULT_CONTEXT, slots, len(os.sched_getaffinity(0)))
     print(f"llama.cpp serves {path.name} ({model.architecture}, {model.described}).", file=sys.stderr, flush=True)
