@@ -208,7 +208,7 @@ class PipeEngine(ModelFacts):
         self._connection = connection
         self._send = locked_sender(connection)
         self._numbers = itertools.count()
-        self._waiting: dict[int, queue.Queue] = {}
+        self._waiting: dict[int, queue.SimpleQueue] = {}
         self._failure: str | None = None
         self._end_process = end_process  # when the model's process ends (tests keep theirs)
         threading.Thread(target=self._receive, name="model-replies", daemon=True).start()
@@ -265,16 +265,16 @@ class PipeEngine(ModelFacts):
             if not finished:
                 self._send(CancelAnswer(number))  # the reader left: the model stops at its next step
 
-    def _open(self, message: Callable[[int], object]) -> tuple[int, queue.Queue]:
+    def _open(self, message: Callable[[int], object]) -> tuple[int, queue.SimpleQueue]:
         """Send `message(number)` under a new request number, and the queue its replies will arrive in."""
         if self._failure is not None:
             raise UserError(self._failure)
         number = next(self._numbers)
-        self._waiting[number] = replies = queue.Queue()
+        self._waiting[number] = replies = queue.SimpleQueue()  # put and get in C: no Python-level Condition
         self._send(message(number))
         return number, replies
 
-    def _next(self, replies: queue.Queue, while_waiting: Callable[[], None] = lambda: None) -> Streamed | Counted:
+    def _next(self, replies: queue.SimpleQueue, while_waiting: Callable[[], None] = lambda: None) -> Streamed | Counted:
         """The next reply to a request; raises its error, or the model's failure."""
         while True:
             try:
