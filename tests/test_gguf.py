@@ -22,7 +22,7 @@ from tiny_models import WEATHER, save_hf
 
 from local_chat.errors import UserError
 from local_chat.launchers.flags import parser
-from local_chat.launchers.loading import check_gguf_flags, load_gguf
+from local_chat.launchers.loading import check_gguf_flags, choose_listed_model, load_gguf
 from local_chat.model.gguf import read_gguf
 
 pytest.importorskip("xllamacpp", reason='GGUF files need the gguf extra: pip install -e ".[gguf]"')
@@ -346,6 +346,10 @@ def test_bad_files_and_flags_that_do_not_apply_are_one_sentence(models, tmp_path
         args = parser("test").parse_args(["--pretrained_path", str(models / "qwen3-random.gguf"), *flags])
         with pytest.raises(UserError, match=re.escape(said)):
             check_gguf_flags(args)
+    (tmp_path / "models.yaml").write_text("qwen3-random:\n  quant: 4\n")
+    args = parser("test").parse_args(["--models_dir", str(models), "--models_config", str(tmp_path / "models.yaml")])
+    with pytest.raises(UserError, match=re.escape("--models_config: qwen3-random: --quant does not apply to a GGUF")):
+        choose_listed_model(args)
     args = parser("test").parse_args(["--pretrained_path", str(models / "qwen3-random.gguf")])
     with pytest.raises(UserError, match=r"has no image projector beside it \(an mmproj\*\.gguf in its folder\)"):
         load_gguf(models / "qwen3-random.gguf", args, with_visual=True)  # the image demos' launch

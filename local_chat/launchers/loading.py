@@ -164,6 +164,7 @@ def choose_listed_model(args: argparse.Namespace) -> None:
     settings = read_models_config(args.models_config)
     models = find_models(args.models_dir, load_bytes, resolve_quant(args.quant), free_memory(device.type), settings)
     check_models_config(settings, [model.id for model in models])
+    check_gguf_settings(models, settings)
     print("Checkpoints found (--models_dir):", file=sys.stderr)
     for model in models:
         print(f"  {model.line()}", file=sys.stderr)
@@ -172,6 +173,21 @@ def choose_listed_model(args: argparse.Namespace) -> None:
     base = next((m for m in models if m.id == chosen.base), chosen)  # an adapter's: its base's folder
     args.pretrained_path, args.served_name, args.listed = [str(base.path)], chosen.id, models
     args.model_settings = settings
+
+
+def check_gguf_settings(models: list, settings: dict[str, dict]) -> None:
+    """A GGUF model's --models_config entry with a flag that does not apply to it: one sentence at start-up (the
+    command line's flags are every model's defaults, and a GGUF file leaves those of transformers' models alone)."""
+    from local_chat.model.gguf import gguf_file
+
+    from .models_config import model_flags
+
+    for model in models:
+        if model.id in settings and gguf_file(model.path) is not None:
+            try:
+                check_gguf_flags(model_flags(argparse.Namespace(), settings[model.id], model.id))
+            except UserError as error:
+                raise UserError(f"--models_config: {model.id}: {error}") from error
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
