@@ -317,3 +317,30 @@ def test_auth_without_an_api_key_turns_v1_off_and_keys_are_checked(tmp_path):
     for bad in (str(empty), "two words"):
         with pytest.raises(UserError, match="--api_key"):
             api_keys(bad)
+
+
+def test_why_an_answer_ended_is_one_type_read_one_way_from_and_to_the_wire():
+    """`End.finish_reason` is a `FinishReason` (a string given is read as one, an unknown one refused); the OpenAI
+    wire's reasons map to it and back in one module (engine/openai_wire.py): a cancelled or failed answer is "stop"
+    on the wire (an error is told by the reply's status)."""
+    from local_chat.engine import End, FinishReason
+    from local_chat.engine.openai_wire import finish_from_wire, finish_to_wire
+
+    assert End("length").finish_reason is FinishReason.LENGTH
+    with pytest.raises(ValueError, match="'done' is not a valid FinishReason"):
+        End("done")
+    assert {r: finish_to_wire(r) for r in FinishReason} == {
+        FinishReason.STOP: "stop",
+        FinishReason.LENGTH: "length",
+        FinishReason.TOOL_CALLS: "tool_calls",
+        FinishReason.CANCELLED: "stop",
+        FinishReason.ERROR: "stop",
+    }
+    read = [finish_from_wire(r) for r in ("stop", "length", "tool_calls", "eos", "content_filter")]
+    assert read == [
+        FinishReason.STOP,
+        FinishReason.LENGTH,
+        FinishReason.TOOL_CALLS,
+        FinishReason.STOP,
+        FinishReason.STOP,
+    ]

@@ -7,8 +7,9 @@ import json
 import secrets
 import time
 
-from local_chat.engine import Delta, End, Reasoning, TokenLogprob, ToolCallDelta
+from local_chat.engine import Delta, End, FinishReason, Reasoning, TokenLogprob, ToolCallDelta
 from local_chat.engine.interface import add_call_piece
+from local_chat.engine.openai_wire import finish_to_wire
 
 from .requests import Call
 
@@ -28,7 +29,7 @@ class Reply:
         self.reasoning: list[str] = []
         self.calls: list[ToolCallDelta] = []
         self.logprobs: list[TokenLogprob] = []
-        self.end = End("error", error="The answer ended without its last event.")
+        self.end = End(FinishReason.ERROR, error="The answer ended without its last event.")
 
     def take(self, events: list) -> list:
         """Keep what `events` add to the answer; the events that a client is sent (answer, reasoning, calls)."""
@@ -51,7 +52,7 @@ class Reply:
 
     @property
     def finish_reason(self) -> str:
-        return {"length": "length", "tool_calls": "tool_calls"}.get(self.end.finish_reason, "stop")
+        return finish_to_wire(self.end.finish_reason)
 
     def _head(self, kind: str) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
@@ -81,7 +82,7 @@ class Reply:
                 if event.arguments:
                     piece = {"index": event.index, "function": {"arguments": event.arguments}}
                     chunks.append(self._delta({"tool_calls": [piece]}))
-        if any(isinstance(event, End) for event in events) and self.end.finish_reason != "error":
+        if any(isinstance(event, End) for event in events) and self.end.finish_reason != FinishReason.ERROR:
             chunks.append(self._chunk("", [], self.finish_reason))
         return chunks
 

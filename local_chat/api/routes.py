@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from local_chat.documents import Shelf
-from local_chat.engine import End, Engine, Request, checkpoint_name
+from local_chat.engine import End, Engine, FinishReason, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.engine_models import EngineModels
 from local_chat.engine.interface import SessionKey
@@ -278,7 +278,7 @@ class OpenAIAPI:
             return error_response(APIError(503, engine.failure))
         events = engine.stream(request)
         first = await run_in_threadpool(next, events, None)  # a chat's messages rendered, or refused with a 400
-        if isinstance(first, End) and first.finish_reason == "error":
+        if isinstance(first, End) and first.finish_reason == FinishReason.ERROR:
             return error_response(self._error_of(first, engine))
         events = resumed(first, events)
         reply = Reply(served.name, chat, call)
@@ -295,7 +295,7 @@ class OpenAIAPI:
         finally:
             watcher.cancel()
             request.cancel.set()
-        if reply.end.finish_reason == "error":
+        if reply.end.finish_reason == FinishReason.ERROR:
             return error_response(self._error_of(reply.end, engine))
         return JSONResponse(reply.whole())
 
@@ -307,7 +307,7 @@ class OpenAIAPI:
             async for batch in in_own_thread(events):
                 if text := "".join(sse(chunk) for chunk in reply.chunks(batch)):  # what was made meanwhile, one write
                     yield text
-            if reply.end.finish_reason == "error":
+            if reply.end.finish_reason == FinishReason.ERROR:
                 yield sse(self._error_of(reply.end, served.engine).body())
             elif reply.call.include_usage:
                 yield sse(reply.usage_chunk())

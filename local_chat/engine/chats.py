@@ -36,6 +36,7 @@ from .interface import (
     End,
     Engine,
     Event,
+    FinishReason,
     Reasoning,
     Rendered,
     Request,
@@ -289,10 +290,10 @@ class AnswerParser:
 
     def _end(self, end: End, stopped: bool) -> End:
         reason = end.finish_reason
-        if stopped and reason == "cancelled":
-            reason = "stop"
-        elif self.calls and reason == "stop":
-            reason = "tool_calls"
+        if stopped and reason == FinishReason.CANCELLED:
+            reason = FinishReason.STOP
+        elif self.calls and reason == FinishReason.STOP:
+            reason = FinishReason.TOOL_CALLS
         reasoning = len(self.tokenizer.encode(self.reasoning_text, bos=False)) if self.reasoning_text else 0
         return replace(end, finish_reason=reason, reasoning_tokens=min(reasoning, end.completion_tokens))
 

@@ -12,7 +12,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 
-from .interface import Answer, End, Engine, EngineSummary, Event, Queued, Request, Sampling, collect
+from .interface import Answer, End, Engine, EngineSummary, Event, FinishReason, Queued, Request, Sampling, collect
 
 WAIT_POLL_S = 0.05  # how often a waiting request looks at its cancel flag
 
@@ -83,7 +83,7 @@ class InArrivalOrder:
             told = None
             while (ahead := self._ahead(ticket)) is not None:
                 if request.cancel is not None and request.cancel.is_set():
-                    yield End("cancelled")
+                    yield End(FinishReason.CANCELLED)
                     return
                 if ahead != told:
                     told = ahead

@@ -4,9 +4,9 @@ A door builds a `Request` (a raw prompt, or chat messages with their `ChatOption
 images, a cancel flag) and reads the events of `Engine.stream`: `Rendered` (the prompt that messages became),
 `Reasoning`, `Delta`s that carry only the new answer text (and, when asked, the log-probabilities of exactly the
 tokens that text came from) and `ToolCallDelta`s, perhaps `Queued` while other requests go first (or `Loading`
-while its model loads), then one `End` with the finish reason, token counts and timings. `stream` never raises: a
-mistake the user can fix, a model that failed, a bug all end in an `End` whose `finish_reason` is "error" and whose
-`error` is one sentence to show.
+while its model loads), then one `End` with the `FinishReason`, token counts and timings. `stream` never raises: a
+mistake the user can fix, a model that failed, a bug all end in an `End` whose `finish_reason` is
+`FinishReason.ERROR` and whose `error` is one sentence to show.
 
 Engines: `LocalEngine` in-process (model/local_engine.py), `PipeEngine` over the pipe to the model's process
 (engine/process.py), `RemoteEngine` over another server's OpenAI API (engine/remote.py); `ChatEngine`
@@ -22,6 +22,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -224,11 +225,21 @@ class Loading:
     sentence: str
 
 
+class FinishReason(StrEnum):
+    """Why an answer ended. Its values are OpenAI's `finish_reason`s, and two of ours (/v1 says "stop" for both)."""
+
+    STOP = "stop"  # the model's end token, or a stop string (the template's or the request's)
+    LENGTH = "length"  # its token budget, or the context
+    TOOL_CALLS = "tool_calls"  # it ended after calling tools (the chat layer's reading of a stop)
+    CANCELLED = "cancelled"  # Stop, a closed tab, a client gone
+    ERROR = "error"  # it failed: `End.error` holds the sentence
+
+
 @dataclass
 class End:
     """The last event of a stream."""
 
-    finish_reason: str  # "stop", "length", "tool_calls", "cancelled" or "error"
+    finish_reason: FinishReason  # a string given is read as one (an unknown one is a ValueError)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose keys and values came from the session's cache
@@ -245,9 +256,12 @@ class End:
     guessed_tokens: int = 0  # speculative decoding (--speculative): tokens guessed, and of them those the model took
     accepted_tokens: int = 0
 
+    def __post_init__(self):
+        self.finish_reason = FinishReason(self.finish_reason)
+
     @staticmethod
     def failed(sentence: str, caller_error: bool = False) -> End:
-        return End("error", error=sentence, caller_error=caller_error)
+        return End(FinishReason.ERROR, error=sentence, caller_error=caller_error)
 
 
 Event = Delta | Reasoning | ToolCallDelta | Rendered | Queued | Loading | End

@@ -46,6 +46,7 @@ from .interface import (
     End,
     EngineSummary,
     Event,
+    FinishReason,
     Request,
     Sampling,
     TokenLogprob,
@@ -180,7 +181,7 @@ class LlamaCppEngine:
                     cached = (chunk.get("prompt_progress") or {}).get("cache", cached)
                     length = int(chunk.get("tokens_evaluated") or length)
                     if not stream.done and chunk.get("stop"):
-                        stream.finish("length" if chunk.get("stop_type") == "limit" else "stop")
+                        stream.finish(FinishReason.LENGTH if chunk.get("stop_type") == "limit" else FinishReason.STOP)
                     tokens = stream.sent_tokens() if request.logprobs is not None else 0
                     if len(stream.text) > len(sent) or tokens > sent_tokens:
                         yield Delta(stream.text[len(sent) :], stream.logprobs[sent_tokens:tokens])
@@ -190,7 +191,7 @@ class LlamaCppEngine:
             finally:
                 finished.set()
         if not stream.done:
-            stream.finish("cancelled")
+            stream.finish(FinishReason.CANCELLED)
         if request.images:
             self._learn_image_tokens(request.prompt, len(request.images), length)
         yield End(**stream.summary(length), cached_tokens=cached)

@@ -16,7 +16,7 @@ from local_chat.errors import UserError
 
 from .choices import Lease, ModelChoices, WithAdapter
 from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, End, Engine, Event, Loading, Request, Sampling
+from .interface import CHAT_SAMPLING, End, Engine, Event, FinishReason, Loading, Request, Sampling
 from .pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
@@ -192,7 +192,7 @@ class Models(ModelChoices):
             loader.join(LOAD_POLL_S)
             if request.cancel is not None and request.cancel.is_set():  # Stop: at once; the load goes on
                 threading.Thread(target=_release_when_had, args=(loader, leased), daemon=True).start()
-                yield End("cancelled")
+                yield End(FinishReason.CANCELLED)
                 return
             if loader.is_alive():
                 yield Loading(self.waiting_sentence(model_id))

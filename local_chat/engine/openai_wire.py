@@ -13,7 +13,19 @@ from local_chat.errors import described
 from local_chat.prompting.chat import message_text
 from local_chat.prompting.response_formats import Region, ThinkSplitter
 
-from .interface import AnswerFormat, Event, Request, TokenLogprob, ToolCallDelta
+from .interface import AnswerFormat, Event, FinishReason, Request, TokenLogprob, ToolCallDelta
+
+ON_THE_WIRE = (FinishReason.LENGTH, FinishReason.TOOL_CALLS)  # OpenAI's reasons that are ours as they are
+
+
+def finish_from_wire(reason: str) -> FinishReason:
+    """An engine's `finish_reason` as ours: "length" and "tool_calls" as they are, any other a stop ("eos", "stop")."""
+    return FinishReason(reason) if reason in ON_THE_WIRE else FinishReason.STOP
+
+
+def finish_to_wire(reason: FinishReason) -> str:
+    """Ours as OpenAI's: "length" and "tool_calls" as they are, else "stop" (/v1 tells an error by its status)."""
+    return reason.value if reason in ON_THE_WIRE else FinishReason.STOP.value
 
 
 def transport_errors() -> tuple[type[Exception], ...]:

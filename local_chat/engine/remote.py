@@ -38,6 +38,7 @@ from .interface import (
     End,
     EngineSummary,
     Event,
+    FinishReason,
     Reasoning,
     Request,
     Sampling,
@@ -46,6 +47,7 @@ from .interface import (
 from .openai_wire import (
     chunk_logprobs,
     engine_message,
+    finish_from_wire,
     prompt_characters,
     raw_think_splitter,
     reasoning_and_calls,
@@ -313,12 +315,12 @@ class RemoteEngine:
                         yield Delta(text[shown:end], pending)
                         shown, pending = end, []
                     if hit >= 0:
-                        finish = "stop"
+                        finish = FinishReason.STOP
                         break
                 if choice.get("finish_reason"):
-                    finish = choice["finish_reason"] if choice["finish_reason"] in ("length", "tool_calls") else "stop"
+                    finish = finish_from_wire(choice["finish_reason"])
                 if request.cancel is not None and request.cancel.is_set():
-                    finish = "cancelled"
+                    finish = FinishReason.CANCELLED
                     break
         except transport_errors() as error:
             if request.cancel is None or not request.cancel.is_set():
@@ -327,19 +329,20 @@ class RemoteEngine:
                     "keeps running: send the message again once the engine is back."
                 )
                 return
-            finish = "cancelled"
+            finish = FinishReason.CANCELLED
         finally:
             finished.set()
             reply.close()  # the engine aborts a request whose stream is closed
         if finish is None:
-            finish = "cancelled" if request.cancel is not None and request.cancel.is_set() else "stop"
-        if raw_reasoning is not None and finish != "cancelled":
+            cancelled = request.cancel is not None and request.cancel.is_set()
+            finish = FinishReason.CANCELLED if cancelled else FinishReason.STOP
+        if raw_reasoning is not None and finish != FinishReason.CANCELLED:
             yield from raw_reasoning.finish()  # what the splitter held back: the end of a tag that never came
         yield self._end(finish, usage, pieces, prompt_characters(request.prompt, messages), started, first_at)
 
     renders_messages = True  # chat messages go to the engine as they are (engine/chats.py passes them through)
 
-    def _end(self, finish: str, usage, pieces: int, prompt_chars: int, started: float, first_at) -> End:
+    def _end(self, finish: FinishReason, usage, pieces: int, prompt_chars: int, started: float, first_at) -> End:
         now = time.perf_counter()
         usage = usage or {}
         prompt_tokens = usage.get("prompt_tokens") or self.estimated_tokens(prompt_chars)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from local_chat.engine.interface import TokenLogprob
+from local_chat.engine.interface import FinishReason, TokenLogprob
 from local_chat.errors import UserError
 
 from .detokenize import IncrementalDetokenizer, StopStrings
@@ -45,7 +45,7 @@ class AnswerStream:
         self.logprobs: list = []  # each sampled token's TokenLogprob, when the request asked (see `sent_tokens`)
         self.text = ""
         self._visible_end = 0  # where `text` ends in the detokenized text
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
@@ -63,7 +63,7 @@ class AnswerStream:
         """Make the next token end the answer as cancelled."""
         self._stopped = True
 
-    def finish(self, reason: str) -> None:
+    def finish(self, reason: FinishReason) -> None:
         self.finish_reason = reason
         self.finished_at = time.perf_counter()
 
@@ -72,9 +72,9 @@ class AnswerStream:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if self.cancelled():
-            return self.finish("cancelled")
+            return self.finish(FinishReason.CANCELLED)
         if token_id in self._eos_ids:
-            return self.finish("stop")
+            return self.finish(FinishReason.STOP)
         self.token_ids.append(token_id)
         detokenize_started = time.perf_counter()
         self._detokenizer.add(token_id)
@@ -85,9 +85,9 @@ class AnswerStream:
         self._visible_end = hit if hit >= 0 else self._stops.safe_length(full_text)
         self.text = full_text[: self._visible_end].lstrip()
         if hit >= 0:
-            return self.finish("stop")
+            return self.finish(FinishReason.STOP)
         if len(self.token_ids) >= self.max_new_tokens:
-            self.finish("length")
+            self.finish(FinishReason.LENGTH)
 
     def sent_tokens(self) -> int:
         """How many of the answer's tokens `text` shows: while it streams, those whose text it holds whole; once done,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from local_chat.engine.interface import Sampling
+from local_chat.engine.interface import FinishReason, Sampling
 
 from .answer_stream import AnswerStream
 from .cpu_threads import hand_back_workers
@@ -212,7 +212,7 @@ class ContinuousBatcher:
             while not stream.done:
                 output = next_output(outputs, stream.cancelled, self._stopped)
                 if output is None:
-                    stream.finish("cancelled")
+                    stream.finish(FinishReason.CANCELLED)
                     return
                 if output.error is not None:
                     raise BatchFailed(output.error)

@@ -23,6 +23,7 @@ from local_chat.engine.interface import (
     End,
     EngineSummary,
     Event,
+    FinishReason,
     Request,
     Sampling,
     SessionKey,
@@ -224,7 +225,7 @@ class LocalEngine:
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
         except Cancelled:  # while it waited for another adapter's answers
-            yield End("cancelled")
+            yield End(FinishReason.CANCELLED)
         except torch.OutOfMemoryError:
             yield End.failed(OUT_OF_MEMORY)
         except Exception as error:  # a bug or a broken model: the chat says so, the terminal has the traceback
@@ -331,7 +332,7 @@ class LocalEngine:
                                 stream.max_new_tokens, observe, mask, guesses, self.decoding.draft)  # fmt: skip
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
-                stream.finish("cancelled")
+                stream.finish(FinishReason.CANCELLED)
                 steps.close()
             for tokens in steps:
                 sampled.append(int(tokens[0]))

@@ -181,7 +181,8 @@ class MetaModel(torch.nn.Module):
         adapter: str | None = None,
     ) -> Iterator[dict]:
         """Yield {"text": answer so far, "end_of_content": False} as the answer grows, then a last piece with
-        "end_of_content": True, "finish_reason" ("stop", "length" or "cancelled"), token counts and timings.
+        "end_of_content": True, "finish_reason" (a `FinishReason`, a string: "stop", "length" or "cancelled"), token
+        counts and timings.
 
         `text` never holds a stop symbol nor ends with the start of one. Setting `cancel` (or closing this
         generator) stops the model before its next forward pass. `session` names a conversation (a browser tab,

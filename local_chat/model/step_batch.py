@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 
-from local_chat.engine.interface import Sampling
+from local_chat.engine.interface import FinishReason, Sampling
 from local_chat.errors import described
 
 from .answer_stream import AnswerStream
@@ -135,7 +135,7 @@ class StepBatcher:
             while not stream.done:
                 token = next_output(row.outputs, stream.cancelled, self._stopped)
                 if token is None or isinstance(token, _Left):  # Stop, seen by the reader or by the batch
-                    stream.finish("cancelled")
+                    stream.finish(FinishReason.CANCELLED)
                     return
                 if isinstance(token, BaseException):
                     raise BatchFailed(f"{type(token).__name__}: {token}") from token

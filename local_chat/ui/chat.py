@@ -8,7 +8,18 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from local_chat.engine import Delta, End, Engine, Loading, Queued, Reasoning, Rendered, Request, ToolCallDelta
+from local_chat.engine import (
+    Delta,
+    End,
+    Engine,
+    FinishReason,
+    Loading,
+    Queued,
+    Reasoning,
+    Rendered,
+    Request,
+    ToolCallDelta,
+)
 from local_chat.engine.interface import SessionKey, add_call_piece, in_session
 from local_chat.engine.threaded import in_own_thread
 
@@ -49,7 +60,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
             if thought_since is not None and not update.thinking_done:
                 update.thought_seconds = time.perf_counter() - thought_since
             if isinstance(event, End):
-                update.ended, update.stopped = True, event.finish_reason == "cancelled"
+                update.ended, update.stopped = True, event.finish_reason == FinishReason.CANCELLED
             if isinstance(event, ToolCallDelta):
                 add_call_piece(update.tool_calls, event)
             if isinstance(event, Delta):
@@ -60,7 +71,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
                 update.line = queue_line(event)
             elif isinstance(event, Loading):
                 update.line = f"Waiting for the model: {event.sentence}."
-            elif isinstance(event, End) and event.finish_reason == "error":
+            elif isinstance(event, End) and event.finish_reason == FinishReason.ERROR:
                 update.error = event.error
             elif isinstance(event, End):
                 update.line = stats_line(event)
@@ -69,7 +80,7 @@ async def answer_updates(engine: Engine, request: Request) -> AsyncIterator[Answ
 
 def stats_line(end: End) -> str:
     first_text = f" · first token {end.time_to_first_token:.2f} s" if end.completion_tokens else ""
-    cut = " · cut at the length limit" if end.finish_reason == "length" else ""
+    cut = " · cut at the length limit" if end.finish_reason == FinishReason.LENGTH else ""
     # how much of the prompt the conversation's KV cache held (a new turn, or a branch shown again: up to the fork)
     cached = f" · prompt {end.prompt_tokens} tokens, {end.cached_tokens} from the cache" if end.cached_tokens else ""
     guessed = (
