@@ -16,6 +16,8 @@ os.environ["LOCAL_CHAT_DTYPE"] = "fp32"
 import tiny_models  # noqa: E402
 import transformers  # noqa: E402
 
+pytest_plugins = ["fast_marks"]  # `python -m pytest -m fast`: the tests that start no server, browser or process
+
 transformers.utils.logging.disable_progress_bar()
 
 
