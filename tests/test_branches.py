@@ -20,7 +20,7 @@ from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.history import store as store_module
 from local_chat.model.meta import MetaModel
-from local_chat.ui.branches import FORK_NOTE, NO_RESULT
+from local_chat.ui.branches import FORK_NOTE, NO_RESULT, STILL_LOADING
 from local_chat.ui.chat import Cancels
 from local_chat.ui.chat_settings import ChatSettings
 from local_chat.ui.chat_tab import ChatTab
@@ -198,6 +198,8 @@ def test_search_finds_a_word_of_an_old_branch_and_opens_it_there_but_not_another
     assert [c for _, c in found["choices"]] == [f"{peru}/"]  # the title matched: the conversation, once
     assert tab.search("Lima", "c" * 32, REQUEST)[0]["choices"] == []  # another login's page finds nothing
     assert tab.search("Lima", "c" * 32, REQUEST)[0]["info"] == NO_RESULT
+    # typed before the page's first load gave it its id: it is searched once the load ends, not refused
+    assert tab.search("Lima", None, REQUEST)[0]["info"] == STILL_LOADING
     assert tab.search("", ME, REQUEST)[1]["visible"] is True  # an empty box: the list again
 
 

@@ -23,6 +23,7 @@ from .wiring import UI_ONLY, with_view
 
 FORK_NOTE = "Forked from “{}”: this conversation holds its messages down to the one it was forked at."
 NO_RESULT = "No conversation of yours holds these words."
+STILL_LOADING = "Your saved conversations are still loading; the search runs once they have."
 ACTIONS = ("go", "fork", "delete")
 NAV_JS = r"""
 const conversation = () => document.querySelector(".conversation");
@@ -143,6 +144,9 @@ class Branching:
         """The sidebar's search as the user types: (the results, the conversations' list), one shown at a time."""
         if not (text or "").strip():
             return gr.update(choices=[], value=None, visible=False), gr.update(visible=True)
+        if not getattr(request, "username", None) and not self.saved.has_browser_id(browser_id):
+            # typed before the page's first load gave it its id: searched again once it has (ui/conversations.py)
+            return gr.update(choices=[], info=STILL_LOADING, visible=True), gr.update(visible=False)
         try:
             found = self.saved.store.search(self._owner(browser_id, request), text)
         except UserError as error:

@@ -195,6 +195,8 @@ class SavedConversations:
         )
         takes_text = dict(fn=lambda: gr.update(interactive=True), inputs=None, outputs=self.message, **quiet)
         restored = loaded.success(**takes_text).then(**restore)
+        # what was typed in the search before the page had its id, searched now (ui/branches.py)
+        restored.then(self.search, [self.search_box, browser_id], [self.found_list, chats], **quiet)
         if self.always_box is not None:  # this login's always-allowed tools
             restored.then(self.always_of, browser_id, self.always_box, **quiet)
         loaded.failure(**takes_text)  # the message box takes text even so: a message then says what is wrong

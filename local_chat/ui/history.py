@@ -108,13 +108,17 @@ class SavedChats(Exports):
     @staticmethod
     def browser_id(current) -> str:
         """The browser's id: the one it keeps, else a new one (its first load)."""
-        return current if isinstance(current, str) and len(current) >= 32 else secrets.token_urlsafe(BROWSER_ID_BYTES)
+        return current if SavedChats.has_browser_id(current) else secrets.token_urlsafe(BROWSER_ID_BYTES)
+
+    @staticmethod
+    def has_browser_id(browser_id) -> bool:
+        return isinstance(browser_id, str) and len(browser_id) >= 32
 
     def owner(self, browser_id, request: gr.Request) -> str:
         username = getattr(request, "username", None)
         if username:
             return "user:" + username
-        if not (isinstance(browser_id, str) and len(browser_id) >= 32):
+        if not self.has_browser_id(browser_id):
             raise UserError("This page has no browser id yet; reload it.")
         return "browser:" + browser_id
 
