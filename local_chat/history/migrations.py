@@ -9,10 +9,11 @@ import sqlite3
 
 from local_chat.documents.context import TABLES as DOCUMENT_TABLES
 
+from .kinds import Kind
 from .tree import path_nodes, searchable
 
 # schema 1's page conventions, which schema 2 turns into kinds
-V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": "stopped", "Older turns left out": "notice"}
+V1_ERROR_MARK, V1_TITLES = "⚠️ ", {"Stopped": Kind.STOPPED, "Older turns left out": Kind.NOTICE}
 V1_THOUGHT = re.compile(r"\A\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
@@ -33,13 +34,13 @@ def _typed_v1(message: dict) -> list[dict]:
     if message.get("role") != "assistant":
         return [message]
     if title:
-        return [{**message, "kind": V1_TITLES.get(title, "stats")}]
+        return [{**message, "kind": V1_TITLES.get(title, Kind.STATS)}]
     if isinstance(content, str) and content.startswith(V1_ERROR_MARK):
-        return [{**message, "kind": "error"}]
+        return [{**message, "kind": Kind.ERROR}]
     thought = V1_THOUGHT.match(content) if isinstance(content, str) else None
     if thought is None:
         return [message]
-    thinking = {"role": "assistant", "content": thought[1].strip(), "kind": "thinking",
+    thinking = {"role": "assistant", "content": thought[1].strip(), "kind": Kind.THINKING,
                 "metadata": {"title": "Thinking", "status": "done"}}  # fmt: skip
     return [thinking, {**message, "content": content[thought.end() :]}]
 

@@ -41,6 +41,7 @@ from typing import NamedTuple
 from local_chat.errors import UserError
 
 from .branches import NO_SUCH, Branches
+from .kinds import Kind
 from .migrations import MIGRATIONS
 from .tree import Node, Point, Shape, flat_entries, path_nodes, searchable, text_of
 
@@ -92,8 +93,8 @@ def title_of(messages: list[dict]) -> str:
     """A conversation's default title: the start of its first user message's text, but for a message refused with
     an error (a message too long for the model, say)."""
     for index, message in enumerate(messages):
-        after = next((m for m in messages[index + 1 :] if m.get("kind") not in ("notice", "stats")), {})
-        if message.get("role") == "user" and after.get("kind") != "error":
+        after = next((m for m in messages[index + 1 :] if m.get("kind") not in (Kind.NOTICE, Kind.STATS)), {})
+        if message.get("role") == "user" and after.get("kind") != Kind.ERROR:
             text = " ".join((message.get("text") or text_of(message["content"])).split())  # without its attachments
             if text:
                 return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"

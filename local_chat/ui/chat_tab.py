@@ -21,6 +21,7 @@ from local_chat.engine import ChatOptions, Engine, Request
 from local_chat.engine.chats import ChatEngine
 from local_chat.engine.interface import session_key
 from local_chat.errors import UserError
+from local_chat.history.kinds import Kind
 from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
 
@@ -188,7 +189,7 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         elif (
             update is not None and update.tool_calls and not failed
         ):  # under the figures: the last entry, where Gradio shows the buttons
-            if kind_of(history[asked]) == "answer" and not history[asked]["content"]:
+            if kind_of(history[asked]) == Kind.ANSWER and not history[asked]["content"]:
                 del history[asked]
             history.extend(self.call_cards(update.tool_calls))
         cut.ended = True
@@ -251,7 +252,7 @@ class ChatTab(SavedConversations, Branching, ToolRounds):
         history = with_calls_closed(list(history or []), NOT_ANSWERED) + [question]  # calls left waiting: not run
         box = None  # empty the message box once; later pieces leave it alone, so the next message can be typed
         async for history, prompt, conversation_id, listed in self.respond(history, settings, request):
-            if kind_of(history[-1]) == "error":
+            if kind_of(history[-1]) == Kind.ERROR:
                 box = typed
             yield history, box, prompt, conversation_id, listed
             box = gr.skip()

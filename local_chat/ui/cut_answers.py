@@ -11,6 +11,7 @@ import time
 import gradio as gr
 
 from local_chat.errors import UserError
+from local_chat.history.kinds import Kind
 
 from . import turns
 from .history import SavedChats
@@ -37,7 +38,7 @@ class CutAnswer:
         if self.begun:
             if time.monotonic() - self.saved_at >= SAVE_WHILE_STREAMING_S:
                 self._save(history)
-        elif any(e["content"] for e in history[-2:] if kind_of(e) in ("answer", "thinking")):
+        elif any(e["content"] for e in history[-2:] if kind_of(e) in (Kind.ANSWER, Kind.THINKING)):
             self.begun = True
             self._save(history)
 
@@ -49,7 +50,7 @@ class CutAnswer:
     def _save(self, history: list[dict]) -> None:
         self.saved_at = time.monotonic()
         marked = turns.marked_stopped(history) or history
-        answered = any(e["content"] for e in marked if kind_of(e) in ("answer", "thinking", "error"))
+        answered = any(e["content"] for e in marked if kind_of(e) in (Kind.ANSWER, Kind.THINKING, Kind.ERROR))
         if self.owner is None or not (answered or self.question_saved):
             return
         try:  # the conversation only: the sidebar's list is the answer's end's to update

@@ -12,6 +12,7 @@ import json
 
 from local_chat.documents import Document, Shelf, extract_elsewhere, is_document, render_elsewhere
 from local_chat.errors import UserError
+from local_chat.history.kinds import Kind
 from local_chat.prompting import message_text
 
 from . import turns
@@ -83,7 +84,7 @@ def sources_entry(context) -> dict | None:
         lines.append(f"**[{source['number']}] {source['name']}**, {how}")
         lines += [turns.fenced(passage) for passage in source.get("passages", [])]
     return {"role": "assistant", "metadata": {"title": "Sources", "status": "done"}, "content": "\n\n".join(lines),
-            "kind": "sources", "sources": sources}  # fmt: skip
+            "kind": Kind.SOURCES, "sources": sources}  # fmt: skip
 
 
 def exported_documents(named: list[dict], shelf: Shelf) -> list[dict]:

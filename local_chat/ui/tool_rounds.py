@@ -17,6 +17,7 @@ import json
 import gradio as gr
 
 from local_chat.errors import UserError
+from local_chat.history.kinds import Approval, Kind
 from local_chat.prompting.images import png_bytes
 from local_chat.tools import ToolOutcome, ToolServers
 
@@ -54,9 +55,9 @@ def rounds_since_question(entries: list[dict]) -> int:
     """How many answers of the last question called tools (each run of cards is one round)."""
     rounds = 0
     for before, entry in zip([{}] + entries, entries):
-        if kind_of(entry) == "question":
+        if kind_of(entry) == Kind.QUESTION:
             rounds = 0
-        elif kind_of(entry) == "tool_call" and kind_of(before) != "tool_call":
+        elif kind_of(entry) == Kind.TOOL_CALL and kind_of(before) != Kind.TOOL_CALL:
             rounds += 1
     return rounds
 
@@ -99,7 +100,7 @@ class ToolRounds:
         cards = []
         for call in calls:
             tool = self.tool_servers.tool(call.name) if self.tool_servers is not None else None
-            cards.append(turns.tool_call(call.openai(), tool.server if tool else None, "ask"))
+            cards.append(turns.tool_call(call.openai(), tool.server if tool else None, Approval.ASK))
         return cards
 
     def ask_or_allow(self, history: list[dict], owner: str) -> bool:
@@ -109,9 +110,9 @@ class ToolRounds:
         waiting = []
         for at in unanswered_calls(history):
             card = history[at]
-            if card["approval"] == "ask" and self._key(card) in always:
-                history[at] = turns.tool_call(card["call"], card.get("server"), "always")
-            elif history[at]["approval"] == "ask":
+            if card["approval"] == Approval.ASK and self._key(card) in always:
+                history[at] = turns.tool_call(card["call"], card.get("server"), Approval.ALWAYS)
+            elif history[at]["approval"] == Approval.ASK:
                 waiting.append(at)
         if waiting:
             history[waiting[-1]] = {**history[waiting[-1]], "options": [
@@ -142,14 +143,14 @@ class ToolRounds:
             card = history[at]
             call, server = card["call"], card.get("server")
             name = call["function"]["name"]
-            if card["approval"] == "denied":
+            if card["approval"] == Approval.DENIED:
                 history.append(turns.tool_result(DECLINED, call.get("id"), name))
                 continue
-            history[at] = turns.tool_call(call, server, "running")
+            history[at] = turns.tool_call(call, server, Approval.RUNNING)
             yield
             outcome = await self._outcome(call)
             images = [self.saved.image_address(owner, conversation_id, self._png(image)) for image in outcome.images]
-            history[at] = turns.tool_call(call, server, "done")
+            history[at] = turns.tool_call(call, server, Approval.DONE)
             history.append(turns.tool_result(outcome.text, call.get("id"), name, [a for a in images if a],
                                              outcome.failed))  # fmt: skip
             yield
@@ -208,7 +209,7 @@ class ToolRounds:
         """Allow once, always allow or deny the waiting calls, then run them and go on with the answer."""
         settings = ChatSettings(*settings)
         history = [dict(entry) for entry in history or []]
-        waiting = [at for at in unanswered_calls(history) if history[at]["approval"] == "ask"]
+        waiting = [at for at in unanswered_calls(history) if history[at]["approval"] == Approval.ASK]
         if not waiting:
             yield history, gr.skip(), gr.skip(), gr.skip()
             return
@@ -217,7 +218,7 @@ class ToolRounds:
             self.approvals.set(
                 self.tool_owner(settings.browser_id, request), [self._key(history[at]) for at in waiting]
             )
-        approval = {"allow": "allowed", "always": "always"}.get(choice, "denied")
+        approval = {"allow": Approval.ALLOWED, "always": Approval.ALWAYS}.get(choice, Approval.DENIED)
         for at in waiting:
             history[at] = turns.tool_call(history[at]["call"], history[at].get("server"), approval)
         async for update in self.respond(history, settings, request, question_first=False):

@@ -15,17 +15,17 @@ from __future__ import annotations
 import json
 import re
 
+from local_chat.history.kinds import NOT_FOR_THE_MODEL, Approval, Kind
 from local_chat.prompting import message_text
 
 ERROR_MARK = "⚠️ "
 DROPPED_TITLE = "Older turns left out"
 THINKING_TITLE = "Thinking"
-NOT_FOR_THE_MODEL = ("notice", "stats", "stopped", "sources")
 STOPPED_CALL = "The user pressed Stop; this call did not run to its end."
 
 
-def kind_of(entry: dict) -> str:
-    return entry.get("kind") or ("question" if entry.get("role") == "user" else "answer")
+def kind_of(entry: dict) -> Kind:
+    return Kind(entry.get("kind") or (Kind.QUESTION if entry.get("role") == "user" else Kind.ANSWER))
 
 
 def view(entries: list[dict]) -> list[dict]:
@@ -39,17 +39,17 @@ def answer(text: str, model: str | None = None) -> dict:
 
 
 def error(sentence: str) -> dict:
-    return {"role": "assistant", "content": ERROR_MARK + sentence, "kind": "error"}
+    return {"role": "assistant", "content": ERROR_MARK + sentence, "kind": Kind.ERROR}
 
 
 def stats(line: str) -> dict:
     """An answer's figures (or its place in the queue), shown under it."""
-    return {"role": "assistant", "metadata": {"title": line, "status": "done"}, "content": "", "kind": "stats"}
+    return {"role": "assistant", "metadata": {"title": line, "status": "done"}, "content": "", "kind": Kind.STATS}
 
 
 def stopped() -> dict:
     return {"role": "assistant", "metadata": {"title": "Stopped"}, "content": "The answer was stopped here.",
-            "kind": "stopped"}  # fmt: skip
+            "kind": Kind.STOPPED}  # fmt: skip
 
 
 def dropped_turns(turns: int, context: int) -> dict:
@@ -63,7 +63,7 @@ def dropped_turns(turns: int, context: int) -> dict:
 
 def notice(title: str, text: str) -> dict:
     """A note in the chat, no part of the conversation the model sees."""
-    return {"role": "assistant", "metadata": {"title": title}, "content": text, "kind": "notice"}
+    return {"role": "assistant", "metadata": {"title": title}, "content": text, "kind": Kind.NOTICE}
 
 
 def thinking(text: str, done: bool, seconds: float | None = None, was_stopped: bool = False) -> dict:
@@ -73,10 +73,10 @@ def thinking(text: str, done: bool, seconds: float | None = None, was_stopped: b
         metadata["duration"] = round(seconds, 1)
     if was_stopped:
         metadata["log"] = "stopped"
-    return {"role": "assistant", "metadata": metadata, "content": text, "kind": "thinking"}
+    return {"role": "assistant", "metadata": metadata, "content": text, "kind": Kind.THINKING}
 
 
-def tool_call(call: dict, server: str | None = None, approval: str | None = None) -> dict:
+def tool_call(call: dict, server: str | None = None, approval: Approval | None = None) -> dict:
     """A call the model made, shown as a card: its name, its server and its arguments. `approval`, where the page runs
     it (ui/tool_rounds.py): "ask" (open, waiting for the user), "allowed" or "always" (to run), "running", "denied",
     "done" or "stopped"; None: an imported call."""
@@ -84,14 +84,14 @@ def tool_call(call: dict, server: str | None = None, approval: str | None = None
     name = function.get("name", "a tool")
     arguments = fenced(pretty_arguments(function.get("arguments")), "json")
     server_named = f" · {server}" if server else ""
-    card = {"role": "assistant", "content": arguments, "kind": "tool_call", "call": call}
-    if approval == "ask":  # open, in the chat itself: what would run
+    card = {"role": "assistant", "content": arguments, "kind": Kind.TOOL_CALL, "call": call}
+    if approval == Approval.ASK:  # open, in the chat itself: what would run
         of = f" of the server {server}" if server else ""
         card["content"] = f"The model asks to call **{name}**{of} with:\n\n{arguments}"
     else:
-        titles = {"running": f"Running {name}…", "denied": f"Declined {name}", "stopped": f"Stopped {name}",
-                  "not_run": f"Not run: {name}"}  # fmt: skip
-        status = "pending" if approval == "running" else "done"
+        titles = {Approval.RUNNING: f"Running {name}…", Approval.DENIED: f"Declined {name}",
+                  Approval.STOPPED: f"Stopped {name}", Approval.NOT_RUN: f"Not run: {name}"}  # fmt: skip
+        status = "pending" if approval == Approval.RUNNING else "done"
         card["metadata"] = {"title": titles.get(approval, f"Called {name}") + server_named, "status": status}
     return card | ({"server": server} if server else {}) | ({"approval": approval} if approval else {})
 
@@ -120,7 +120,7 @@ def tool_result(
     shown = "".join(f"![image]({address})\n\n" for address in images or []) + fenced(content)
     title = f"{'Error from' if failed else 'Result of'} {name or 'a tool'}"
     return {"role": "assistant", "metadata": {"title": title, "status": "done"},
-            "content": shown, "result": content, "kind": "tool_result", "tool_call_id": call_id}  # fmt: skip
+            "content": shown, "result": content, "kind": Kind.TOOL_RESULT, "tool_call_id": call_id}  # fmt: skip
 
 
 def is_note(entry: dict) -> bool:
@@ -131,7 +131,7 @@ def is_note(entry: dict) -> bool:
 def with_images_left_out(entries: list[dict], model: str) -> None:
     """A note that `model` (chosen on the page) does not see the conversation's images, once for each model."""
     text = f"{model} does not see images, so it answers without this conversation's images."
-    if not any(kind_of(e) == "notice" and e["content"] == text for e in entries):
+    if not any(kind_of(e) == Kind.NOTICE and e["content"] == text for e in entries):
         entries.append(notice("Images left out", text))
 
 
@@ -140,7 +140,7 @@ def with_dropped_turns(entries: list[dict], turns: int, context: int) -> None:
     if not turns:
         return
     note = dropped_turns(turns, context)
-    told = (e["content"] for e in reversed(entries) if kind_of(e) == "notice")
+    told = (e["content"] for e in reversed(entries) if kind_of(e) == Kind.NOTICE)
     if note["content"] != next(told, None):
         entries.insert(len(entries) - 1, note)
 
@@ -155,20 +155,20 @@ def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
         kind = kind_of(entry)
         if kind in NOT_FOR_THE_MODEL:
             continue
-        if kind == "error" and not for_export:
+        if kind == Kind.ERROR and not for_export:
             if kept and kept[-1]["role"] == "user":
                 kept.pop()
             reasoning = None
-        elif kind == "thinking":
+        elif kind == Kind.THINKING:
             reasoning = message_text(entry["content"])
-        elif kind == "tool_call":
+        elif kind == Kind.TOOL_CALL:
             if not (kept and kept[-1]["role"] == "assistant"):
                 kept.append({"role": "assistant", "content": ""})
             kept[-1].setdefault("tool_calls", [])  # the calls of the answer before them
             kept[-1]["tool_calls"].append(entry["call"])
             _with_reasoning(kept[-1], reasoning)
             reasoning = None
-        elif kind == "tool_result":
+        elif kind == Kind.TOOL_RESULT:
             result = entry.get("result", entry["content"])  # an entry of schema 4 or before: its content
             kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": result})
         else:
@@ -176,7 +176,7 @@ def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
             message |= {k: entry[k] for k in ("text", "images", "documents") if k in entry}  # its attachments
             if for_export and entry.get("model"):
                 message["model"] = entry["model"]
-            if kind == "answer":
+            if kind == Kind.ANSWER:
                 _with_reasoning(message, reasoning)
             reasoning = None
             kept.append(message)
@@ -191,7 +191,7 @@ def _with_reasoning(message: dict, reasoning: str | None) -> None:
 def up_to_last_question(entries: list[dict]) -> list[dict]:
     """The conversation without what followed its last question (the answer, its thought and its notes)."""
     entries = list(entries or [])
-    while entries and kind_of(entries[-1]) != "question":
+    while entries and kind_of(entries[-1]) != Kind.QUESTION:
         entries.pop()
     return entries
 
@@ -200,11 +200,11 @@ def marked_stopped(entries: list[dict]) -> list[dict] | None:
     """After Stop: a thought still streaming marked done and stopped (a tool call running: stopped, with a result
     saying so), then the stop mark; None where the last entry is no answer in progress (nothing to mark)."""
     entries = list(entries or [])
-    if any(entries[i].get("approval") == "running" for i in unanswered_calls(entries)):
+    if any(entries[i].get("approval") == Approval.RUNNING for i in unanswered_calls(entries)):
         entries = with_calls_closed(entries, STOPPED_CALL)
-    if not entries or kind_of(entries[-1]) not in ("answer", "thinking", "tool_result"):
+    if not entries or kind_of(entries[-1]) not in (Kind.ANSWER, Kind.THINKING, Kind.TOOL_RESULT):
         return None
-    if kind_of(entries[-1]) == "thinking":
+    if kind_of(entries[-1]) == Kind.THINKING:
         metadata = entries[-1]["metadata"]
         entries[-1] = thinking(entries[-1]["content"], True, metadata.get("duration"), was_stopped=True)
     return entries + [stopped()]
@@ -212,10 +212,10 @@ def marked_stopped(entries: list[dict]) -> list[dict] | None:
 
 def unanswered_calls(entries: list[dict]) -> list[int]:
     """Where the calls the page runs (ui/tool_rounds.py) that have no result yet are, in order."""
-    answered = {e.get("tool_call_id") for e in entries if kind_of(e) == "tool_result"}
+    answered = {e.get("tool_call_id") for e in entries if kind_of(e) == Kind.TOOL_RESULT}
     return [
         i for i, e in enumerate(entries)
-        if kind_of(e) == "tool_call" and e.get("approval") and e["call"].get("id") not in answered
+        if kind_of(e) == Kind.TOOL_CALL and e.get("approval") and e["call"].get("id") not in answered
     ]  # fmt: skip
 
 
@@ -225,7 +225,7 @@ def with_calls_closed(entries: list[dict], sentence: str) -> list[dict]:
     entries = list(entries)
     for at in unanswered_calls(entries):
         card = entries[at]
-        closed = "stopped" if card["approval"] == "running" else "not_run"
+        closed = Approval.STOPPED if card["approval"] == Approval.RUNNING else Approval.NOT_RUN
         entries[at] = tool_call(card["call"], card.get("server"), closed)
         entries.append(tool_result(sentence, card["call"].get("id"), card["call"]["function"].get("name")))
     return entries
