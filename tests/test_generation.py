@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 
 from local_chat.engine import AnswerFormat, Request, Sampling, collect
 from local_chat.errors import UserError
-from local_chat.model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopStrings
+from local_chat.model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopCutter, StopStrings
 from local_chat.model.meta import MetaModel
 
 MULTILINGUAL = "Héllo wörld, ça va? Grüße aus München. 你好，世界。 こんにちは 🙂 🚀 ✓ The answer is 19."
@@ -58,6 +58,17 @@ def test_stop_strings_hold_back_prefixes_and_cut_at_first_match():
     assert stops.safe_length("Hello") == 5
     assert stops.find("Hello\n##") == -1
     assert stops.find("Hello\n### Human") == 5
+
+
+def test_a_stop_cutter_shows_what_cannot_begin_a_stop_string_and_the_held_tail_at_the_end():
+    """The chat layer's and a remote engine's cutting (StopCutter): a tail that may begin a stop string waits; at the
+    end, one that never became one is shown; after a stop string, nothing is."""
+    cut = StopCutter(["###", "\nUser:"])
+    assert [cut.add(piece) for piece in ("Hello", " #", "#", " world\nUs")] == ["Hello", " ", "", "## world"]
+    assert (cut.finish(), cut.hit) == ("\nUs", False)
+    cut = StopCutter(["###"])
+    assert [cut.add(piece) for piece in ("a##", "#b", "more")] == ["a", "", ""]
+    assert (cut.finish(), cut.hit) == ("", True)
 
 
 def counted_pieces(model, prompt, **kwargs):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.errors import UserError
-from local_chat.model.detokenize import StopStrings
+from local_chat.model.detokenize import StopCutter
 from local_chat.prompting.answer_grammars import held_answer
 from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
 from local_chat.prompting.families import ChatFormat, chat_format
@@ -365,29 +365,24 @@ class _AnswerLogprobs:
 
 
 class _AnswerStops:
-    """The caller's stop strings, looked for in the answer text only: the text up to the first one, a tail that may
-    still become one held back until it is ruled out."""
+    """The caller's stop strings, looked for in the answer text only (model/detokenize.py's `StopCutter`)."""
 
     def __init__(self, stops: tuple[str, ...]):
-        self.stops = StopStrings(stops) if stops else None
-        self.text, self.sent, self.hit = "", 0, False
+        self.cutter = StopCutter(stops) if stops else None
+
+    @property
+    def hit(self) -> bool:
+        return self.cutter is not None and self.cutter.hit
 
     def cut(self, events: list[Event], at_end: bool = False) -> list[Event]:
-        if self.stops is None:
+        if self.cutter is None:
             return events
         out: list[Event] = []
         for event in events:
-            if not isinstance(event, Delta) or self.hit:
+            if not isinstance(event, Delta):
                 out.extend([] if self.hit else [event])
-                continue
-            self.text += event.text
-            found = self.stops.find(self.text)
-            self.hit = found >= 0
-            end = found if self.hit else len(self.text) if at_end else self.stops.safe_length(self.text)
-            if end > self.sent:
-                out.append(Delta(self.text[self.sent : end]))
-                self.sent = end
-        if at_end and not self.hit and self.sent < len(self.text):
-            out.append(Delta(self.text[self.sent :]))
-            self.sent = len(self.text)
+            elif shown := self.cutter.add(event.text):
+                out.append(Delta(shown))
+        if at_end and (tail := self.cutter.finish()):
+            out.append(Delta(tail))
         return out

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from local_chat.errors import UserError, described
-from local_chat.model.detokenize import StopStrings
+from local_chat.model.detokenize import StopCutter
 from local_chat.prompting.chat import image_parts, message_text
 from local_chat.prompting.response_formats import Region
 
@@ -280,8 +280,8 @@ class RemoteEngine:
 
         finished = threading.Event()
         threading.Thread(target=close_on_cancel, args=(reply, request.cancel, finished), daemon=True).start()
-        stops = StopStrings(request.stop)
-        text, shown, pieces, pending = "", 0, 0, []
+        stops = StopCutter(request.stop)
+        pieces, pending = 0, []
         usage, finish, first_at = None, None, None
         raw_reasoning = raw_think_splitter(request) if messages is not None else None
         reasoning, answer = Region(Reasoning), Region(Delta)  # whitespace at either end left out, as parsed
@@ -307,14 +307,12 @@ class RemoteEngine:
                 elif piece and messages is not None:  # the answer after the reasoning, trimmed as a parsed one is
                     piece = "".join(e.text for e in answer.chunk(piece))
                 if piece:
-                    first_at, pieces, text = first_at or time.perf_counter(), pieces + 1, text + piece
+                    first_at, pieces = first_at or time.perf_counter(), pieces + 1
                     pending += chunk_logprobs(choice.get("logprobs"), messages is not None)
-                    hit = stops.find(text)
-                    end = hit if hit >= 0 else stops.safe_length(text)
-                    if end > shown:
-                        yield Delta(text[shown:end], pending)
-                        shown, pending = end, []
-                    if hit >= 0:
+                    if shown := stops.add(piece):
+                        yield Delta(shown, pending)
+                        pending = []
+                    if stops.hit:
                         finish = FinishReason.STOP
                         break
                 if choice.get("finish_reason"):
@@ -336,6 +334,8 @@ class RemoteEngine:
         if finish is None:
             cancelled = request.cancel is not None and request.cancel.is_set()
             finish = FinishReason.CANCELLED if cancelled else FinishReason.STOP
+        if finish != FinishReason.CANCELLED and (tail := stops.finish()):
+            yield Delta(tail, pending)  # what might have begun a stop string, at the end: it did not
         if raw_reasoning is not None and finish != FinishReason.CANCELLED:
             yield from raw_reasoning.finish()  # what the splitter held back: the end of a tag that never came
         yield self._end(finish, usage, pieces, prompt_characters(request.prompt, messages), started, first_at)

@@ -36,6 +36,32 @@ class IncrementalDetokenizer:
         return delta
 
 
+class StopCutter:
+    """A text that grows piece by piece, cut at its first stop string: `add` gives what a piece makes showable (a
+    tail that could still become a stop string is held back until it is completed or ruled out), `finish` the tail
+    held back at the end, and `hit` says whether a stop string came (nothing is shown after it)."""
+
+    def __init__(self, stop_strings: Iterable[str]):
+        self._stops = StopStrings(stop_strings)
+        self.text, self.shown, self.hit = "", 0, False
+
+    def add(self, piece: str) -> str:
+        if self.hit:
+            return ""
+        self.text += piece
+        found = self._stops.find(self.text)
+        self.hit = found >= 0
+        return self._show(found if self.hit else self._stops.safe_length(self.text))
+
+    def finish(self) -> str:
+        return "" if self.hit else self._show(len(self.text))
+
+    def _show(self, end: int) -> str:
+        new = self.text[self.shown : end]
+        self.shown = max(self.shown, end)
+        return new
+
+
 class StopStrings:
     """Finds the first stop string in a growing text and how much of the text is safe to show.
 
