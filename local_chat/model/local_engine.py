@@ -304,6 +304,8 @@ class LocalEngine:
                 ids, eos_ids = prompt_ids + stream.token_ids, self.eos_ids(stop)
                 for _ in self.batcher.tokens(ids, sampling, eos_ids, stream, session):
                     yield stream
+            if not stream.done:  # a follower's, in tensor parallel: rank 0 ended the answer where its own did not
+                stream.finish(FinishReason.CANCELLED)
             yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached or stream.cached_tokens)
 
     def _batchable(self, inputs: ModelInputs, sampling: Sampling, logprobs: int | None, beside_others: bool) -> bool:
