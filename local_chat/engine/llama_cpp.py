@@ -42,7 +42,6 @@ from local_chat.prompting.images import png_bytes
 from .interface import (
     Answer,
     AnswerFormat,
-    Delta,
     End,
     EngineSummary,
     Event,
@@ -169,7 +168,7 @@ class LlamaCppEngine:
         decode = self.tokenizer.decode_with_specials if request.special_tokens else self.tokenizer.decode
         stream = AnswerStream(decode, self.eos_ids(tuple(request.stop)), list(request.stop), room, request.cancel)
         body = completion_body(prompt, request.sampling, room, request.answer_format, request.logprobs)
-        sent, sent_tokens, cached, sampled = "", 0, 0, 0
+        cached, sampled = 0, 0
         with self._http.stream("POST", self.url + "/completion", json=body) as reply:
             if reply.status_code != 200:
                 raise UserError(f"llama.cpp refused the request: {_message(reply)}")
@@ -182,10 +181,8 @@ class LlamaCppEngine:
                     length = int(chunk.get("tokens_evaluated") or length)
                     if not stream.done and chunk.get("stop"):
                         stream.finish(FinishReason.LENGTH if chunk.get("stop_type") == "limit" else FinishReason.STOP)
-                    tokens = stream.sent_tokens() if request.logprobs is not None else 0
-                    if len(stream.text) > len(sent) or tokens > sent_tokens:
-                        yield Delta(stream.text[len(sent) :], stream.logprobs[sent_tokens:tokens])
-                        sent, sent_tokens = stream.text, tokens
+                    if (delta := stream.next_delta(request.logprobs is not None)) is not None:
+                        yield delta
                     if stream.done:
                         break
             finally:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from local_chat.engine.interface import FinishReason, TokenLogprob
+from local_chat.engine.interface import Delta, FinishReason, TokenLogprob
 from local_chat.errors import UserError
 
 from .detokenize import IncrementalDetokenizer, StopStrings
@@ -51,6 +51,7 @@ class AnswerStream:
         self.finished_at: float | None = None
         self.cached_tokens = 0  # prompt tokens a session's cache held (set where a batch prefilled the prompt)
         self.detokenize_time = 0.0
+        self._delivered = (0, 0)  # the characters of `text` and the tokens `next_delta` gave so far
 
     @property
     def done(self) -> bool:
@@ -96,6 +97,16 @@ class AnswerStream:
             starts = [0, *self.token_ends[:-1]]
             return sum(1 for start in starts if start < self._visible_end) if self.token_ends else 0
         return sum(1 for end in self.token_ends if end <= self._visible_end)
+
+    def next_delta(self, with_logprobs: bool) -> Delta | None:
+        """What `text` shows since the last call (and, `with_logprobs`, the log-probabilities of the tokens it came
+        from: `sent_tokens`), as one `Delta`; None where nothing is new."""
+        characters, tokens = self._delivered
+        shown_tokens = self.sent_tokens() if with_logprobs else 0
+        if len(self.text) <= characters and shown_tokens <= tokens:
+            return None
+        self._delivered = (len(self.text), shown_tokens)
+        return Delta(self.text[characters:], self.logprobs[tokens:shown_tokens])
 
     def summary(self, prompt_tokens: int) -> dict:
         """Token counts and timings for the last piece of a stream."""

@@ -19,7 +19,6 @@ from local_chat.engine.interface import (
     ACCESSORY_SAMPLING,
     Answer,
     AnswerFormat,
-    Delta,
     End,
     EngineSummary,
     Event,
@@ -208,7 +207,6 @@ class LocalEngine:
     def stream(self, request: Request) -> Iterator[Event]:
         """The events of `request`'s answer (see engine/interface.py): new text, then its end. Never raises: an error
         ends the stream as one sentence (a bug's traceback goes to the log)."""
-        sent, sent_tokens = "", 0
         try:
             for item in self.answer_steps(
                 request.prompt, request.images, request.image_transform, request.sampling, tuple(request.stop),
@@ -218,10 +216,8 @@ class LocalEngine:
                 if isinstance(item, End):
                     yield item
                     return
-                tokens = item.sent_tokens() if request.logprobs is not None else 0
-                if len(item.text) > len(sent) or tokens > sent_tokens:
-                    yield Delta(item.text[len(sent) :], item.logprobs[sent_tokens:tokens])
-                    sent, sent_tokens = item.text, tokens
+                if (delta := item.next_delta(request.logprobs is not None)) is not None:
+                    yield delta
         except UserError as error:
             yield End.failed(str(error), caller_error=True)
         except Cancelled:  # while it waited for another adapter's answers
