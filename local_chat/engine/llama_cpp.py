@@ -163,7 +163,8 @@ class LlamaCppEngine:
     def _answer(self, request: Request) -> Iterator[Event]:
         if request.adapter:
             raise UserError("LoRA adapters are not served over a GGUF model; ask the model alone.")
-        prompt, length = self._prompt(request.prompt, request.images or [])
+        prompt, text_tokens = self._prompt(request.prompt, request.images or [])
+        length = text_tokens + self._image_tokens * len(request.images or [])
         room = answer_room(self.max_seq_len, length, request.sampling.max_new_tokens)
         decode = self.tokenizer.decode_with_specials if request.special_tokens else self.tokenizer.decode
         stream = AnswerStream(decode, self.eos_ids(tuple(request.stop)), list(request.stop), room, request.cancel)
@@ -189,13 +190,13 @@ class LlamaCppEngine:
                 finished.set()
         if not stream.done:
             stream.finish(FinishReason.CANCELLED)
-        if request.images:
-            self._learn_image_tokens(request.prompt, len(request.images), length)
+        if request.images:  # the most tokens an image took (`length`: the prompt's tokens as llama.cpp counted them)
+            self._image_tokens = max(self._image_tokens, (length - text_tokens) // len(request.images))
         yield End(**stream.summary(length), cached_tokens=cached)
 
     def _prompt(self, text: str, images: list) -> tuple[list[int] | dict, int]:
-        """(the prompt as llama.cpp takes it, its length in tokens as far as known): token ids; or, with images,
-        the text with a media marker at each image (in front where the template placed none) and the images."""
+        """(the prompt as llama.cpp takes it, its text's tokens): token ids; or, with images, the text with a media
+        marker at each image (in front where the template placed none) and the images."""
         if not images:
             ids = self.tokenizer.encode(text, bos=True)
             return ids, len(ids)
@@ -207,12 +208,7 @@ class LlamaCppEngine:
         if bos and self.tokenizer.adds_bos and text.startswith(bos):  # llama.cpp adds the BOS itself
             text = text[len(bos) :]
         data = [base64.b64encode(png_bytes(image)).decode() for image in images]
-        return {"prompt_string": text, "multimodal_data": data}, self.prompt_length(text, images)
-
-    def _learn_image_tokens(self, prompt: str, images: int, length: int) -> None:
-        """Keep the most tokens an image took (`length`: the prompt's tokens as llama.cpp counted them)."""
-        per_image = (length - len(self._text_ids(prompt))) // images
-        self._image_tokens = max(self._image_tokens, per_image)
+        return {"prompt_string": text, "multimodal_data": data}, len(self._text_ids(text))
 
     def _take(self, chunk: dict, sampled: int, stream: AnswerStream, logprobs: int | None) -> int:
         """Push the answer's tokens a chunk brings into `stream`, with their log-probabilities where the request asked
