@@ -4,6 +4,7 @@ the tabs, the sampling settings, the prompt panel and the message box's Send/Sto
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
 import gradio as gr
 
@@ -11,65 +12,24 @@ from local_chat.documents import DOCUMENT_SUFFIXES
 from local_chat.engine import Engine, checkpoint_name
 from local_chat.engine.interface import CHAT_SAMPLING, Sampling
 
+STATIC = Path(__file__).parent / "static"  # the page's CSS and scripts
 EXAMPLES = [{"text": t} for t in ("What is 23 plus 45?", "What is the capital of Japan?", "Who are you?")]
 IMAGE_EXAMPLES = [
     {"text": t} for t in ("What is in the image?", "What color is the circle?", "How many shapes are there?")
 ]
-CSS = """
-.stats { font-size: 0.8em; opacity: 0.75; }
-.model-line { font-size: var(--text-md); }
-.model-line summary { cursor: pointer; }
-.model-line .model-details { color: var(--body-text-color-subdued); font-size: var(--text-sm); margin-top: 2px; }
-.conversation img { max-width: min(240px, 60vw); max-height: 240px; border-radius: 6px; }
-/* Gradio's own clear (the trash icon) would empty a saved conversation's view: New chat does that job */
-.conversation button[aria-label="Clear"] { display: none; }
-/* a notice with no body (an answer's figures, the place in the queue): a quiet line, no box, nothing to open */
-.conversation .thought-group:has(> [aria-busy="true"]) { border: none; background: none; padding: 0; margin: 0; }
-.conversation [role="button"][aria-busy="true"] { pointer-events: none; font-size: var(--text-sm); opacity: 0.7; }
-.conversation [role="button"][aria-busy="true"] .arrow { display: none; }
-/* the prompt panel as tall as its text (Gradio's wrapped code box keeps max_lines' height even when empty) */
-.prompt-view .cm-scroller { min-height: 0 !important; }
-/* under a message: its other versions (‹ 2/3 ›), and Fork and Remove on hover (ui/branches.py) */
-.conversation .branch-bar { display: flex; align-items: center; gap: 4px; font-size: var(--text-sm);
-  color: var(--body-text-color-subdued); margin-top: 2px; }
-.conversation .branch-bar button { padding: 0 6px; border-radius: 4px; }
-.conversation .branch-bar button:hover:not(:disabled) { background: var(--background-fill-secondary); }
-.conversation .branch-bar button:disabled { opacity: 0.35; }
-.conversation .branch-bar .on-hover { opacity: 0; }
-.conversation .message-row:hover .branch-bar .on-hover, .conversation .branch-bar:focus-within .on-hover { opacity: 1; }
-@media (max-width: 500px) { .conversation { height: 52vh !important; } .model-line { font-size: var(--text-sm); } }
-/* on a narrow screen Gradio's sidebar arrow hangs half off the screen's edge: a whole round button inside it */
-@media (max-width: 768px) {
-  .sidebar.conversations .toggle-button { border: 1px solid var(--border-color-primary) !important;
-    border-radius: 50% !important; width: 36px !important; height: 36px !important; left: calc(100% + 6px) !important; }
-  .sidebar.conversations.open .toggle-button { left: auto !important; right: 8px !important; }
-  .sidebar.conversations .sidebar-content { padding-right: 52px !important; }
-}
-"""
+
+
+def static_text(name: str) -> str:
+    """One of the page's own files (ui/static/: its CSS and scripts), as Gradio takes them: text."""
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+CSS = static_text("page.css")
 # Images come from the app itself only: a model talked into writing <img src="https://..."> or ![](https://...)
 # cannot make the browser call an outside address (and send it whatever the model put into the URL).
 HEAD = """<meta http-equiv="Content-Security-Policy" content="img-src 'self' data: blob:">"""
 # run by the page once it has loaded (launch's `js`)
-PAGE_JS = """() => {
-  // Escape stops the answer that streams (the message box's Stop, shown only then)
-  document.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape") return;
-    const stop = Array.from(document.querySelectorAll("button.stop-button")).find((b) => b.offsetParent !== null);
-    if (stop) stop.click();
-  }, true);  // in the capture phase: the message box handles its own keys
-  // on a narrow screen the conversations start closed: the chat and its message box come first
-  let tries = 0;
-  const timer = setInterval(() => {
-    const sidebar = document.querySelector(".sidebar.conversations");
-    if (sidebar && window.innerWidth < 700 && sidebar.classList.contains("open")) {
-      sidebar.querySelector(".toggle-button").click();
-    }
-    // on a wide screen the model's details show under its name; on a narrow one they are a tap away
-    const details = document.querySelector(".model-line details");
-    if (details && window.innerWidth >= 700) details.open = true;
-    if ((sidebar && details) || ++tries > 50) clearInterval(timer);
-  }, 100);
-}"""
+PAGE_JS = static_text("page.js")
 # what `launch` needs besides the address; the footer's "Settings" (Gradio's) would stand beside the chat's own
 PAGE = {"css": CSS, "head": HEAD, "js": PAGE_JS, "footer_links": ["api", "gradio"]}
 
