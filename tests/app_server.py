@@ -12,7 +12,6 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -202,7 +201,7 @@ def submit(
 
     settings = ChatSettings(conversation, browser_id, template, None, "padded_resize", **sampling, thinking=thinking)
     request = SimpleNamespace(session_hash=session, username=username)
-    return last_of(tab.submit(request, box, list(history), *astuple(settings)))
+    return last_of(tab.submit(request, box, list(history), settings))
 
 
 def last_of(updates):

@@ -5,7 +5,6 @@ the whole tree; on the demo model, through the chat tab's handlers and in Chromi
 import json
 import sqlite3
 import time
-from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -70,8 +69,8 @@ def chat(demo, tmp_path):
     store.close()
 
 
-def settings(conversation) -> tuple:
-    return astuple(ChatSettings(conversation, ME, "default", None, "padded_resize", 64, 0.0, 0.75, 0, 1.0))
+def settings(conversation) -> ChatSettings:
+    return ChatSettings(conversation, ME, "default", None, "padded_resize", 64, 0.0, 0.75, 0, 1.0)
 
 
 def ask(tab, text, history=(), conversation=None):
@@ -80,16 +79,16 @@ def ask(tab, text, history=(), conversation=None):
 
 
 def regenerate(tab, history, conversation) -> list[dict]:
-    return last_of(tab.regenerate(REQUEST, history, *settings(conversation)))[0]
+    return last_of(tab.regenerate(REQUEST, history, settings(conversation)))[0]
 
 
 def edit(tab, history, index, text, conversation) -> list[dict]:
-    return last_of(tab.edit(REQUEST, SimpleNamespace(index=index, value=text), history, *settings(conversation)))[0]
+    return last_of(tab.edit(REQUEST, SimpleNamespace(index=index, value=text), history, settings(conversation)))[0]
 
 
 def click(tab, conversation, node, do="go"):
     """A click under a message (ui/branches.py's script): (entries, conversation, list, title, prompt, nav, note)."""
-    return tab.on_branch({"action": {"do": do, "node": node}}, conversation, ME, REQUEST)
+    return tab.sidebar.branches.on_branch({"action": {"do": do, "node": node}}, conversation, ME, REQUEST)
 
 
 def texts(entries) -> list[str]:
@@ -188,19 +187,21 @@ def test_search_finds_a_word_of_an_old_branch_and_opens_it_there_but_not_another
     history, peru = ask(tab, "What is the capital of Peru?")
     edit(tab, history, 0, "What is the capital of Kenya?", peru)  # the Lima answer is off screen now
     ask(tab, "Who are you?")
-    found, listed = tab.search("lim", ME, REQUEST)  # as typed: the last word a prefix
+    found, listed = tab.sidebar.branches.search("lim", ME, REQUEST)  # as typed: the last word a prefix
     assert listed["visible"] is False and found["visible"] is True
     [(label, choice)] = found["choices"]
     assert label == "What is the capital of Kenya? — Answer 1. The capital of Peru is [Lima]."  # the title follows
-    entries, opened, *_, note = tab.open_found(choice, ME, REQUEST)
+    entries, opened, *_, note = tab.sidebar.branches.open_found(choice, ME, REQUEST)
     assert opened == peru and note == "" and texts(entries)[-1] == "Answer 1. The capital of Peru is Lima."
-    found, _ = tab.search("capital peru", ME, REQUEST)  # its title followed the branch opened
+    found, _ = tab.sidebar.branches.search("capital peru", ME, REQUEST)  # its title followed the branch opened
     assert [c for _, c in found["choices"]] == [f"{peru}/"]  # the title matched: the conversation, once
-    assert tab.search("Lima", "c" * 32, REQUEST)[0]["choices"] == []  # another login's page finds nothing
-    assert tab.search("Lima", "c" * 32, REQUEST)[0]["info"] == NO_RESULT
+    assert (
+        tab.sidebar.branches.search("Lima", "c" * 32, REQUEST)[0]["choices"] == []
+    )  # another login's page finds nothing
+    assert tab.sidebar.branches.search("Lima", "c" * 32, REQUEST)[0]["info"] == NO_RESULT
     # typed before the page's first load gave it its id: it is searched once the load ends, not refused
-    assert tab.search("Lima", None, REQUEST)[0]["info"] == STILL_LOADING
-    assert tab.search("", ME, REQUEST)[1]["visible"] is True  # an empty box: the list again
+    assert tab.sidebar.branches.search("Lima", None, REQUEST)[0]["info"] == STILL_LOADING
+    assert tab.sidebar.branches.search("", ME, REQUEST)[1]["visible"] is True  # an empty box: the list again
 
 
 def test_a_pinned_conversation_is_listed_first(chat):
@@ -208,10 +209,13 @@ def test_a_pinned_conversation_is_listed_first(chat):
     _, older = ask(tab, "What is the capital of Japan?")
     _, newer = ask(tab, "What is the capital of Spain?")
     assert [c for _, c in tab.saved.choices(OWNER)] == [newer, older]
-    listed, _ = tab.pin(True, older, ME, REQUEST)
+    listed, _ = tab.sidebar.branches.pin(True, older, ME, REQUEST)
     assert listed["choices"] == [("★ What is the capital of Japan?", older), ("What is the capital of Spain?", newer)]
-    assert tab.pinned_of(older, ME, REQUEST) is True and tab.pinned_of(newer, ME, REQUEST) is False
-    tab.pin(False, older, ME, REQUEST)
+    assert (
+        tab.sidebar.branches.pinned_of(older, ME, REQUEST) is True
+        and tab.sidebar.branches.pinned_of(newer, ME, REQUEST) is False
+    )
+    tab.sidebar.branches.pin(False, older, ME, REQUEST)
     assert [c for _, c in tab.saved.choices(OWNER)] == [newer, older]
 
 

@@ -299,7 +299,9 @@ def test_a_request_naming_another_owners_conversation_is_refused(demo, tmp_path)
     store = Store(tmp_path / "chats.db")
     tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(store))
     history, _, _, alices, _ = chat_turn(tab, "What is the capital of Peru?", [], None, None, username="alice")
-    shown, conversation, title, note, _ = tab.open(alices, None, SimpleNamespace(session_hash="b", username="bob"))
+    shown, conversation, title, note, _ = tab.sidebar.open(
+        alices, None, SimpleNamespace(session_hash="b", username="bob")
+    )
     assert "no such conversation among yours" in note and conversation is not None  # nothing opened (a skip)
     history, *_ = chat_turn(tab, "Mine now?", history, alices, None, session="b", username="bob")
     assert "no such conversation among yours" in history[-1]["content"]
@@ -329,7 +331,7 @@ def test_reopening_a_conversation_rebuilds_its_cache_once_then_reuses_it(demo, t
     tab = ChatTab(engine, Cancels(), "default", "padded_resize", SavedChats(store))
     me = SavedChats.browser_id(None)
     _, _, _, conversation, _ = chat_turn(tab, "What is the capital of Peru?", [], None, me, session="one")
-    reopened, conversation, _, _, prompt = tab.open(
+    reopened, conversation, _, _, prompt = tab.sidebar.open(
         conversation, me, SimpleNamespace(session_hash="two", username=None)
     )
     assert prompt.endswith("### Human: What is the capital of Peru?\n### Assistant:")  # its last, for the panel
@@ -369,7 +371,6 @@ def test_an_edit_cut_before_its_answer_keeps_the_conversation_and_a_cut_answer_i
     """An edit (or a regeneration) is saved only with its answer: cut before one comes (a closed tab), the
     conversation keeps its earlier turns; cut in its middle, it is saved as far as it went, marked stopped."""
     import asyncio
-    from dataclasses import astuple
 
     from local_chat.ui.chat_tab import ChatSettings
 
@@ -385,7 +386,7 @@ def test_an_edit_cut_before_its_answer_keeps_the_conversation_and_a_cut_answer_i
     request = SimpleNamespace(session_hash="s", username=None)
 
     async def cut_after(pieces: int) -> None:
-        updates = tab.edit(request, edit, history, *astuple(settings))
+        updates = tab.edit(request, edit, history, settings)
         for _ in range(pieces):
             await anext(updates)
         await updates.aclose()  # the tab closed: Gradio closes the handler
@@ -426,16 +427,16 @@ def chat_list(page) -> list[str]:
 def test_a_message_typed_while_the_page_loads_waits_for_its_id_and_is_saved(browser, demo, tmp_path, monkeypatch):  # noqa: F811
     """A slow first load (a busy server): the message box takes text only once the page has its browser id, so
     the first message is saved, not refused with "no browser id yet"."""
-    from local_chat.ui.conversations import SavedConversations
+    from local_chat.ui.conversations import Sidebar
 
-    first_load = SavedConversations.first_load
+    first_load = Sidebar.first_load
 
     @functools.wraps(first_load)  # its signature: Gradio passes the request to it
     def slow_first_load(self, *args, **kwargs):
         time.sleep(2)
         return first_load(self, *args, **kwargs)
 
-    monkeypatch.setattr(SavedConversations, "first_load", slow_first_load)
+    monkeypatch.setattr(Sidebar, "first_load", slow_first_load)
     with serve(demo, store=Store(tmp_path / "chats.db")) as (url, _):
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
@@ -447,13 +448,13 @@ def test_a_message_typed_while_the_page_loads_waits_for_its_id_and_is_saved(brow
 
 
 def test_a_first_load_that_fails_still_takes_a_message_and_says_what_to_do(browser, demo, tmp_path, monkeypatch):  # noqa: F811
-    from local_chat.ui.conversations import SavedConversations
+    from local_chat.ui.conversations import Sidebar
 
-    @functools.wraps(SavedConversations.first_load)
+    @functools.wraps(Sidebar.first_load)
     def failing_first_load(self, *args, **kwargs):
         raise RuntimeError("the database could not be read")
 
-    monkeypatch.setattr(SavedConversations, "first_load", failing_first_load)
+    monkeypatch.setattr(Sidebar, "first_load", failing_first_load)
     with serve(demo, store=Store(tmp_path / "chats.db")) as (url, _):
         page = open_page(browser, url)  # its message box takes text
         send(page, "What is the capital of France?")

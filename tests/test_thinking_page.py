@@ -117,13 +117,13 @@ def test_a_saved_conversation_keeps_the_thought_and_the_switch_and_exports_and_i
     request = SimpleNamespace(session_hash="s", username=None)
     forced.again(THOUGHT_AND_ANSWER, model.tokenizer.hf, END)
     entries, _, _, conversation, _ = ask(tab, "Hello there!", thinking=False, browser_id=me)
-    shown, reopened, _, _, _ = tab.open(conversation, me, request)
+    shown, reopened, _, _, _ = tab.sidebar.open(conversation, me, request)
     assert reopened == conversation and [kind_of(e) for e in shown] == ["question", "thinking", "answer", "stats"]
     assert tab.thinking_of(conversation, me, None, request) is False  # the switch as this conversation left it
     store.close()  # the app restarts on the same database: the thought is there again
     store = Store(tmp_path / "c.db")
     tab = chat_tab(model, store)
-    shown, _, _, _, _ = tab.open(conversation, me, request)
+    shown, _, _, _, _ = tab.sidebar.open(conversation, me, request)
     assert [kind_of(e) for e in shown] == ["question", "thinking", "answer", "stats"]
 
     saved = tab.saved

@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,22 +98,22 @@ def page(qwen3_tools, servers, tmp_path):
 REQUEST = SimpleNamespace(session_hash="tab", username=None)
 
 
-def settings(conversation=None, tools=None) -> tuple:
-    return astuple(ChatSettings(conversation, BROWSER, "chat_template", None, "padded_resize", 300, 0.0, 0.75, 0, 1.0,
-                                None, None, tools))  # fmt: skip
+def settings(conversation=None, tools=None) -> ChatSettings:
+    return ChatSettings(conversation, BROWSER, "chat_template", None, "padded_resize", 300, 0.0, 0.75, 0, 1.0, None,
+                        None, tools)  # fmt: skip
 
 
 def ask(tab, text, history=(), conversation=None, tools=None) -> tuple[list, str | None]:
     """Send `text`: (entries, conversation id)."""
     box = {"text": text, "files": []}
-    entries, _, _, conversation, _ = last_of(tab.submit(REQUEST, box, list(history), *settings(conversation, tools)))
+    entries, _, _, conversation, _ = last_of(tab.submit(REQUEST, box, list(history), settings(conversation, tools)))
     return entries, conversation
 
 
 def choose(tab, choice: str, history, conversation, tools=None) -> tuple[list, str]:
     """Press a card's button ("allow", "always" or "deny"): (entries, prompt of the answer after it)."""
     chosen = SimpleNamespace(value=choice, index=0)
-    entries, prompt, _, _ = last_of(tab.decide(REQUEST, chosen, history, *settings(conversation, tools)))
+    entries, prompt, _, _ = last_of(tab.decide(REQUEST, chosen, history, settings(conversation, tools)))
     return entries, prompt
 
 
@@ -250,7 +249,7 @@ def test_always_allow_runs_the_next_call_without_a_card_until_it_is_revoked(page
     assert kinds(entries)[-3:] == ["tool_call:done", "tool_result", "answer"]
     assert json.loads(without_figures(entries)[-2]["result"])["timezone"] == "Asia/Tokyo"
 
-    tab.revoke([], BROWSER, REQUEST)  # unticked in the Tools control: asked again
+    tab.tools.revoke([], BROWSER, REQUEST)  # unticked in the Tools control: asked again
     forced.in_turn([call("get_current_time", timezone="UTC"), "Noon."], hf, END)
     entries, _ = ask(tab, "Once more?", entries, conversation)
     assert kinds(entries)[-1] == "tool_call:ask" and store.always_allowed(OWNER) == []
@@ -258,7 +257,7 @@ def test_always_allow_runs_the_next_call_without_a_card_until_it_is_revoked(page
 
 def test_max_tool_rounds_ends_the_answer_with_its_sentence(page):
     tab, forced, _ = page  # --max_tool_rounds 2
-    tab.approvals.set(OWNER, ["weather/weather_get_weather", "weather/get_weather"])
+    tab.tools.approvals.set(OWNER, ["weather/weather_get_weather", "weather/get_weather"])
     forced.in_turn([call("weather_get_weather", city="Paris")] * 4, tab.engine.tokenizer.hf, END)
     entries, _ = ask(tab, "Loop forever.")
     assert kinds(entries).count("tool_call:done") == 2 and kinds(entries)[-3:] == ["tool_call:not_run", "tool_result",
@@ -276,7 +275,7 @@ def test_stop_during_a_slow_call_ends_within_a_second_and_keeps_the_conversation
 
     async def stopped_mid_call():
         async def run():
-            async for update in tab.decide(REQUEST, SimpleNamespace(value="allow"), entries, *settings(conversation)):
+            async for update in tab.decide(REQUEST, SimpleNamespace(value="allow"), entries, settings(conversation)):
                 shown.append(update[0])
 
         task = asyncio.ensure_future(run())
@@ -325,8 +324,10 @@ def test_tools_switched_off_are_not_offered_and_the_choice_is_kept_with_the_conv
     entries, conversation = ask(tab, "Hi", tools=on)
     prompt = store.get(OWNER, conversation).options["prompt"]
     assert '"name": "get_current_time"' in prompt and "weather_get_weather" not in prompt
-    assert tab.tools_of(conversation, BROWSER, REQUEST) == on  # reopened: as this conversation left it
-    assert set(tab.tools_of(None, BROWSER, REQUEST)) == {t.key for t in tab.tool_servers.tools}  # a new one: all on
+    assert tab.tools.tools_of(conversation, BROWSER, REQUEST) == on  # reopened: as this conversation left it
+    assert set(tab.tools.tools_of(None, BROWSER, REQUEST)) == {
+        t.key for t in tab.tools.servers.tools
+    }  # a new one: all on
 
 
 def test_a_model_whose_template_takes_no_tools_is_told_and_gets_none(servers):
@@ -385,7 +386,7 @@ def test_in_front_of_an_engine_the_page_runs_the_calls_the_engine_returns(qwen3_
 def test_each_login_has_its_own_always_list(page):
     tab, _, store = page
     alice, bob = SimpleNamespace(session_hash="a", username="alice"), SimpleNamespace(session_hash="b", username="bob")
-    tab.approvals.set(tab.tool_owner(None, alice), ["time/get_current_time"])
-    assert tab.approvals.of(tab.tool_owner(None, alice)) == ["time/get_current_time"]
-    assert tab.approvals.of(tab.tool_owner(None, bob)) == [] and store.always_allowed("user:alice") == [
+    tab.tools.approvals.set(tab.tools.owner(None, alice), ["time/get_current_time"])
+    assert tab.tools.approvals.of(tab.tools.owner(None, alice)) == ["time/get_current_time"]
+    assert tab.tools.approvals.of(tab.tools.owner(None, bob)) == [] and store.always_allowed("user:alice") == [
         "time/get_current_time"]  # fmt: skip

@@ -1,7 +1,7 @@
 """The Gradio app: the Chat and Single-turn tabs over one engine (ui/chat_tab.py, ui/single_turn.py), with the
-/chat and /single_turn API beside them (ui/gradio_api.py) and the saved conversations' sidebar
-(ui/conversations.py). Gradio does not limit how many answers run at once: the engine it is given
-(engine/in_order.py) serves the page's and the /v1 API's requests in arrival order.
+/chat and /single_turn API beside them (ui/gradio_api.py) and the saved conversations' sidebar (ui/conversations.py;
+built before the tabs, wired after the chat it serves). Gradio does not limit how many answers run at once: the
+engine it is given (engine/in_order.py) serves the page's and the /v1 API's requests in arrival order.
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def build_app(
             for tab in tabs
             if tab.startswith("chat")
         }
-        saving = next((chat for chat in chat_tabs.values() if chat.saving), None)
+        saving = next((chat for chat in chat_tabs.values() if chat.saving), None)  # the chat with the sidebar
         if saving is not None:
-            saving.build_sidebar()
+            saving.sidebar.build()
         if picker is not None:
             picker.build(model_panel(engine))
         else:
@@ -89,7 +89,7 @@ def build_app(
                     else:
                         chat_tabs[tab].build(browser_id, session_model)
         if saving is not None:
-            saving.wire_sidebar(browser_id, app)
+            saving.sidebar.wire(app, saving)
         if picker is not None:
             picker.wire(list(chat_tabs.values()))
         gr.api(

@@ -1,5 +1,5 @@
-"""Branches on the page (history/tree.py keeps them), pins and search: a mixin of `ChatTab` (ui/chat_tab.py), built
-and wired with the sidebar (ui/conversations.py). With saved conversations only: without them nothing keeps a tree.
+"""Branches on the page (history/tree.py keeps them), pins and search: built and wired by the sidebar
+(ui/conversations.py). With saved conversations only: without them nothing keeps a tree.
 
 Under each message of the branch on screen that has siblings (the earlier answers of a regenerated question, the
 earlier versions of an edited one), "‹ 2/3 ›" shows another, down to its newest message; Fork (a new conversation
@@ -14,13 +14,15 @@ The sidebar's search finds this owner's conversations by the words of their titl
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gradio as gr
 
 from local_chat.errors import UserError
 
 from . import turns
 from .layout import static_text
-from .wiring import UI_ONLY, with_view
+from .wiring import UI_ONLY, updating
 
 FORK_NOTE = "Forked from “{}”: this conversation holds its messages down to the one it was forked at."
 NO_RESULT = "No conversation of yours holds these words."
@@ -42,24 +44,59 @@ def split_choice(choice: str) -> tuple[str, str | None]:
     return conversation_id, node or None
 
 
-class Branching:
+class Reopened(NamedTuple):
+    """A conversation opened again (on another branch, forked, a search's result), and a note."""
+
+    chat: list | object
+    conversation_id: str | object
+    listed: object
+    title: str | object
+    prompt: str | object
+    nav: dict | object
+    note: str
+
+
+class Found(NamedTuple):
+    """The search's results, and the conversations' list (one shown at a time)."""
+
+    found: dict
+    listed: dict
+
+
+class Noted(NamedTuple):
+    """The conversations' list, and a note under the sidebar."""
+
+    listed: object
+    note: str
+
+
+class Branches:
+    """The controls under the messages, the search and the pin, over `saved` (which keeps conversations); `stop`:
+    the chat's Stop, which opening another branch presses."""
+
+    def __init__(self, saved, stop):
+        self.saved, self.stop = saved, stop
+        self.search_box = self.found = self.nav = None  # once built (`build_search`, `build_nav`)
+
+    def named(self) -> dict:
+        return {"search": self.search_box, "found": self.found, "nav": self.nav}
+
     # ----- the controls under the messages -----
 
     def points_of(self, conversation_id, browser_id, request: gr.Request) -> dict:
-        if not (self.saving and conversation_id):
+        if not conversation_id:
             return {"conversation": None, "points": []}
         try:
-            return nav_value(self.saved.store.get(self._owner(browser_id, request), conversation_id))
+            return nav_value(self.saved.store.get(self.saved.owner(browser_id, request), conversation_id))
         except UserError:  # deleted meanwhile
             return {"conversation": None, "points": []}
 
-    def on_branch(self, value, conversation_id, browser_id, request: gr.Request):
-        """A click under a message: show a sibling ("go"), fork there, or delete it; (chat, conversation, list,
-        title, prompt, nav, note)."""
+    def on_branch(self, value, conversation_id, browser_id, request: gr.Request) -> Reopened:
+        """A click under a message: show a sibling ("go"), fork there, or delete it."""
         action = (value or {}).get("action") or {}
         what, node = action.get("do"), action.get("node")
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             if not conversation_id or what not in ACTIONS or not isinstance(node, str):
                 raise UserError("That control belongs to a conversation no longer open; reopen it.")
             store = self.saved.store
@@ -71,64 +108,61 @@ class Branching:
                 note = turns.notice("Forked", FORK_NOTE.format(store.get(owner, conversation_id).title))
                 conversation_id = store.fork(owner, conversation_id, node, note)
         except UserError as error:
-            return *[gr.skip()] * 6, str(error)
+            return Reopened(*[gr.skip()] * 6, str(error))
         note = {"fork": "Forked: this is the new conversation.", "delete": "Removed."}.get(what, "")
-        return *self._reopened(owner, conversation_id, request), note
+        return self._reopened(owner, conversation_id, request, note)
 
-    def _reopened(self, owner, conversation_id, request: gr.Request) -> tuple:
-        """(chat, conversation, list, title, prompt, nav) of a conversation opened again, and the page's read
-        revision of it."""
+    def _reopened(self, owner, conversation_id, request: gr.Request, note: str) -> Reopened:
+        """A conversation opened again (the page's read revision of it kept), with `note`."""
         found = self.saved.opened(request.session_hash, owner, conversation_id)
         listed = self.saved.listed(owner, found.id)
         shown = self.saved.shown(owner, found.id, found.messages)
-        return shown, found.id, listed, found.title, found.options.get("prompt", ""), nav_value(found)
+        return Reopened(shown, found.id, listed, found.title, found.options.get("prompt", ""), nav_value(found), note)
 
     # ----- search and pins -----
 
-    def search(self, text, browser_id, request: gr.Request):
+    def search(self, text, browser_id, request: gr.Request) -> Found:
         """The sidebar's search as the user types: (the results, the conversations' list), one shown at a time."""
         if not (text or "").strip():
-            return gr.update(choices=[], value=None, visible=False), gr.update(visible=True)
+            return Found(gr.update(choices=[], value=None, visible=False), gr.update(visible=True))
         if not getattr(request, "username", None) and not self.saved.has_browser_id(browser_id):
-            # typed before the page's first load gave it its id: searched again once it has (ui/conversations.py)
-            return gr.update(choices=[], info=STILL_LOADING, visible=True), gr.update(visible=False)
+            # typed before the page's first load gave it its id: searched again once it has (`search_again`)
+            return Found(gr.update(choices=[], info=STILL_LOADING, visible=True), gr.update(visible=False))
         try:
-            found = self.saved.store.search(self._owner(browser_id, request), text)
+            found = self.saved.store.search(self.saved.owner(browser_id, request), text)
         except UserError as error:
-            return gr.update(choices=[], info=str(error), visible=True), gr.update(visible=False)
+            return Found(gr.update(choices=[], info=str(error), visible=True), gr.update(visible=False))
         choices = [(f"{f.title} — {f.snippet}" if f.node else f.snippet, f"{f.conversation}/{f.node or ''}")
                    for f in found]  # fmt: skip
-        return gr.update(choices=choices, value=None, info=None if choices else NO_RESULT, visible=True), gr.update(
-            visible=False
-        )
+        shown = gr.update(choices=choices, value=None, info=None if choices else NO_RESULT, visible=True)
+        return Found(shown, gr.update(visible=False))
 
-    def open_found(self, choice, browser_id, request: gr.Request):
-        """A search result opened on the branch of the message that matched: (chat, conversation, list, title,
-        prompt, nav, note)."""
+    def open_found(self, choice, browser_id, request: gr.Request) -> Reopened:
+        """A search result opened on the branch of the message that matched."""
         if not choice:
-            return *[gr.skip()] * 6, ""
+            return Reopened(*[gr.skip()] * 6, "")
         conversation_id, node = split_choice(choice)
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             if node is not None:
                 self.saved.store.switch(owner, conversation_id, node)
-            return *self._reopened(owner, conversation_id, request), ""
+            return self._reopened(owner, conversation_id, request, "")
         except UserError as error:
-            return *[gr.skip()] * 6, str(error)
+            return Reopened(*[gr.skip()] * 6, str(error))
 
-    def pin(self, pinned, conversation_id, browser_id, request: gr.Request):
-        """Pin the open conversation to the top of the list, or unpin it: (list, note)."""
+    def pin(self, pinned, conversation_id, browser_id, request: gr.Request) -> Noted:
+        """Pin the open conversation to the top of the list, or unpin it."""
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             self.saved.store.pin(owner, conversation_id, bool(pinned))
         except UserError as error:
-            return gr.skip(), str(error)
-        return self.saved.listed(owner, conversation_id), ""
+            return Noted(gr.skip(), str(error))
+        return Noted(self.saved.listed(owner, conversation_id), "")
 
     def pinned_of(self, conversation_id, browser_id, request: gr.Request) -> bool:
         if not conversation_id:
             return False
-        return self.saved.store.pinned(self._owner(browser_id, request), conversation_id)
+        return self.saved.store.pinned(self.saved.owner(browser_id, request), conversation_id)
 
     # ----- layout and wiring -----
 
@@ -136,7 +170,7 @@ class Branching:
         self.search_box = gr.Textbox(
             placeholder="Search conversations", show_label=False, container=False, max_lines=1, elem_classes="search"
         )
-        self.found_list = gr.Radio([], value=None, show_label=False, visible=False, elem_classes="chat-list found")
+        self.found = gr.Radio([], value=None, show_label=False, visible=False, elem_classes="chat-list found")
 
     def build_nav(self) -> None:
         self.nav = gr.HTML(
@@ -147,22 +181,26 @@ class Branching:
             elem_classes="branch-nav",
         )
 
-    def wire_branches(self, browser_id, restore: dict) -> None:
-        """The events of the controls under the messages, the search and the pin; `restore`: the step that sets the
-        open conversation's switches and draws the controls again."""
+    def search_again(self, event, browser_id, named: dict) -> None:
+        """After `event` (the page's first load), what was typed in the search before the page had its id."""
+        event.then(**updating(self.search, Found, named), inputs=[self.search_box, browser_id], api_visibility=UI_ONLY)
+
+    def wire(self, named: dict, stop: dict, restore: dict) -> None:
+        """The events of the controls under the messages, the search and the pin; `named`: the page's components by
+        name; `stop`: the chat's Stop step; `restore`: the step that sets the open conversation's switches and draws
+        the controls again."""
         quiet = dict(api_visibility=UI_ONLY)
-        conversation_id, chats = self.conversation_id, self.sidebar_list
-        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
-        opened = [self.chatbot, self.entries, conversation_id, chats, self.title, self.prompt_view, self.nav]
+        conversation_id, browser_id = named["conversation_id"], named["browser_id"]
         self.nav.branch(**stop).then(
-            with_view(self.on_branch), [self.nav, conversation_id, browser_id], [*opened, self.note], **quiet
+            **updating(self.on_branch, Reopened, named), inputs=[self.nav, conversation_id, browser_id], **quiet
         ).then(**restore)
         self.search_box.change(  # as typed, a cleared box too; what was typed meanwhile, once the last ends
-            self.search, [self.search_box, browser_id], [self.found_list, chats], trigger_mode="always_last",
+            **updating(self.search, Found, named), inputs=[self.search_box, browser_id], trigger_mode="always_last",
             show_progress="hidden", **quiet,
         )  # fmt: skip
-        self.found_list.input(**stop).then(
-            with_view(self.open_found), [self.found_list, browser_id], [*opened, self.note], **quiet
+        self.found.input(**stop).then(
+            **updating(self.open_found, Reopened, named), inputs=[self.found, browser_id], **quiet
         ).then(**restore)
-        self.pinned.input(self.pin, [self.pinned, conversation_id, browser_id], [chats, self.note], **quiet)
-        conversation_id.change(self.pinned_of, [conversation_id, browser_id], self.pinned, **quiet)
+        pinned = named["pinned"]
+        pinned.input(**updating(self.pin, Noted, named), inputs=[pinned, conversation_id, browser_id], **quiet)
+        conversation_id.change(self.pinned_of, [conversation_id, browser_id], pinned, **quiet)

@@ -1,27 +1,125 @@
-"""The chat tab's saved conversations (ui/history.py, history/store.py): the sidebar (New chat, this owner's
-conversations newest first, rename, delete, export, import), its handlers and their wiring. `ChatTab` (ui/chat_tab.py)
-is built on it: these methods use its `saved`, `_owner`, `stop`, `switch`, `tools_of`, `picker` and the components its
-`build` made."""
+"""The saved conversations' sidebar (ui/history.py, history/store.py): New chat, this owner's conversations newest
+first, rename, pin, delete, export, import, and the search and branch controls (ui/branches.py); its handlers and
+their wiring to the chat tab that keeps saved conversations (ui/chat_tab.py), whose `ChatParts` it updates."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import gradio as gr
 
 from local_chat.errors import UserError
 
-from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices
+from .branches import Branches, Noted
 from .turns import view
-from .wiring import UI_ONLY, with_view
+from .wiring import UI_ONLY, updating
 
 FIRST_PAINT = 16  # the entries a reopened conversation shows at once, before the page has opened it
 
 
-class SavedConversations:
+@dataclass(frozen=True)
+class SidebarParts:
+    """The sidebar's own components (`Sidebar.build`), named as its handlers' records name them."""
+
+    new: gr.Button
+    listed: gr.Radio  # this owner's conversations
+    title: gr.Textbox
+    rename: gr.Button
+    pinned: gr.Checkbox
+    export_json: gr.Button
+    export_markdown: gr.Button
+    download: gr.File
+    delete: gr.Button
+    confirm_row: gr.Row
+    confirm_delete: gr.Button
+    keep: gr.Button
+    import_button: gr.UploadButton
+    note: gr.Markdown
+    was_open: gr.BrowserState  # the conversation open on this browser's page (a reload reopens it)
+    asked_to_delete: gr.State  # the conversation a delete confirmation is shown for
+
+    def named(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+class FirstLoad(NamedTuple):
+    browser_id: str
+    listed: object
+    chat: list
+    conversation_id: str | None
+    title: str
+    prompt: str
+
+
+class Opened(NamedTuple):
+    chat: list | object
+    conversation_id: str | None | object
+    title: str | object
+    note: str
+    prompt: str | object
+
+
+class Emptied(NamedTuple):
+    """New chat: the chat empty, no conversation open."""
+
+    chat: list
+    conversation_id: None
+    listed: object
+    title: str
+    note: str
+    download: object
+    prompt: str
+
+
+class Actions(NamedTuple):
+    """What depends on which conversation is open."""
+
+    was_open: dict
+    title: object
+    rename: object
+    pinned: object
+    export_json: object
+    export_markdown: object
+    delete: object
+    confirm_row: object
+    asked_to_delete: None
+
+
+class Replaced(NamedTuple):
+    """A conversation deleted (the chat empty) or imported (the chat its)."""
+
+    chat: list | object
+    conversation_id: str | None | object
+    listed: object
+    title: str | object
+    note: str
+
+
+class Exported(NamedTuple):
+    download: object
+    note: str
+
+
+class Sidebar:
+    """The sidebar over `saved` (which keeps conversations: this exists only then); `stop`: the chat's Stop, which
+    opening another conversation presses; `picker`: the model picker, where the page has one (a reopened
+    conversation offers its model)."""
+
+    def __init__(self, saved, stop, picker=None):
+        self.saved, self.stop, self.picker = saved, stop, picker
+        self.branches = Branches(saved, stop)
+        self.parts: SidebarParts | None = None  # once built
+
+    @property
+    def listed(self):
+        return self.parts.listed
+
     def first_load(self, browser_id, was_open, request: gr.Request):
         """The page's first load: the browser's id (made now if it has none), its conversations, and the one that
         was open on its page before (a reload), reopened: (id, list, chat, conversation, title, its last prompt)."""
         browser_id = self.saved.browser_id(browser_id)
-        owner = self._owner(browser_id, request)
+        owner = self.saved.owner(browser_id, request)
         shown, conversation_id, title, prompt = [], None, "", ""
         was_open = was_open.get("conversation") if isinstance(was_open, dict) else None
         if isinstance(was_open, str):
@@ -31,15 +129,14 @@ class SavedConversations:
                 prompt = found.options.get("prompt", "")
             except UserError:  # deleted meanwhile (in another tab), or another login's: an empty chat
                 pass
-        listed = self.saved.listed(owner, conversation_id)
-        return browser_id, listed, shown, conversation_id, title, prompt
+        return FirstLoad(browser_id, self.saved.listed(owner, conversation_id), shown, conversation_id, title, prompt)
 
     def peek(self, chosen, browser_id, request: gr.Request):
         """The chosen conversation's last entries (`FIRST_PAINT`), shown at once while `open` (queued) opens it, and
         the answer that streams stopped: the Chatbot's value."""
         self.stop(request)
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             found = self.saved.store.get(owner, chosen)
         except UserError:
             return gr.skip()
@@ -48,200 +145,156 @@ class SavedConversations:
     def open(self, chosen, browser_id, request: gr.Request):
         """Reopen one of this owner's conversations: (chat, conversation, title, note, its last prompt)."""
         if not chosen:
-            return gr.skip(), gr.skip(), gr.skip(), "", gr.skip()
+            return Opened(gr.skip(), gr.skip(), gr.skip(), "", gr.skip())
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             found = self.saved.opened(request.session_hash, owner, chosen)
         except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), str(error), gr.skip()
+            return Opened(gr.skip(), gr.skip(), gr.skip(), str(error), gr.skip())
         prompt = found.options.get("prompt", "")
-        return self.saved.shown(owner, found.id, found.messages), found.id, found.title, "", prompt
+        return Opened(self.saved.shown(owner, found.id, found.messages), found.id, found.title, "", prompt)
 
     def offer_of(self, conversation_id, browser_id, current, request: gr.Request):
         """With a model picker: the open conversation's model offered, where it is another than the session's."""
         model = None
         if conversation_id:
             try:
-                model = self.saved.store.get(self._owner(browser_id, request), conversation_id).model
+                model = self.saved.store.get(self.saved.owner(browser_id, request), conversation_id).model
             except UserError:  # deleted meanwhile: nothing to offer
                 pass
         return self.picker.offer_model(model, current)
 
-    def thinking_of(self, conversation_id, browser_id, model, request: gr.Request):
-        """The thinking switch as the open conversation left it (else as the template starts it); with a picker,
-        as the session's model's template allows."""
-        variable, first = self.switch
-        if self.single_turn or (variable is None and self.picker is None):
-            return gr.skip()
-        try:
-            owner = self._owner(browser_id, request)
-            kept = self.saved.store.get(owner, conversation_id).options.get("thinking") if conversation_id else None
-        except UserError:
-            kept = None
-        if self.picker is not None:
-            _, choices, first = thinking_choices(self.engine_of(model))
-            return kept if kept in choices else first
-        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
-        return kept if fits else first
-
-    def switches_of(self, conversation_id, browser_id, model, request: gr.Request):
-        """The open conversation's thinking switch and Tools control, as it left them, and the controls under its
-        messages (ui/branches.py)."""
-        thinking, tools = (
-            self.thinking_of(conversation_id, browser_id, model, request),
-            self.tools_of(conversation_id, browser_id, request),
-        )
-        return thinking, tools, self.points_of(conversation_id, browser_id, request)
+    @staticmethod
+    def new_chat() -> Emptied:
+        return Emptied([], None, gr.update(value=None), "", "", None, "")
 
     @staticmethod
-    def new_chat():
-        return [], None, gr.update(value=None), "", "", None, ""
-
-    @staticmethod
-    def conversation_actions(conversation_id):
+    def conversation_actions(conversation_id) -> Actions:
         """What depends on which conversation is open: the browser's memory of it (a reload reopens it), the actions
         that need one (enabled only then), and a delete confirmation, which belonged to the one before."""
         needs_one = gr.update(interactive=conversation_id is not None)
         # in a dict: the browser keeps no empty value, and a reload after New chat must find "none open"
-        return {"conversation": conversation_id}, *[needs_one] * 6, gr.update(visible=False), None
+        return Actions({"conversation": conversation_id}, *[needs_one] * 6, gr.update(visible=False), None)
 
-    def rename(self, conversation_id, title, browser_id, request: gr.Request):
+    def rename(self, conversation_id, title, browser_id, request: gr.Request) -> Noted:
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             if conversation_id is None:
                 raise UserError("Send a message first: a new chat gets its title from it.")
             self.saved.store.rename(owner, conversation_id, title)
         except UserError as error:
-            return gr.skip(), str(error)
-        return self.saved.listed(owner, conversation_id), "Renamed."
+            return Noted(gr.skip(), str(error))
+        return Noted(self.saved.listed(owner, conversation_id), "Renamed.")
 
-    def delete(self, asked_for, conversation_id, browser_id, request: gr.Request):
+    def delete(self, asked_for, conversation_id, browser_id, request: gr.Request) -> Replaced:
         """Delete the conversation the confirmation was asked for (`asked_for`), only while it is the one open."""
         if asked_for is None or asked_for != conversation_id:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), "Nothing was deleted: open the conversation to delete."
+            return Replaced(*[gr.skip()] * 4, "Nothing was deleted: open the conversation to delete.")
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             self.saved.store.delete(owner, conversation_id)
         except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
-        return [], None, self.saved.listed(owner, None), "", "Deleted."
+            return Replaced(*[gr.skip()] * 4, str(error))
+        return Replaced([], None, self.saved.listed(owner, None), "", "Deleted.")
 
     def export(self, kind: str):
-        def export(conversation_id, browser_id, request: gr.Request):
+        def export(conversation_id, browser_id, request: gr.Request) -> Exported:
             try:
                 if conversation_id is None:
                     raise UserError("There is nothing to export yet: send a message first.")
-                path = self.saved.export(self._owner(browser_id, request), conversation_id, kind)
+                path = self.saved.export(self.saved.owner(browser_id, request), conversation_id, kind)
             except UserError as error:
-                return gr.update(visible=False), str(error)
-            return gr.update(value=path, visible=True), ""
+                return Exported(gr.update(visible=False), str(error))
+            return Exported(gr.update(value=path, visible=True), "")
 
         return export
 
-    def import_file(self, file, browser_id, request: gr.Request):
+    def import_file(self, file, browser_id, request: gr.Request) -> Replaced:
         path = file if isinstance(file, str) else getattr(file, "name", None)
         try:
-            owner = self._owner(browser_id, request)
+            owner = self.saved.owner(browser_id, request)
             conversation_id = self.saved.import_file(owner, path)
             found = self.saved.opened(request.session_hash, owner, conversation_id)
         except UserError as error:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), str(error)
+            return Replaced(*[gr.skip()] * 4, str(error))
         shown = self.saved.shown(owner, conversation_id, found.messages)
-        listed = self.saved.listed(owner, conversation_id)
-        return shown, conversation_id, listed, found.title, "Imported."
+        return Replaced(shown, conversation_id, self.saved.listed(owner, conversation_id), found.title, "Imported.")
 
     # ----- the sidebar -----
 
-    def build_sidebar(self) -> None:
+    def build(self) -> SidebarParts:
         """New chat and this owner's conversations, newest first (reopen, rename, delete, export, import)."""
         with gr.Sidebar(label="Conversations", open=True, elem_classes="conversations"):
-            self.new_button = gr.Button("New chat", variant="primary", size="sm")
-            self.build_search()  # ui/branches.py
-            self.sidebar_list = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
+            new = gr.Button("New chat", variant="primary", size="sm")
+            self.branches.build_search()
+            listed = gr.Radio([], value=None, show_label=False, container=False, elem_classes="chat-list")
             with gr.Accordion("This conversation", open=False):
                 none_open = dict(interactive=False)  # until a conversation is open (`conversation_actions`)
-                self.title = gr.Textbox(label="Title", max_lines=1, **none_open)
-                self.rename_button = gr.Button("Rename", size="sm", **none_open)
-                self.pinned = gr.Checkbox(False, label="Pinned to the top of the list", **none_open)
+                title = gr.Textbox(label="Title", max_lines=1, **none_open)
+                rename = gr.Button("Rename", size="sm", **none_open)
+                pinned = gr.Checkbox(False, label="Pinned to the top of the list", **none_open)
                 with gr.Row():
-                    self.export_json = gr.Button("Export JSON", size="sm", **none_open)
-                    self.export_markdown = gr.Button("Export Markdown", size="sm", **none_open)
-                self.download = gr.File(label="Export", visible=False, interactive=False)
-                self.delete_button = gr.Button("Delete", variant="stop", size="sm", **none_open)
-                with gr.Row(visible=False) as self.confirm_row:
-                    self.confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
-                    self.keep = gr.Button("Keep it", size="sm")
-            self.import_button = gr.UploadButton("Import", file_types=[".json", ".md"], size="sm")
-            self.note = gr.Markdown(elem_classes="stats")
-            self.build_nav()
+                    export_json = gr.Button("Export JSON", size="sm", **none_open)
+                    export_markdown = gr.Button("Export Markdown", size="sm", **none_open)
+                download = gr.File(label="Export", visible=False, interactive=False)
+                delete = gr.Button("Delete", variant="stop", size="sm", **none_open)
+                with gr.Row(visible=False) as confirm_row:
+                    confirm_delete = gr.Button("Yes, delete it", variant="stop", size="sm")
+                    keep = gr.Button("Keep it", size="sm")
+            import_button = gr.UploadButton("Import", file_types=[".json", ".md"], size="sm")
+            note = gr.Markdown(elem_classes="stats")
+            self.branches.build_nav()
+        self.parts = SidebarParts(
+            new, listed, title, rename, pinned, export_json, export_markdown, download, delete, confirm_row,
+            confirm_delete, keep, import_button, note, self.saved.browser_state("open"), gr.State(None),
+        )  # fmt: skip
+        return self.parts
 
-    def wire_sidebar(self, browser_id, app: gr.Blocks) -> None:
+    def wire(self, app: gr.Blocks, chat) -> None:
+        """The sidebar's events over `chat` (the `ChatTab` that keeps saved conversations, built): its `parts`,
+        the events that answer (`runs`, which opening another conversation cancels), and its `restore_step`."""
+        parts, mine = chat.parts, self.parts
+        named = parts.named() | mine.named() | self.branches.named()
         quiet = dict(api_visibility=UI_ONLY)
-        chatbot, entries, conversation_id, chats = self.chatbot, self.entries, self.conversation_id, self.sidebar_list
-        chat = [chatbot, entries]
-        was_open = self.saved.browser_state("open")  # the conversation open on this browser's page
-        asked_to_delete = gr.State(None)  # the conversation a delete confirmation is shown for
-        restore = dict(
-            fn=self.switches_of,
-            inputs=[conversation_id, browser_id, self.model_state],
-            outputs=[self.thinking, self.tools_box, self.nav],
-            **quiet,
-        )
-        loaded = app.load(
-            with_view(self.first_load, at=2),
-            [browser_id, was_open],
-            [browser_id, chats, *chat, conversation_id, self.title, self.prompt_view],
-            **quiet,
-        )
-        takes_text = dict(fn=lambda: gr.update(interactive=True), inputs=None, outputs=self.message, **quiet)
+        conversation_id, browser_id = parts.conversation_id, parts.browser_id
+        restore = chat.restore_step()
+        loaded = app.load(**updating(self.first_load, FirstLoad, named), inputs=[browser_id, mine.was_open], **quiet)
+        takes_text = dict(fn=lambda: gr.update(interactive=True), inputs=None, outputs=parts.box, **quiet)
         restored = loaded.success(**takes_text).then(**restore)
         # what was typed in the search before the page had its id, searched now (ui/branches.py)
-        restored.then(self.search, [self.search_box, browser_id], [self.found_list, chats], **quiet)
-        if self.always_box is not None:  # this login's always-allowed tools
-            restored.then(self.always_of, browser_id, self.always_box, **quiet)
+        self.branches.search_again(restored, browser_id, named)
+        if chat.tools.servers is not None:  # this login's always-allowed tools
+            restored.then(chat.tools.always_of, browser_id, parts.always, **quiet)
         loaded.failure(**takes_text)  # the message box takes text even so: a message then says what is wrong
-        actions = [self.title, self.rename_button, self.pinned, self.export_json, self.export_markdown]
-        actions.append(self.delete_button)
-        conversation_id.change(
-            self.conversation_actions, conversation_id, [was_open, *actions, self.confirm_row, asked_to_delete], **quiet
-        )
+        conversation_id.change(**updating(self.conversation_actions, Actions, named), inputs=conversation_id, **quiet)
         if self.picker is not None:  # reopening a conversation offers the model of its latest answer
             offer = [self.picker.status, self.picker.offer, self.picker.offered]
-            conversation_id.change(self.offer_of, [conversation_id, browser_id, self.model_state], offer, **quiet)
-        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=self.runs, queue=False, **quiet)
+            conversation_id.change(self.offer_of, [conversation_id, browser_id, parts.model], offer, **quiet)
+        stop = dict(fn=self.stop, inputs=None, outputs=None, cancels=chat.runs, queue=False, **quiet)
         # New chat, and Gradio's own clear of the chat (hidden by CSS), leave the saved conversation as it is
-        for trigger in (self.new_button.click, chatbot.clear):
-            trigger(**stop).then(
-                with_view(self.new_chat), None,
-                [*chat, conversation_id, chats, self.title, self.note, self.download, self.prompt_view],
-                **quiet,
-            ).then(**restore)  # fmt: skip
+        for trigger in (mine.new.click, parts.chatbot.clear):
+            trigger(**stop).then(**updating(self.new_chat, Emptied, named), **quiet).then(**restore)
         # at once (no queue): the answer that streams stops, the conversation's end shows; then the page opens it
         # (always_last: a click while the one before is still opening is not dropped)
-        at_once = dict(cancels=self.runs, queue=False, show_progress="hidden", trigger_mode="always_last", **quiet)
-        chats.input(self.peek, [chats, browser_id], chatbot, **at_once).then(
-            with_view(self.open),
-            [chats, browser_id],
-            [*chat, conversation_id, self.title, self.note, self.prompt_view],
-            show_progress="hidden",
-            **quiet,
+        at_once = dict(cancels=chat.runs, queue=False, show_progress="hidden", trigger_mode="always_last", **quiet)
+        mine.listed.input(self.peek, [mine.listed, browser_id], parts.chatbot, **at_once).then(
+            **updating(self.open, Opened, named), inputs=[mine.listed, browser_id], show_progress="hidden", **quiet
         ).then(**restore)
-        self.rename_button.click(self.rename, [conversation_id, self.title, browser_id], [chats, self.note], **quiet)
-        for button, kind in ((self.export_json, "json"), (self.export_markdown, "md")):
-            button.click(self.export(kind), [conversation_id, browser_id], [self.download, self.note], **quiet)
+        mine.rename.click(
+            **updating(self.rename, Noted, named), inputs=[conversation_id, mine.title, browser_id], **quiet
+        )
+        for button, kind in ((mine.export_json, "json"), (mine.export_markdown, "md")):
+            button.click(**updating(self.export(kind), Exported, named), inputs=[conversation_id, browser_id], **quiet)
         shown, hidden = gr.update(visible=True), gr.update(visible=False)
-        self.delete_button.click(lambda c: (shown, c), conversation_id, [self.confirm_row, asked_to_delete], **quiet)
-        self.keep.click(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet)
-        self.confirm_delete.click(**stop).then(
-            with_view(self.delete),
-            [asked_to_delete, conversation_id, browser_id],
-            [*chat, conversation_id, chats, self.title, self.note],
+        confirm = [mine.confirm_row, mine.asked_to_delete]
+        mine.delete.click(lambda c: (shown, c), conversation_id, confirm, **quiet)
+        mine.keep.click(lambda: (hidden, None), None, confirm, **quiet)
+        mine.confirm_delete.click(**stop).then(
+            **updating(self.delete, Replaced, named),
+            inputs=[mine.asked_to_delete, conversation_id, browser_id],
             **quiet,
-        ).then(lambda: (hidden, None), None, [self.confirm_row, asked_to_delete], **quiet).then(**restore)
-        self.wire_branches(browser_id, restore)
-        self.import_button.upload(
-            with_view(self.import_file),
-            [self.import_button, browser_id],
-            [*chat, conversation_id, chats, self.title, self.note],
-            **quiet,
+        ).then(lambda: (hidden, None), None, confirm, **quiet).then(**restore)
+        self.branches.wire(named, stop, restore)
+        mine.import_button.upload(
+            **updating(self.import_file, Replaced, named), inputs=[mine.import_button, browser_id], **quiet
         ).then(**restore)

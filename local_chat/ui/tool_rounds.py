@@ -11,7 +11,6 @@ for at most `max_tool_rounds` rounds of calls per question. Stop cancels the run
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import gradio as gr
@@ -23,7 +22,9 @@ from local_chat.tools import ToolOutcome, ToolServers
 
 from . import turns
 from .chat_settings import ChatSettings
+from .history import SavedChats
 from .turns import kind_of, unanswered_calls, with_calls_closed
+from .wiring import UI_ONLY
 
 DECLINED = "The user declined this call."
 NOT_ANSWERED = "The user sent a new message instead of answering this call, so it was not run."
@@ -75,13 +76,15 @@ def arguments_of(call: dict) -> dict:
 
 
 class ToolRounds:
-    """The chat tab's tool rounds (a mixin of `ChatTab`, ui/chat_tab.py: it uses its `saved`, `respond` and the
-    components its `build` made)."""
+    """The chat tab's tools (`servers`, None where the page has none): what a request offers the model, the cards of
+    its calls and their approvals, the calls run, at most `max_rounds` rounds a question; and the Tools control.
+    `saving`: the tab keeps saved conversations (which keep the tools switched off)."""
 
-    tool_servers: ToolServers | None
-    max_tool_rounds: int
+    def __init__(self, servers: ToolServers | None, max_rounds: int, saved: SavedChats, saving: bool):
+        self.servers, self.max_rounds, self.saved, self.saving = servers, max_rounds, saved, saving
+        self.approvals = Approvals(saved.store if saved.on else None)
 
-    def tool_owner(self, browser_id, request: gr.Request) -> str:
+    def owner(self, browser_id, request: gr.Request) -> str:
         """Whose "always allow" list applies: the login's, else the browser's (else, unsaved, the tab's)."""
         if self.saved.on:
             return self.saved.owner(browser_id, request)
@@ -90,16 +93,16 @@ class ToolRounds:
     def tools_for(self, engine, settings: ChatSettings) -> list[dict] | None:
         """The tools switched on for this conversation, as a request's `tools`; None where there are none, or the
         model cannot take them in the chosen template."""
-        if self.tool_servers is None or engine.why_no_tools(settings.template) is not None:
+        if self.servers is None or engine.why_no_tools(settings.template) is not None:
             return None
-        chosen = settings.tools if settings.tools is not None else [t.key for t in self.tool_servers.tools]
-        return [tool.openai() for tool in self.tool_servers.tools if tool.key in chosen] or None
+        chosen = settings.tools if settings.tools is not None else [t.key for t in self.servers.tools]
+        return [tool.openai() for tool in self.servers.tools if tool.key in chosen] or None
 
     def call_cards(self, calls) -> list[dict]:
         """The cards of an answer's calls (`ToolCallDelta`s, whole), each waiting for the user."""
         cards = []
         for call in calls:
-            tool = self.tool_servers.tool(call.name) if self.tool_servers is not None else None
+            tool = self.servers.tool(call.name) if self.servers is not None else None
             cards.append(turns.tool_call(call.openai(), tool.server if tool else None, Approval.ASK))
         return cards
 
@@ -120,19 +123,32 @@ class ToolRounds:
             ]}  # fmt: skip
         return bool(waiting)
 
+    def approve(self, history: list[dict], choice: str, browser_id, request: gr.Request) -> bool:
+        """The user's choice on the waiting cards ("allow", "always", else denied) written on them, "always" kept
+        for this login; whether any card was waiting."""
+        waiting = [at for at in unanswered_calls(history) if history[at]["approval"] == Approval.ASK]
+        if not waiting:
+            return False
+        if choice == "always":
+            self.approvals.set(self.owner(browser_id, request), [self._key(history[at]) for at in waiting])
+        approval = {"allow": Approval.ALLOWED, "always": Approval.ALWAYS}.get(choice, Approval.DENIED)
+        for at in waiting:
+            history[at] = turns.tool_call(history[at]["call"], history[at].get("server"), approval)
+        return True
+
     def _key(self, card: dict) -> str:
-        tool = self.tool_servers.tool(card["call"]["function"]["name"]) if self.tool_servers else None
+        tool = self.servers.tool(card["call"]["function"]["name"]) if self.servers else None
         return tool.key if tool else f"{card.get('server')}/{card['call']['function']['name']}"
 
     def over_rounds(self, history: list[dict]) -> list[dict] | None:
-        """Past `max_tool_rounds` for this question: the calls closed unrun and a note saying why; else None."""
-        if rounds_since_question(history) <= self.max_tool_rounds:
+        """Past `max_rounds` for this question: the calls closed unrun and a note saying why; else None."""
+        if rounds_since_question(history) <= self.max_rounds:
             return None
         text = (
-            f"The model called tools in more than {self.max_tool_rounds} rounds for this question "
+            f"The model called tools in more than {self.max_rounds} rounds for this question "
             "(--max_tool_rounds), so the answer ends here; ask again to go on."
         )
-        closed = with_calls_closed(history, OVER_ROUNDS.format(self.max_tool_rounds))
+        closed = with_calls_closed(history, OVER_ROUNDS.format(self.max_rounds))
         return closed + [turns.notice(ROUNDS_TITLE, text)]
 
     async def run_calls(self, history: list[dict], owner, conversation_id):
@@ -156,14 +172,14 @@ class ToolRounds:
             yield
 
     async def _outcome(self, call: dict) -> ToolOutcome:
-        tool = self.tool_servers.tool(call["function"]["name"]) if self.tool_servers else None
+        tool = self.servers.tool(call["function"]["name"]) if self.servers else None
         if tool is None:
             return ToolOutcome(f"No tool {call['function']['name']!r} runs on this page now.", failed=True)
         try:
             arguments = arguments_of(call)
         except UserError as error:
             return ToolOutcome(str(error), failed=True)
-        return await self.tool_servers.call(tool, arguments)
+        return await self.servers.call(tool, arguments)
 
     @staticmethod
     def _png(image: tuple[str, bytes]) -> bytes:
@@ -173,66 +189,15 @@ class ToolRounds:
 
         return png_bytes(Image.open(io.BytesIO(image[1])))
 
-    async def _rounds(self, engine, answer, history, settings: ChatSettings, request, cut, cancel):
-        """The answer, then each round of its tool calls (ui/tool_rounds.py) and the answer after them, until it
-        ends without calls, its calls wait for the user, or it passes --max_tool_rounds."""
-        owner = self.tool_owner(settings.browser_id, request) if self.tool_servers is not None else None
-        while True:
-            if unanswered_calls(history):
-                if (closed := self.over_rounds(history)) is not None:
-                    history[:] = closed
-                    yield history, cut.prompt, cut.conversation_id, gr.skip()
-                    return
-                if self.ask_or_allow(history, owner):
-                    return  # the cards wait for the user's choice (ToolRounds.decide)
-                cut.ended = False
-                async for _ in self.run_calls(history, cut.owner, cut.conversation_id):
-                    yield history, cut.prompt, cut.conversation_id, gr.skip()
-                try:
-                    answer, cut.documents = await asyncio.to_thread(
-                        self._request, engine, history, settings, request, cut.conversation_id, cancel
-                    )
-                except UserError as error:
-                    history.append(turns.error(str(error)))
-                    return
-            asked = len(history)  # where the answer's entries begin
-            history.append(turns.answer(""))
-            cut.ended = False
-            async for shown in self._answer(engine, answer, history, asked, settings, cut):
-                yield shown
-            if not unanswered_calls(history) or cut.stopped:
-                return
-
-    # ----- the user's choice -----
-
-    async def decide(self, request: gr.Request, selected: gr.SelectData, history, *settings):
-        """Allow once, always allow or deny the waiting calls, then run them and go on with the answer."""
-        settings = ChatSettings(*settings)
-        history = [dict(entry) for entry in history or []]
-        waiting = [at for at in unanswered_calls(history) if history[at]["approval"] == Approval.ASK]
-        if not waiting:
-            yield history, gr.skip(), gr.skip(), gr.skip()
-            return
-        choice = selected.value
-        if choice == "always":
-            self.approvals.set(
-                self.tool_owner(settings.browser_id, request), [self._key(history[at]) for at in waiting]
-            )
-        approval = {"allow": Approval.ALLOWED, "always": Approval.ALWAYS}.get(choice, Approval.DENIED)
-        for at in waiting:
-            history[at] = turns.tool_call(history[at]["call"], history[at].get("server"), approval)
-        async for update in self.respond(history, settings, request, question_first=False):
-            yield update
-
     # ----- the Tools control -----
 
-    def build_tools(self, engine):
+    def build(self, engine) -> tuple:
         """Under the message box: the servers and their tools, each switched on or off for this conversation, and
-        this login's always-allowed tools (untick to be asked again). A gr.State(None) where there are no tools."""
-        servers = self.tool_servers
+        this login's always-allowed tools (untick to be asked again); (tools, always), each a gr.State(None) where
+        there are no tools."""
+        servers = self.servers
         if servers is None:
-            self.always_box = None
-            return gr.State(None)
+            return gr.State(None), gr.State(None)
         tools = servers.tools
         with gr.Accordion(f"Tools ({len(tools)})", open=False, elem_classes="tools"):
             gr.Markdown(tools_note(servers, engine.why_no_tools()), elem_classes="tools-note")
@@ -242,38 +207,49 @@ class ToolRounds:
                 label="Tools the model may call in this conversation",
                 elem_classes="tool-choices",
             )
-            self.always_box = gr.CheckboxGroup(
+            always = gr.CheckboxGroup(
                 [], value=[], label="Run without asking (untick one to be asked again)", elem_classes="always-allowed"
             )
-        return chosen
+        return chosen, always
+
+    def wire(self, parts, decided) -> None:
+        """This login's always-allowed tools shown after a choice on the cards (`decided`: that event), and taken
+        back when unticked (`parts`: the chat tab's `ChatParts`)."""
+        if self.servers is None:
+            return
+        quiet = dict(api_visibility=UI_ONLY)
+        decided.then(self.always_of, parts.browser_id, parts.always, **quiet)
+        parts.always.input(self.revoke, [parts.always, parts.browser_id], parts.always, **quiet)
 
     def tools_of(self, conversation_id, browser_id, request: gr.Request):
         """The Tools control as the open conversation left it: every tool on but those it switched off."""
-        if self.tool_servers is None:
+        if self.servers is None:
             return gr.skip()
         off = []
         if conversation_id and self.saving:
             try:
-                off = self.saved.store.get(self._owner(browser_id, request), conversation_id).options.get("tools_off")
+                off = self.saved.store.get(self.saved.owner(browser_id, request), conversation_id).options.get(
+                    "tools_off"
+                )
             except UserError:
                 off = []
-        return [t.key for t in self.tool_servers.tools if t.key not in (off or [])]
+        return [t.key for t in self.servers.tools if t.key not in (off or [])]
 
     def tools_off(self, chosen) -> list[str] | None:
         """What a conversation saves of the Tools control: the tools switched off (None: no control)."""
-        if self.tool_servers is None or chosen is None:
+        if self.servers is None or chosen is None:
             return None
-        return [t.key for t in self.tool_servers.tools if t.key not in chosen]
+        return [t.key for t in self.servers.tools if t.key not in chosen]
 
     def always_of(self, browser_id, request: gr.Request):
         try:
-            allowed = self.approvals.of(self.tool_owner(browser_id, request))
+            allowed = self.approvals.of(self.owner(browser_id, request))
         except UserError:
             return gr.skip()
         return gr.update(choices=allowed, value=allowed)
 
     def revoke(self, kept, browser_id, request: gr.Request):
-        owner = self.tool_owner(browser_id, request)
+        owner = self.owner(browser_id, request)
         self.approvals.set(owner, [t for t in self.approvals.of(owner) if t not in (kept or [])], allowed=False)
         return self.always_of(browser_id, request)
 

@@ -1,19 +1,25 @@
-"""An answer that does not end (Stop, a new message, a closed or reloaded tab, a lost connection, a crash of the
-server) kept as far as it went: the chat tab's `respond` (ui/chat_tab.py) saves it as it begins, every
+"""One answer's turn (`Turn`): what the chat tab's handlers of one answer share (its engine, settings, request,
+cancel flag, conversation, the prompt it was sent), and its keeping where it does not end.
+
+An answer that does not end (Stop, a new message, a closed or reloaded tab, a lost connection, a crash of the
+server) is kept as far as it went: the chat tab's `respond` (ui/chat_tab.py) saves it as it begins, every
 `SAVE_WHILE_STREAMING_S` while it streams, and when Gradio closes the handler, marked stopped as Stop's own save
 marks it (ui/turns.py `marked_stopped`); the answer's end saves it whole."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import gradio as gr
 
+from local_chat.engine.chats import ChatEngine
 from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 
 from . import turns
+from .chat_settings import ChatSettings
 from .history import SavedChats
 from .turns import kind_of
 
@@ -21,12 +27,24 @@ log = logging.getLogger(__name__)
 SAVE_WHILE_STREAMING_S = 2.0  # how often a streaming answer is saved as far as it went (marked stopped)
 
 
-class CutAnswer:
-    """Where an answer that does not end (Stop, a new message, a closed tab, a crash) is kept: the conversation
-    saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save does."""
+class Turn:
+    """One answer (with its tool rounds): the engine, settings, request and cancel flag its steps use, the
+    conversation it is saved in, and where it does not end (Stop, a new message, a closed tab, a crash), the
+    conversation saved as far as the answer went, marked stopped (ui/turns.py `marked_stopped`), as Stop's own save
+    does."""
 
-    def __init__(self, saved: SavedChats, request: gr.Request, owner, conversation_id, question_saved: bool):
-        self.saved, self.request, self.owner, self.conversation_id = saved, request, owner, conversation_id
+    def __init__(
+        self,
+        engine: ChatEngine,
+        settings: ChatSettings,
+        request: gr.Request,
+        cancel: threading.Event,
+        saved: SavedChats,
+        owner: str | None,
+        question_saved: bool,
+    ):
+        self.engine, self.settings, self.request, self.cancel = engine, settings, request, cancel
+        self.saved, self.owner, self.conversation_id = saved, owner, settings.conversation_id
         self.question_saved = question_saved  # else (an edit, a regeneration): saved only once an answer came
         self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
         self.stopped = False  # it ended cancelled: marked so under its figures
