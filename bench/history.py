@@ -1,4 +1,4 @@
-"""Saved conversations at scale (history/store.py, history/branches.py): the sidebar's search over many conversations
+"""Saved conversations at scale (history/store.py): the sidebar's search over many conversations
 of one login, and opening a long conversation with branches.
 
 Made here: `settings.history_conversations` conversations (10,000 in --quick) of three turns each, their words drawn

@@ -1,4 +1,4 @@
-"""Conversations as trees (history/tree.py, history/branches.py, ui/branches.py): regenerating and editing keep what
+"""Conversations as trees (history/tree.py, history/store.py, ui/branches.py): regenerating and editing keep what
 was there as sibling branches, "‹ 2/3 ›" shows them, fork, remove, search, pins, the schema's upgrade and exports of
 the whole tree; on the demo model, through the chat tab's handlers and in Chromium."""
 
@@ -224,10 +224,10 @@ def test_an_export_of_the_tree_imports_as_the_same_tree_and_a_broken_one_is_a_se
     history, conversation = ask(tab, "What is the capital of Japan?")
     history = regenerate(tab, history, conversation)
     edit(tab, history, 0, "What is the capital of Italy?", conversation)
-    exported = json.loads(Path(tab.saved.export(OWNER, conversation, "json")).read_text())
+    exported = json.loads(Path(tab.saved.exports.export(OWNER, conversation, "json")).read_text())
     assert [m["content"] for m in exported["messages"]] == texts(store.get(OWNER, conversation).messages)
     assert len(exported["tree"]["nodes"]) == 5  # two questions, three answers
-    imported = tab.saved.import_file(OWNER, tab.saved.export(OWNER, conversation, "json"))
+    imported = tab.saved.exports.import_file(OWNER, tab.saved.exports.export(OWNER, conversation, "json"))
     (before, leaf), (after, leaf_after) = store.tree(OWNER, conversation), store.tree(OWNER, imported)
     strip = lambda nodes: [(n.id, n.parent, [e for e in n.entries if kind_of(e) != "stats"]) for n in nodes]  # noqa: E731
     assert strip(after) == strip(before) and leaf_after == leaf
@@ -237,7 +237,7 @@ def test_an_export_of_the_tree_imports_as_the_same_tree_and_a_broken_one_is_a_se
     file = tmp_path / "broken.json"
     file.write_text(json.dumps(exported))
     with pytest.raises(UserError, match='remove the "tree" key'):
-        tab.saved.import_file(OWNER, str(file))
+        tab.saved.exports.import_file(OWNER, str(file))
 
 
 def test_a_version_6_database_is_upgraded_and_the_old_app_refuses_the_new_one(tmp_path, monkeypatch):

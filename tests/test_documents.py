@@ -219,12 +219,12 @@ def test_a_conversation_with_a_document_exports_and_imports_with_it(demo, files,
     owner = "browser:" + BROWSER
     box = {"text": "What is the launch code?", "files": [str(files["pdf"])]}
     _, _, _, conversation, _ = submit(tab, box, browser_id=BROWSER)
-    exported = tab.saved.export(owner, conversation, "json")
+    exported = tab.saved.exports.export(owner, conversation, "json")
     question = json.loads(Path(exported).read_text())["messages"][0]
     assert question["documents"] == [{"name": "report.pdf", "paged": True, "pages": ["Quarterly report.\nNothing here.",
                                                                                      FACT, "The end."]}]  # fmt: skip
     other, other_store = page(demo, tmp_path / "elsewhere")  # another app: its own database
-    imported = other.saved.import_file(owner, exported)
+    imported = other.saved.exports.import_file(owner, exported)
     reopened = other.saved.shown(owner, imported, other_store.get(owner, imported).messages)
     _, _, prompt, _, _ = submit(other, "Again: the launch code?", reopened, conversation=imported, browser_id=BROWSER)
     assert f"[page 2]\n{FACT}" in prompt

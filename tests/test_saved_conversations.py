@@ -246,14 +246,14 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     history, _, _, conversation, _ = chat_turn(tab, box, [], None, me)
     assert answer_of(history) == f"The {kind} is {colour}."
     owner = "browser:" + me
-    exported = json.loads(open(saved.export(owner, conversation, "json")).read())
+    exported = json.loads(open(saved.exports.export(owner, conversation, "json")).read())
     user = exported["messages"][0]
     assert user["role"] == "user" and user["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
-    markdown = open(saved.export(owner, conversation, "md")).read()
+    markdown = open(saved.exports.export(owner, conversation, "md")).read()
     assert "## User\n\n![image](data:image/png;base64," in markdown and f"The {kind} is {colour}." in markdown
     file = tmp_path / "export.json"
     file.write_text(json.dumps(exported))
-    imported = saved.import_file(owner, str(file))
+    imported = saved.exports.import_file(owner, str(file))
     before, after = store.get(owner, conversation), store.get(owner, imported)
 
     def strip(messages):  # figures are not exported, and a Markdown file holds no node ids (history/tree.py)
@@ -263,7 +263,7 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     assert len(list(store.images.iterdir())) == 1
     file = tmp_path / "export.md"
     file.write_text(markdown)
-    from_markdown = store.get(owner, saved.import_file(owner, str(file)))  # its image an image again, not text
+    from_markdown = store.get(owner, saved.exports.import_file(owner, str(file)))  # its image an image again, not text
     assert strip(from_markdown.messages) == strip(before.messages) and from_markdown.title == before.title
     reopened_md = saved.shown(owner, from_markdown.id, from_markdown.messages)
     again, *_ = chat_turn(tab, f"What color is the {kind}?", reopened_md, from_markdown.id, me)
@@ -271,7 +271,7 @@ def test_export_and_import_round_trip_with_images(demo, tmp_path):
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * int(2e6)}]}))
     with pytest.raises(UserError, match="import one under"):
-        SavedChats(store, max_upload_mb=0.1).import_file(owner, str(huge))
+        SavedChats(store, max_upload_mb=0.1).exports.import_file(owner, str(huge))
     store.close()
 
 
@@ -281,14 +281,14 @@ def test_each_answers_model_is_kept_in_exports_and_imports(tmp_path):
     answered = [*HI, {"role": "assistant", "content": "Hello!", "model": "demo"}]
     answered += [{"role": "user", "content": "Again"}, {"role": "assistant", "content": "Hi.", "model": "tiny-qwen"}]
     conversation = store.save(owner, None, answered).id
-    exported = json.loads(open(saved.export(owner, conversation, "json")).read())
+    exported = json.loads(open(saved.exports.export(owner, conversation, "json")).read())
     assert [m.get("model") for m in exported["messages"]] == [None, "demo", None, "tiny-qwen"]
-    markdown = open(saved.export(owner, conversation, "md")).read()
+    markdown = open(saved.exports.export(owner, conversation, "md")).read()
     assert "## Assistant · demo\n\nHello!" in markdown and "## Assistant · tiny-qwen\n\nHi." in markdown
     for kind, text in (("json", json.dumps(exported)), ("md", markdown)):
         file = tmp_path / f"export.{kind}"
         file.write_text(text)
-        imported = store.get(owner, saved.import_file(owner, str(file)))
+        imported = store.get(owner, saved.exports.import_file(owner, str(file)))
         ids = ("node", "reply") if kind == "md" else ()  # a Markdown file holds no node ids (history/tree.py)
         unnamed = [[{k: v for k, v in m.items() if k not in ids} for m in ms] for ms in (imported.messages, answered)]
         assert unnamed[0] == unnamed[1] and imported.model == "tiny-qwen", kind

@@ -128,16 +128,16 @@ def test_a_saved_conversation_keeps_the_thought_and_the_switch_and_exports_and_i
 
     saved = tab.saved
     owner = "browser:" + me
-    exported = json.loads(Path(saved.export(owner, conversation, "json")).read_text())
+    exported = json.loads(Path(saved.exports.export(owner, conversation, "json")).read_text())
     assert exported["messages"] == [
         {"role": "user", "content": "Hello there!"},
         {"role": "assistant", "content": "Hello! How can I help?",
          "reasoning_content": "The user greets me. I greet back."},
     ]  # fmt: skip
-    markdown = Path(saved.export(owner, conversation, "md")).read_text()
+    markdown = Path(saved.exports.export(owner, conversation, "md")).read_text()
     assert "<details><summary>Thinking</summary>\n\nThe user greets me. I greet back.\n\n</details>" in markdown
     for kind in ("json", "md"):
-        imported = saved.import_file(owner, saved.export(owner, conversation, kind))
+        imported = saved.exports.import_file(owner, saved.exports.export(owner, conversation, kind))
         left_out = ("metadata", "node", "reply") if kind == "md" else ("metadata",)  # Markdown keeps no node ids
         messages = [{k: v for k, v in m.items() if k not in left_out} for m in store.get(owner, imported).messages]
         without_figures = [{k: v for k, v in m.items() if k not in left_out} for m in entries if kind_of(m) != "stats"]
@@ -157,7 +157,7 @@ def test_an_imported_conversation_shows_tool_calls_and_results_folded(tmp_path):
     ]
     file = tmp_path / "tools.json"
     file.write_text(json.dumps({"title": "Tools", "messages": conversation}))
-    imported = store.get("o", saved.import_file("o", str(file))).messages
+    imported = store.get("o", saved.exports.import_file("o", str(file))).messages
     assert [kind_of(m) for m in imported] == ["question", "thinking", "tool_call", "tool_result", "answer"]
     assert imported[2]["metadata"]["title"] == "Called get_weather"
     assert imported[3]["metadata"]["title"] == "Result of get_weather"

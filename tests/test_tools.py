@@ -308,12 +308,12 @@ def test_a_saved_conversation_with_calls_reopens_goes_on_and_exports_and_imports
     entries, _ = ask(tab, "And now?", reopened, conversation)
     assert "<tool_response>\nSunny and 21 °C in Paris.\n</tool_response>" in store.get(OWNER, conversation).options[
         "prompt"]  # fmt: skip
-    exported = tab.saved.export(OWNER, conversation, "json")
+    exported = tab.saved.exports.export(OWNER, conversation, "json")
     messages = json.loads(Path(exported).read_text())["messages"]
     assert messages[1]["tool_calls"][0]["function"]["name"] == "weather_get_weather" and messages[2]["role"] == "tool"
-    imported = tab.saved.import_file(OWNER, exported)
+    imported = tab.saved.exports.import_file(OWNER, exported)
     assert model_view(store.get(OWNER, imported).messages) == model_view(entries)
-    markdown = Path(tab.saved.export(OWNER, conversation, "md")).read_text()
+    markdown = Path(tab.saved.exports.export(OWNER, conversation, "md")).read_text()
     assert "**Called `weather_get_weather`**" in markdown and "## Tool\n\nSunny and 21 °C in Paris." in markdown
 
 

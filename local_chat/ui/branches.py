@@ -9,7 +9,7 @@ a `gr.HTML` whose value holds the branch's points (`nav_value`), puts a bar afte
 click sends ("go", "fork" or "delete", the node) back to Python as that component's "branch" event.
 
 The sidebar's search finds this owner's conversations by the words of their titles and messages as the user types
-(history/branches.py), and a result opens its conversation on the branch of the message that matched.
+(history/store.py), and a result opens its conversation on the branch of the message that matched.
 """
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ class Sidebar:
             try:
                 if conversation_id is None:
                     raise UserError("There is nothing to export yet: send a message first.")
-                path = self.saved.export(self.saved.owner(browser_id, request), conversation_id, kind)
+                path = self.saved.exports.export(self.saved.owner(browser_id, request), conversation_id, kind)
             except UserError as error:
                 return Exported(gr.update(visible=False), str(error))
             return Exported(gr.update(value=path, visible=True), "")
@@ -213,7 +213,7 @@ class Sidebar:
         path = file if isinstance(file, str) else getattr(file, "name", None)
         try:
             owner = self.saved.owner(browser_id, request)
-            conversation_id = self.saved.import_file(owner, path)
+            conversation_id = self.saved.exports.import_file(owner, path)
             found = self.saved.opened(request.session_hash, owner, conversation_id)
         except UserError as error:
             return Replaced(*[gr.skip()] * 4, str(error))

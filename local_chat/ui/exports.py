@@ -1,6 +1,6 @@
-"""Saved conversations as files (a mixin of `SavedChats`, ui/history.py): a JSON export (the branch on screen as
-OpenAI-style messages, and every branch under "tree") or a Markdown one (the branch on screen), and their import as a
-new conversation, which checks every image as an upload and reads no document again."""
+"""Saved conversations as files (`Exports`, which `SavedChats.exports` of ui/history.py makes): a JSON export (the
+branch on screen as OpenAI-style messages, and every branch under "tree") or a Markdown one (the branch on screen),
+and their import as a new conversation, which checks every image as an upload and reads no document again."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ def well_formed(nodes: list[Node]) -> bool:
 
 
 class Exports:
+    """Exports of `store`'s conversations, and imports into it (the documents' text from and to `shelf`; images
+    checked as uploads of at most `max_upload_mb` are)."""
+
+    def __init__(self, store, shelf, max_upload_mb: float):
+        self.store, self.shelf, self.max_upload_mb = store, shelf, max_upload_mb
+
     def export(self, owner: str, conversation_id: str, kind: str) -> str:
         """A file holding the conversation as JSON (the branch on screen as OpenAI-style messages, images as data:
         URLs, a thought as its answer's `reasoning_content`; and every branch under "tree", each node's messages

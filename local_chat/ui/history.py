@@ -64,7 +64,7 @@ def file_paths(content) -> list[str]:
     return paths
 
 
-class SavedChats(Exports):
+class SavedChats:
     """The page's side of saved conversations over `store` (None: --no_history, nothing is saved)."""
 
     def __init__(self, store: Store | None, max_upload_mb: float = MAX_UPLOAD_MB, retrieval: tuple = (None, None)):
@@ -92,6 +92,11 @@ class SavedChats(Exports):
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+    @functools.cached_property
+    def exports(self) -> Exports:
+        """The conversations' exports and imports (ui/exports.py)."""
+        return Exports(self.store, self.shelf, self.max_upload_mb)
 
     @functools.cached_property
     def shelf(self) -> Shelf:
@@ -222,7 +227,7 @@ class SavedChats(Exports):
         return saved.id
 
     def take_back(self, page: str, owner: str, conversation_id: str, question: dict | None) -> None:
-        """Undo: `question` and its answers deleted from the saved conversation (history/branches.py), the page's
+        """Undo: `question` and its answers deleted from the saved conversation (history/store.py), the page's
         read revision the new one."""
         if question is None or not question.get("node"):
             return
