@@ -4,8 +4,8 @@ Every figure compares two things measured side by side in one run (interleaved r
 absolute time (but bench/structured.py's compile and mask times, which the structured issue asks for as such).
 Prints the table; with --write (or --out DIR) also writes results.json (a flat object of named figures; --only
 merges into it) and RESULTS.md (the table, with date, machine and versions; its notes written by hand, from
-NOTES_HEADING on, kept): --write into bench/, the tracked files, which nothing else touches. The README's table is
-edited by hand from RESULTS.md when figures change.
+NOTES_HEADING on, kept): --write into bench/, the tracked files, which nothing else touches. The tables of the README
+(the main figures) and docs/benchmarks.md (all) are edited by hand from RESULTS.md when figures change.
 --quick (the default) is the real measurement, 4.5-5.5 minutes on 2 cores; --smoke runs the tiniest settings so a
 test can prove the suite still works (its figures mean nothing). `python bench/run.py` runs it too.
 """

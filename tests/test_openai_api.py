@@ -248,9 +248,11 @@ def test_eight_clients_at_once_get_the_answers_each_gets_alone(server):
 
 
 def readme_says(sentence: str) -> bool:
-    """Whether the README quotes `sentence` (its lines joined as Markdown shows them)."""
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
-    return sentence in readme
+    """Whether the README or the docs it links (docs/api.md: the API) quote `sentence` (their lines joined as
+    Markdown shows them)."""
+    root = Path(__file__).resolve().parent.parent
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return any(sentence in " ".join(doc.read_text().split()) for doc in docs)
 
 
 def test_an_unknown_path_is_a_404_as_the_readme_quotes_it(server):
