@@ -1,5 +1,5 @@
-"""--models_dir's model switching (engine/models.py), as the app runs it: each model in a process of its own, started
-by the launcher's `start_model`, a `ModelEngine` per model as the page and /v1 hold one.
+"""--models_dir's model switching (engine/choices/folders.py), as the app runs it: each model in a process of its own,
+started by the launcher's `start_model`, a `ModelEngine` per model as the page and /v1 hold one.
 
 - `models_switch_cold_s`: from asking the demo model (not loaded: another one is) to its answer's first text, which
   includes unloading the other and loading the demo model in a fresh process (absolute, this machine).
@@ -24,8 +24,8 @@ import psutil
 from bench.timing import interleaved_values
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, Request, Sampling
-from local_chat.engine.model_engine import ModelEngine
-from local_chat.engine.models import Models
+from local_chat.engine.choices.chosen import ModelEngine
+from local_chat.engine.choices.folders import Models
 from local_chat.launchers.flags import parser
 from local_chat.launchers.model_processes import start_model
 

@@ -1,6 +1,6 @@
-"""engine/models.py: --models_dir's models loaded on demand, each in a process of its own, the least recently used
-unloaded past --max_loaded_models (never one in use), quiet ones unloaded after --idle_unload, a model that fails to
-load listed with its sentence. Real processes and real pipes; each fakes a model that has loaded (no weights)."""
+"""engine/choices/folders.py: --models_dir's models loaded on demand, each in a process of its own, the least recently
+used unloaded past --max_loaded_models (never one in use), quiet ones unloaded after --idle_unload, a model that fails
+to load listed with its sentence. Real processes and real pipes; each fakes a model that has loaded (no weights)."""
 
 import multiprocessing
 import threading
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from local_chat.engine import Delta, End, EngineSummary, Loading, Request, Sampling, collect
-from local_chat.engine.model_engine import ModelEngine
-from local_chat.engine.models import ModelProcess, Models
+from local_chat.engine.choices.chosen import ModelEngine
+from local_chat.engine.choices.folders import ModelProcess, Models
 from local_chat.engine.pipe import LoadProgress, ModelFailed, StreamAnswer, Streamed
 from local_chat.errors import UserError
 
@@ -227,7 +227,7 @@ def test_with_admins_only_they_load_a_model_on_the_page_and_v1_answers_with_load
     from starlette.testclient import TestClient
 
     from local_chat.api import OpenAIAPI
-    from local_chat.engine.models import NotLoaded
+    from local_chat.engine.choices.folders import NotLoaded
     from local_chat.ui.chat import Cancels
     from local_chat.ui.model_picker import ModelPicker
     from local_chat.ui.single_turn import SingleTurnTab

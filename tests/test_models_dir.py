@@ -111,8 +111,8 @@ def front_routes_by_model(engine_url: str) -> None:
     from starlette.testclient import TestClient
 
     from local_chat.api import OpenAIAPI
-    from local_chat.engine.engine_models import EngineModels
-    from local_chat.engine.model_engine import ModelEngine
+    from local_chat.engine.choices.chosen import ModelEngine
+    from local_chat.engine.choices.served import EngineModels
     from local_chat.engine.remote import RemoteEngine
     from local_chat.prompting import default_template
 

@@ -26,9 +26,9 @@ from starlette.routing import Route
 from local_chat.documents import Shelf
 from local_chat.engine import End, Engine, FinishReason, Request, checkpoint_name
 from local_chat.engine.chats import ChatEngine
-from local_chat.engine.engine_models import EngineModels
+from local_chat.engine.choices.folders import Models, NotLoaded
+from local_chat.engine.choices.served import EngineModels
 from local_chat.engine.interface import SessionKey
-from local_chat.engine.models import Models, NotLoaded
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 

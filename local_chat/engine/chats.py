@@ -75,7 +75,7 @@ class ChatEngine:
         if request.messages is None:
             yield from self.engine.stream(request)
             return
-        if getattr(self.engine, "takes_chats", False):  # a model had first (engine/models.py), then rendered there
+        if getattr(self.engine, "takes_chats", False):  # a model had first (engine/choices/), then rendered there
             yield from self.engine.stream(request, lambda had: self.over_engine(had).stream(request))
             return
         try:

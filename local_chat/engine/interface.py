@@ -338,7 +338,7 @@ class EngineSummary:
     image_marker: str = ""  # what stands for an image in a prompt whose template has no marker of its own
     image_token: str = ""
     adapters: tuple[str, ...] = ()  # the LoRA adapters loaded over the model (--lora), which a request may name
-    adapter: str = ""  # the adapter its answers run with: the view's of one (engine/adapter_choices.py), or merged
+    adapter: str = ""  # the adapter its answers run with: the view's of one (engine/choices/lora.py), or merged
     adapter_problems: tuple[tuple[str, str], ...] = ()  # (name, why) of each --lora adapter that did not load
 
     @property

@@ -92,9 +92,9 @@ def web_server(args):
 
 def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, args) -> None:
     """--api_base: the page and /v1 over the engine's model; where the engine serves several, over each of them,
-    picked by the page's picker and /v1's `model` (engine/engine_models.py)."""
-    from local_chat.engine.engine_models import EngineModels
-    from local_chat.engine.model_engine import ModelEngine
+    picked by the page's picker and /v1's `model` (engine/choices/served.py)."""
+    from local_chat.engine.choices.chosen import ModelEngine
+    from local_chat.engine.choices.served import EngineModels
     from local_chat.prompting import default_template
 
     models = EngineModels(engine, args.concurrency, lambda model: default_template(model, args.template))
@@ -107,13 +107,13 @@ def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, 
 
 def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: bool) -> None:
     """--models_dir: the web server in this process, each listed model in a process of its own, loaded when asked
-    for (engine/models.py); the one --model names loads now, while the server's code imports."""
+    for (engine/choices/folders.py); the one --model names loads now, while the server's code imports."""
     import copy
     import signal
     import threading
 
-    from local_chat.engine.model_engine import ModelEngine
-    from local_chat.engine.models import Models
+    from local_chat.engine.choices.chosen import ModelEngine
+    from local_chat.engine.choices.folders import Models
 
     from .model_processes import model_max_seq_len, start_model
 
@@ -161,8 +161,8 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     summary = engine.summary()
     if models is None and (summary.adapters or summary.adapter_problems):  # --lora's adapters, as models
-        from local_chat.engine.adapter_choices import AdapterChoices
-        from local_chat.engine.model_engine import ModelEngine
+        from local_chat.engine.choices.chosen import ModelEngine
+        from local_chat.engine.choices.lora import AdapterChoices
 
         models = AdapterChoices(queue, template)
         queue = ModelEngine(models, models.base)

@@ -1,5 +1,5 @@
-"""--models_dir: each listed model loads in a process of its own (engine/models.py's `Models` starts and ends them),
-which answers its requests as the launcher's process does for one model (engine/process.py's `serve_model`)."""
+"""--models_dir: each listed model loads in a process of its own (engine/choices/folders.py's `Models` starts and ends
+them), which answers its requests as the launcher's process does for one model (engine/process.py's `serve_model`)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,12 @@ def model_max_seq_len(args: argparse.Namespace, model_id: str) -> int | None:
 
 
 def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False, lora=None):
-    """The `ModelProcess` (engine/models.py) that loads the checkpoint at `path` with the flags `args` (`with_visual`:
-    refuse a model that sees no images, for the image demos), and the LoRA adapters `lora` ({name: folder})."""
+    """The `ModelProcess` (engine/choices/folders.py) that loads the checkpoint at `path` with the flags `args`
+    (`with_visual`: refuse a model that sees no images, for the image demos), and the LoRA adapters `lora`
+    ({name: folder})."""
     import multiprocessing
 
-    from local_chat.engine.models import ModelProcess
+    from local_chat.engine.choices.folders import ModelProcess
 
     entry, flags = model_entry_and_flags(args, model_id)
     flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None

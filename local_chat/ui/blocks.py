@@ -10,7 +10,7 @@ import gradio as gr
 
 from local_chat.defaults import IMAGE_TRANSFORM, MAX_TOOL_ROUNDS, MAX_UPLOAD_MB
 from local_chat.engine import Engine
-from local_chat.engine.model_engine import ModelEngine
+from local_chat.engine.choices.chosen import ModelEngine
 from local_chat.history import Store
 from local_chat.prompting import default_template
 

@@ -1,8 +1,8 @@
 """The model picker (--models_dir): a dropdown in the model line, each browser session with its own current model.
-Choosing one that is not loaded loads it (engine/models.py) while the page stays usable, and a line under the picker
-says how far the load has come; once it is loaded, the model line, the chat's template, system prompt, attachments,
-thinking switch and answer settings follow the new model, and the conversation goes on with it (its history rendered
-by the new template). Reopening a saved conversation offers the model of its latest answer."""
+Choosing one that is not loaded loads it (engine/choices/folders.py) while the page stays usable, and a line under the
+picker says how far the load has come; once it is loaded, the model line, the chat's template, system prompt,
+attachments, thinking switch and answer settings follow the new model, and the conversation goes on with it (its
+history rendered by the new template). Reopening a saved conversation offers the model of its latest answer."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import asyncio
 import gradio as gr
 
 from local_chat.engine.chats import ChatEngine
-from local_chat.engine.choices import Lease
+from local_chat.engine.choices.chosen import ModelEngine
+from local_chat.engine.choices.common import Lease
+from local_chat.engine.choices.folders import Models, NotLoaded
 from local_chat.engine.interface import Sampling
-from local_chat.engine.model_engine import ModelEngine
-from local_chat.engine.models import Models, NotLoaded
 from local_chat.prompting import conversation_templates, default_system
 
 from .layout import message_box_images, model_panel, sampling_values

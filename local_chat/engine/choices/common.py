@@ -1,6 +1,6 @@
 """What the doors (the page's picker, /v1's `model`) ask of the models they pick among (`ModelChoices`): --models_dir's
-(engine/models.py), an engine's (engine/engine_models.py), and --lora's adapters over one model
-(engine/adapter_choices.py); a `Lease` holds one for an answer, and `WithAdapter` is a model answering with one of
+(engine/choices/folders.py), an engine's (engine/choices/served.py), and --lora's adapters over one model
+(engine/choices/lora.py); a `Lease` holds one for an answer, and `WithAdapter` is a model answering with one of
 its LoRA adapters."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from local_chat.errors import UserError
 
-from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, Answer, End, Engine, EngineSummary, Event, Request, Sampling
+from ..in_order import InArrivalOrder
+from ..interface import CHAT_SAMPLING, Answer, End, Engine, EngineSummary, Event, Request, Sampling
 
 if TYPE_CHECKING:
-    from .pipe import LoadProgress
+    from ..pipe import LoadProgress
 
 JOIN = " + "  # between a base's name and its LoRA adapter's: the adapter's model is "BASE + NAME"
 
@@ -61,7 +61,7 @@ class WithAdapter:
 
 class ModelChoices:
     """What the doors (the page's picker, /v1) ask of the models they pick among: `Models` here, and an engine's
-    (engine/engine_models.py)."""
+    (engine/choices/served.py)."""
 
     strict = True  # a `model` not listed is refused (an engine's front answers it with --model's)
 

@@ -1,5 +1,5 @@
-"""The engine (engine/interface.py) of one listed model (engine/models.py, engine/engine_models.py) for a door that
-holds one: the page's chat, one per model a session picks."""
+"""The engine (engine/interface.py) of one listed model (engine/choices/folders.py, engine/choices/served.py) for a
+door that holds one: the page's chat, one per model a session picks."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 from local_chat.errors import UserError
 
-from .choices import ModelChoices
-from .interface import Answer, Engine, Event, Request, Sampling, collect
+from ..interface import Answer, Engine, Event, Request, Sampling, collect
+from .common import ModelChoices
 
 
 class ModelEngine:

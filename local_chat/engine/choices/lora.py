@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from local_chat.errors import UserError
 
-from .choices import JOIN, Lease, ModelChoices, WithAdapter
-from .interface import Engine, checkpoint_name
+from ..interface import Engine, checkpoint_name
+from .common import JOIN, Lease, ModelChoices, WithAdapter
 
 
 class AdapterChoices(ModelChoices):

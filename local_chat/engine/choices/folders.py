@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 
 from local_chat.errors import UserError
 
-from .choices import Lease, ModelChoices, WithAdapter
-from .in_order import InArrivalOrder
-from .interface import CHAT_SAMPLING, End, Engine, Event, FinishReason, Loading, Request, Sampling
-from .pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
+from ..in_order import InArrivalOrder
+from ..interface import CHAT_SAMPLING, End, Engine, Event, FinishReason, Loading, Request, Sampling
+from ..pipe import LoadProgress, ModelFacts, ModelFailed, PipeEngine
+from .common import Lease, ModelChoices, WithAdapter
 
 IDLE_POLL_S = 1.0  # how often --idle_unload looks for quiet models
 LOAD_POLL_S = 0.25  # how often a load looks at its process, and a waiting request tells how long it has waited

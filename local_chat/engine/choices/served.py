@@ -1,18 +1,18 @@
 """--api_base's models: those the engine's /v1/models lists, each a `RemoteEngine` (engine/remote.py) in a queue of its
 own, made when first asked for. The engine loads them itself, so each counts as loaded (or as the engine says, where
 it is a local-chat with --models_dir). The front's /v1 and page pick among them as they do among --models_dir's
-(engine/models.py): the same questions, answered for an engine; a `model` the engine does not list is answered by
-the one --model named (`strict` False), as before the front routed."""
+(engine/choices/folders.py): the same questions, answered for an engine; a `model` the engine does not list is answered
+by the one --model named (`strict` False), as before the front routed."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
-from .choices import Lease, ModelChoices
-from .in_order import InArrivalOrder
-from .interface import Engine
-from .remote import RemoteEngine
+from ..in_order import InArrivalOrder
+from ..interface import Engine
+from ..remote import RemoteEngine
+from .common import Lease, ModelChoices
 
 
 class EngineModels(ModelChoices):
