@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from local_chat.engine import AnswerFormat, ChatOptions, Sampling
 from local_chat.engine.interface import SAMPLING_LIMITS, out_of_range
 from local_chat.errors import UserError
+from local_chat.prompting.families import Effort
 
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 4
@@ -185,7 +186,6 @@ TEMPLATE_PARAMETERS = (
     "return_assistant_tokens_mask",
     "tokenizer_kwargs",
 )
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 
 
 def chat_messages(body: dict) -> list[dict]:
@@ -267,14 +267,14 @@ def chat_options(body: dict, answer_tokens: int) -> ChatOptions:
             "chat_template_kwargs",
         )
     effort = body.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
+    if effort is not None and effort not in list(Effort):
         raise bad(
-            f"`reasoning_effort` is {json.dumps(effort)}; send one of {', '.join(REASONING_EFFORTS)}.",
+            f"`reasoning_effort` is {json.dumps(effort)}; send one of {', '.join(Effort)}.",
             "reasoning_effort",
         )
     variables = dict(kwargs)
     if effort is not None and "reasoning_effort" not in variables and "enable_thinking" not in variables:
-        variables["reasoning_effort"] = "low" if effort == "minimal" else effort
+        variables["reasoning_effort"] = str(Effort(effort).for_template())
     return ChatOptions(
         tools=tools,
         tool_choice=choice,

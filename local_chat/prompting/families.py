@@ -25,13 +25,31 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from . import answer_grammars as calls
 from . import family_responses as responses
 from .response_formats import DEEPSEEK_R1, HARMONY, LLAMA3_JSON_CALLS, MISTRAL_THINK, RESPONSE_FORMATS, THINK_TAGS
 
 log = logging.getLogger(__name__)
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+class Effort(StrEnum):
+    """OpenAI's `reasoning_effort`: NONE turns reasoning off; a template that reads the effort itself (gpt-oss's)
+    takes LOW, MEDIUM and HIGH, which the page offers (`PAGE_EFFORTS`), MINIMAL as LOW and XHIGH as HIGH."""
+
+    NONE = "none"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+
+    def for_template(self) -> Effort:
+        return {Effort.MINIMAL: Effort.LOW, Effort.XHIGH: Effort.HIGH}.get(self, self)
+
+
+PAGE_EFFORTS = (Effort.LOW, Effort.MEDIUM, Effort.HIGH)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from .layout import (
     sampling_controls,
     shown_prompt,
 )
-from .thinking import EFFORTS, ENGINE_THINKING, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
+from .thinking import EFFORTS, EngineThinking, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
 from .tool_rounds import NOT_ANSWERED, ToolRounds
 from .turns import kind_of, model_view, unanswered_calls, up_to_last_question, with_calls_closed
 from .wiring import GENERATION, UI_ONLY, taking_settings, updating
@@ -405,7 +405,7 @@ class ChatTab:
         if self.picker is not None:
             _, choices, first = thinking_choices(self.engine_of(model))
             return kept if kept in choices else first
-        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (EFFORTS + ENGINE_THINKING)
+        fits = isinstance(kept, bool) if isinstance(first, bool) else kept in (*EFFORTS, *EngineThinking)
         return kept if fits else first
 
     def restore_of(self, conversation_id, browser_id, model, request: gr.Request) -> Restored:

@@ -3,13 +3,26 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import gradio as gr
 
 from local_chat.engine import Engine
+from local_chat.prompting.families import PAGE_EFFORTS
 from local_chat.prompting.messages import thinking_switch_of
 
-EFFORTS = ("low", "medium", "high")
-ENGINE_THINKING = ("engine's default", "think", "don't think")  # the switch over an engine (--api_base)
+
+class EngineThinking(StrEnum):
+    """The switch over an engine whose template is unknown here (--api_base), and a picker page's for a template
+    with `enable_thinking`: the engine's default (nothing sent), think, or don't. Its values are what saved
+    conversations keep; the radio shows them as they are."""
+
+    DEFAULT = "engine's default"
+    THINK = "think"
+    DONT = "don't think"
+
+
+EFFORTS = tuple(str(effort) for effort in PAGE_EFFORTS)  # "low", "medium", "high": a radio's values
 
 
 def thinking_switch(engine: Engine) -> tuple[str | None, object]:
@@ -19,7 +32,7 @@ def thinking_switch(engine: Engine) -> tuple[str | None, object]:
     switch whose template is unknown here: the engine's default (nothing sent), or
     `chat_template_kwargs.enable_thinking` true or false."""
     if getattr(engine, "renders_messages", False):
-        return "enable_thinking", ENGINE_THINKING[0]
+        return "enable_thinking", EngineThinking.DEFAULT
     switch, renderer = thinking_switch_of(engine), engine.chat_renderer
     if switch is None:
         return None, None
@@ -42,8 +55,8 @@ def thinking_switch(engine: Engine) -> tuple[str | None, object]:
 def thinking_kwargs(thinking) -> dict:
     """The template variables the thinking switch's value sets: a checkbox's bool, an effort's name, an engine's
     choice, or nothing."""
-    if thinking in ENGINE_THINKING[1:]:
-        thinking = thinking == ENGINE_THINKING[1]
+    if thinking in (EngineThinking.THINK, EngineThinking.DONT):
+        thinking = thinking == EngineThinking.THINK
     if isinstance(thinking, bool):
         return {"enable_thinking": thinking}
     if thinking in EFFORTS:
@@ -58,9 +71,9 @@ def thinking_control(engine: Engine, follows_a_picker: bool):
     label, choices, value = thinking_choices(engine)
     if not follows_a_picker and not choices:
         return gr.State(None)
-    if not follows_a_picker and choices == list(ENGINE_THINKING[1:]):  # enable_thinking
+    if not follows_a_picker and choices == [EngineThinking.THINK, EngineThinking.DONT]:  # enable_thinking
         return gr.Checkbox(
-            value == ENGINE_THINKING[1], label="Think before answering", container=False, elem_classes="thinking"
+            value == EngineThinking.THINK, label="Think before answering", container=False, elem_classes="thinking"
         )
     return gr.Radio(choices, value=value, label=label, visible=bool(choices), elem_classes="thinking")
 
@@ -69,10 +82,14 @@ def thinking_choices(engine: Engine) -> tuple[str, list, object]:
     """(label, choices, first value) of a picker page's thinking radio for `engine`: no choices where its template
     reads no thinking variable."""
     variable, first = thinking_switch(engine)
-    if first in ENGINE_THINKING:
-        return "Thinking", list(ENGINE_THINKING), first
+    if first in list(EngineThinking):
+        return "Thinking", list(EngineThinking), first
     if variable == "enable_thinking":
-        return "Thinking", list(ENGINE_THINKING[1:]), ENGINE_THINKING[1] if first else ENGINE_THINKING[2]
+        return (
+            "Thinking",
+            [EngineThinking.THINK, EngineThinking.DONT],
+            EngineThinking.THINK if first else EngineThinking.DONT,
+        )
     if variable == "reasoning_effort":
         return "Reasoning effort", list(EFFORTS), first
     return "Thinking", [], None
