@@ -91,7 +91,7 @@ def measure_shape(settings, shape: str, suffix: str) -> dict[str, float]:
     }
 
 
-# a family of each kind, as the tests' tiny random models of their real classes (tests/text_families.py)
+# a family of each kind, as the tests' tiny random models of their real classes (fixtures/text_families.py)
 FAMILY_KINDS = {
     "plain": "llama3_1",  # transformers' continuous batching
     "mla": "deepseek_v3_1",  # the step batch (model/step_batch.py) from here on
@@ -106,9 +106,7 @@ def measure_families(settings) -> dict[str, float]:
     running to its length (greedy, no end-of-answer token); for the plain kind also the step batch over
     transformers' continuous batching at 8 at once."""
     import local_chat.model.step_batch as step_batch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import text_families
+    from fixtures import text_families
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-batch-families-") as tmp:

@@ -1,5 +1,5 @@
 """Documents in the chat: what reading, indexing and searching cost, and what a whole attached document adds to the
-first token. Files made here (tests/documents_files.py): a 50-page PDF, a .docx of the same text, a 500-page text
+first token. Files made here (fixtures/documents_files.py): a 50-page PDF, a .docx of the same text, a 500-page text
 with one needle passage. PDF text is read with pypdfium2 (the app's) and, where installed, pypdf, on the same file:
 time per page and whether the text is the same. The time to first token of a question with a 5-page document
 attached (put in whole) over the same question with the document's text typed in: the demo model, medians of
@@ -13,18 +13,14 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import astuple
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' document makers
 
 NEEDLE = "The needle: the treasure lies under the old oak by the mill."
 LINES = [f"Line {n}: the quarterly figures of the northern region rose by {n % 7} percent." for n in range(40)]
 
 
 def run(settings, demo) -> dict[str, float]:
-    from documents_files import long_text, write_docx, write_pdf
-
+    from fixtures.documents_files import long_text, write_docx, write_pdf
     from local_chat.documents import Shelf, extract
 
     results = {}
@@ -79,8 +75,7 @@ def _ttft_ratio(demo, folder: Path, repeats: int) -> float:
     import asyncio
     from types import SimpleNamespace
 
-    from documents_files import write_pdf
-
+    from fixtures.documents_files import write_pdf
     from local_chat.documents import extract
     from local_chat.ui.chat import Cancels
     from local_chat.ui.chat_settings import ChatSettings
@@ -91,11 +86,11 @@ def _ttft_ratio(demo, folder: Path, repeats: int) -> float:
     pdf = write_pdf(folder / "five.pdf", [LINES[:3]] * 5)  # about 1,000 tokens: it goes in whole
     typed = "\n\n".join(extract(pdf, 50).pages) + "\n\nWhat rose?"
     tab = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None))
-    settings = astuple(ChatSettings(None, None, "default", None, "padded_resize", 16, 0.0, 0.75, 0, 1.0))
+    settings = ChatSettings(None, None, "default", None, "padded_resize", 16, 0.0, 0.75, 0, 1.0)
 
     async def first_piece(box) -> float:
         started = time.perf_counter()
-        async for history, *_ in tab.submit(SimpleNamespace(session_hash="b", username=None), box, [], *settings):
+        async for history, *_ in tab.submit(SimpleNamespace(session_hash="b", username=None), box, [], settings):
             if isinstance(history, list) and kind_of(history[-1]) == "answer" and history[-1]["content"]:
                 return time.perf_counter() - started
         raise AssertionError(f"no answer: {history[-1]}")

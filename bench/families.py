@@ -16,7 +16,7 @@ CORPUS = [
     "What is 12 plus 7? The answer is 19. The user asks about the weather; I call the tool.",
     "Hello! How can I help? It is sunny in Paris. Let me think about it step by step.",
 ] * 20
-TEXT_CONFIG = dict(  # the tiny models' sizes (tests/tiny_models.py's too)
+TEXT_CONFIG = dict(  # the tiny models' sizes (fixtures/tiny_models.py's too)
     hidden_size=64,
     intermediate_size=192,
     num_hidden_layers=2,

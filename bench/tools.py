@@ -13,7 +13,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -76,14 +75,14 @@ def run(settings) -> dict[str, float]:
         store = Store(Path(tmp) / "conversations.db")
         timed = Timed(model.engine)
         tab = ChatTab(timed, Cancels(), "chat_template", "padded_resize", SavedChats(store), tool_servers=servers)
-        tab.approvals.set("browser:" + BROWSER, ["weather/get_weather"])
+        tab.tools.approvals.set("browser:" + BROWSER, ["weather/get_weather"])
         request = SimpleNamespace(session_hash="bench", username=None)
         page_ms = []
         for round_ in range(rounds + 1):  # the first round warms up
             forced.in_turn([CALL, "It is sunny in Paris."], model.tokenizer.hf, "<|im_end|>")
             timed.ends.clear(), timed.firsts.clear()
             settings_ = ChatSettings(None, BROWSER, "chat_template", None, "padded_resize", 64, 0.0, 0.75, 0, 1.0)
-            asyncio.run(_send(tab, request, settings_, astuple))
+            asyncio.run(_send(tab, request, settings_))
             gap = timed.firsts[-1] - timed.ends[0] - tool_seconds[-1]
             if round_:
                 page_ms.append(gap * 1000)
@@ -95,6 +94,6 @@ def run(settings) -> dict[str, float]:
     return {"tools_round_page_ms": statistics.median(page_ms)}
 
 
-async def _send(tab, request, settings, astuple) -> None:
-    async for _ in tab.submit(request, {"text": "What is the weather in Paris?", "files": []}, [], *astuple(settings)):
+async def _send(tab, request, settings) -> None:
+    async for _ in tab.submit(request, {"text": "What is the weather in Paris?", "files": []}, [], settings):
         pass

@@ -1,4 +1,4 @@
-"""Session-wide fixtures: small random models in every checkpoint format (see tiny_models.py)."""
+"""Session-wide fixtures: small random models in every checkpoint format (see fixtures/tiny_models.py)."""
 
 import os
 import tempfile
@@ -13,8 +13,9 @@ os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="test-data-")
 # answers token for token compare fp32 ones; tests/test_cpu.py tests the default and the CPU's kernels
 os.environ["LOCAL_CHAT_DTYPE"] = "fp32"
 
-import tiny_models  # noqa: E402
 import transformers  # noqa: E402
+
+from fixtures import tiny_models  # noqa: E402
 
 pytest_plugins = ["fast_marks"]  # `python -m pytest -m fast`: the tests that start no server, browser or process
 

@@ -1,10 +1,10 @@
 """The `fast` marker (`python -m pytest -m fast`): the tests that start no server, no browser and no process.
 
-A test is marked at collection when neither its body, nor the tests' own functions and classes it calls (tests/ and
-bench/, theirs too), nor its fixtures name what starts one (`STARTERS`). The reading can miss a way in, so a test
-marked fast runs with those ways shut: starting a process or a Gradio server fails it with a sentence saying where it
-started and to name the starter here (or to mark the test `@pytest.mark.starts("...")`, which keeps it out of the
-fast set). The documents' reader is the one process allowed: one worker for the whole session (`ALLOWED`)."""
+A test is marked at collection when neither its body, nor the tests' own functions and classes it calls (tests/,
+bench/ and fixtures/, theirs too), nor its fixtures name what starts one (`STARTERS`). The reading can miss a way in,
+so a test marked fast runs with those ways shut: starting a process or a Gradio server fails it with a sentence saying
+where it started and to name the starter here (or to mark the test `@pytest.mark.starts("...")`, which keeps it out
+of the fast set). The documents' reader is the one process allowed: one worker for the whole session (`ALLOWED`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ STARTERS = re.compile(
 )
 ALLOWED = ("/local_chat/documents/extract.py",)  # where a fast test may start a process (the documents' reader)
 TESTS = str(Path(__file__).resolve().parent)
-HELPERS = (TESTS, str(Path(__file__).resolve().parent.parent / "bench"))  # where the tests' own code is
+CHECKOUT = Path(__file__).resolve().parent.parent
+HELPERS = (TESTS, str(CHECKOUT / "bench"), str(CHECKOUT / "fixtures"))  # where the tests' own code is
 _read: dict = {}  # function or class -> whether it (or what it calls of the tests' own) names a starter
 
 

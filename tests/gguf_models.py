@@ -1,7 +1,7 @@
 """GGUF files for the tests, written by llama.cpp's own converter (bench/cpu.py fetches it) from tiny random Qwen3
 models of the real class, with Qwen3's published chat template and Qwen2's pre-tokenizer (llama.cpp's "qwen2"), their
 vocabularies ASCII (a random model's answers are whole characters, so llama.cpp's stream holds none back); and a tiny
-Qwen2-VL (tests/vlm_families.py) with its image projector (`mmproj-*.gguf`) beside it.
+Qwen2-VL (fixtures/vlm_families.py) with its image projector (`mmproj-*.gguf`) beside it.
 
 llama.cpp computes these models' answers, so no hook can make them write a given answer (bench/families.py's
 `ForcedAnswer`). `tiny_qwen3(answer=...)` sets the weights instead: every layer's output projections are zero, so
@@ -58,7 +58,7 @@ def gguf_of(folder: Path, kind: str = "q8_0") -> Path:
 def tiny_qwen2_vl(work: Path) -> Path:
     """A folder in `work` holding a random Qwen2VLForConditionalGeneration's language model as GGUF (Q8_0) and its
     image projector (`mmproj-...gguf`, F16), as vision models are published for llama.cpp."""
-    import vlm_families
+    from fixtures import vlm_families
 
     tokenizer = qwen_tokenizer(
         vlm_families.template("qwen2_vl"), qwen_split=True, every_byte=False, specials=QWEN_VISION_TOKENS

@@ -9,12 +9,12 @@ import json
 import math
 
 import pytest
-import tiny_models
 import torch
 import torch.nn.functional as F
 from app_server import generate, generate_here
 from test_guide_examples import run_example
 
+from fixtures import tiny_models
 from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel
 

@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
-import text_families
 import torch
 from app_server import ForwardCounter
 from test_batching import stop_mid_batch
 
+from fixtures import text_families
 from local_chat.engine import Request, Sampling, collect
 from local_chat.model.meta import MetaModel
 

@@ -377,8 +377,7 @@ def test_a_reasoning_models_thought_streams_folds_and_comes_back(browser, tmp_pa
     """A tiny Qwen3 with its published template, forced to think then answer: the thought streams into a Thinking
     block (open) before the answer, folds once the answer begins, and the answer stands alone; a reload shows both
     again; Stop while it thinks stops the model within 2 steps and keeps the thought."""
-    import tiny_models
-
+    from fixtures import tiny_models
     from local_chat.history import Store
 
     model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path / "qwen3")))
@@ -446,9 +445,9 @@ def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(bro
     and the server that cannot start, with its sentence."""
     import sys
 
-    import tiny_models
     from test_tools import SERVER, call
 
+    from fixtures import tiny_models
     from local_chat.history import Store
     from local_chat.tools import ServerSpec, ToolServers
 
@@ -534,8 +533,7 @@ def choose(page, button: str) -> None:
 def test_a_pdf_attached_to_a_question_goes_in_whole_and_its_sources_show(browser, demo, tmp_path):
     """A PDF attached in the message box: listed in the question, its text in "Prompt sent to the model", and a
     folded Sources entry under the answer that names it; an encrypted one is taken out with its sentence."""
-    from documents_files import write_encrypted_pdf, write_pdf
-
+    from fixtures.documents_files import write_encrypted_pdf, write_pdf
     from local_chat.history import Store
 
     pdf = write_pdf(tmp_path / "report.pdf", [["Quarterly report."], ["The launch code is ZEBRA-42."]])

@@ -8,9 +8,9 @@ import os
 import threading
 
 import pytest
-import tiny_models
 import torch
 
+from fixtures import tiny_models
 from local_chat.engine import AnswerFormat, Request, Sampling, collect
 from local_chat.model import cpu_linear, cpu_threads, loading
 from local_chat.model.cpu_linear import INT4_GROUP, Int4Linear, Int8Linear, PackedLinear, SiblingLinear, swap_linears

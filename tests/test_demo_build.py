@@ -221,9 +221,10 @@ def test_each_shape_token_reads_as_its_shape_and_its_colour_or_absent():
 
 
 def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_computes():
-    from tiny_models import TEXT_CONFIG
     from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
     from transformers.models.clip import CLIPVisionConfig
+
+    from fixtures.tiny_models import TEXT_CONFIG
 
     text = LlamaConfig(vocab_size=50, **{**TEXT_CONFIG, "num_hidden_layers": training.LOOKUP_LAYER + 1})
     config = LlavaConfig(
@@ -264,7 +265,7 @@ def test_the_lookup_loss_reads_the_attention_and_the_head_output_the_model_compu
 
 
 def test_a_colour_answer_looks_up_the_asked_shapes_image_token_where_it_names_the_colour():
-    from tiny_models import train_byte_level_tokenizer
+    from fixtures.tiny_models import train_byte_level_tokenizer
 
     tokenizer = train_byte_level_tokenizer()
     image_id = tokenizer.convert_tokens_to_ids("<image>")

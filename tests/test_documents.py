@@ -1,4 +1,4 @@
-"""Documents in the chat: files the tests make (tests/documents_files.py: a 3-page PDF and a .docx with a known fact,
+"""Documents in the chat: files the tests make (fixtures/documents_files.py: a 3-page PDF and a .docx with a known fact,
 a 500-page text with one needle passage, a scanned-only PDF, an encrypted one, a broken one, a .docx zip bomb) read
 by pypdf and python-docx, put in the prompt whole where they fit and searched (SQLite FTS5, BM25) where they do not,
 through the chat tab's handlers on the demo model; the sources under the answer; each bad file its sentence; a
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from app_server import submit
-from documents_files import long_text, write_docx, write_docx_bomb, write_encrypted_pdf, write_pdf
 
+from fixtures.documents_files import long_text, write_docx, write_docx_bomb, write_encrypted_pdf, write_pdf
 from local_chat.defaults import DEMO_MODEL
 from local_chat.documents import Shelf, extract
 from local_chat.documents.context import passages_of

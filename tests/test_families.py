@@ -1,4 +1,4 @@
-"""The 2026 families (tests/text_families.py): each a tiny random model of its real class with its published chat
+"""The 2026 families (fixtures/text_families.py): each a tiny random model of its real class with its published chat
 template and special tokens, made to write what a trained one would (tiny_models.ForcedAnswer). Its prompt is its
 template's own; its reasoning, answer and tool calls come apart through /v1 (the `openai` client, streamed and not),
 with no special token left in them; the next turn renders the parsed reply as the template does; and with the
@@ -7,12 +7,11 @@ session cache, in the batch, and with --compile it answers as it does without th
 import json
 
 import pytest
-import text_families
-import tiny_models
 from app_server import serve
 from openai import OpenAI
-from tiny_models import WEATHER
 
+from fixtures import text_families, tiny_models
+from fixtures.tiny_models import WEATHER
 from local_chat.engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta, collect
 from local_chat.engine.chats import ChatEngine
 from local_chat.errors import UserError

@@ -455,8 +455,9 @@ def test_compile_with_tensor_parallel_is_one_sentence(byte_model):
 def test_compiled_sliding_window_model_answers_sessions_afresh(byte_model):
     """A session's keys and values are copied into --compile's static cache only where every layer keeps every
     position; a sliding-window model (Mistral's) answers a session's turns as a prefill from scratch, right."""
-    from tiny_models import TEXT_CONFIG
     from transformers import MistralConfig, MistralForCausalLM
+
+    from fixtures.tiny_models import TEXT_CONFIG
 
     torch.manual_seed(0)
     config = MistralConfig(

@@ -18,8 +18,8 @@ from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen2_vl, tiny_qwen
 from openai import OpenAI
 from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 from test_models_dir import model_processes
-from tiny_models import WEATHER, save_hf
 
+from fixtures.tiny_models import WEATHER, save_hf
 from local_chat.errors import UserError
 from local_chat.launchers.flags import parser
 from local_chat.launchers.loading import check_gguf_flags, choose_listed_model, load_gguf

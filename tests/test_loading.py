@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import tiny_models
 import torch
 
+from fixtures import tiny_models
 from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel
 

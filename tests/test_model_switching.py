@@ -168,8 +168,7 @@ def test_a_load_says_how_far_it_has_come_as_its_process_tells():
 
 
 def test_a_model_process_tells_how_far_transformers_has_loaded_the_weights(tmp_path):
-    from tiny_models import random_llama, save_hf, train_byte_level_tokenizer
-
+    from fixtures.tiny_models import random_llama, save_hf, train_byte_level_tokenizer
     from local_chat.launchers.model_processes import _progress_told
     from local_chat.model.meta import MetaModel
 

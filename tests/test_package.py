@@ -17,7 +17,7 @@ from bench.front import started_front, stub_engine
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "local_chat"
 FACES = ("model", "templates", "conversation")
-CHECKOUT_ONLY = ("bench", "demo_model", "tests")
+CHECKOUT_ONLY = ("bench", "demo_model", "fixtures", "tests")
 
 
 def documented_layers() -> list[list[str]]:

@@ -163,7 +163,7 @@ def processes_of(app) -> list[str]:
 
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory, byte_tokenizer):
-    import tiny_models
+    from fixtures import tiny_models
 
     return tiny_models.save_hf(
         tiny_models.random_gpt2(len(byte_tokenizer)), tmp_path_factory.mktemp("gpt2"), hf_tokenizer=byte_tokenizer

@@ -4,8 +4,8 @@ LoRA adapter): they load, answer, shrink the weights to about llama.cpp's Q8_0 a
 import logging
 
 import pytest
-import tiny_models
 
+from fixtures import tiny_models
 from local_chat.model.footprint import weight_bytes
 from local_chat.model.meta import MetaModel
 

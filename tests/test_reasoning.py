@@ -7,11 +7,11 @@ import json
 
 import httpx
 import pytest
-import tiny_models
 from app_server import serve
 from openai import OpenAI
-from tiny_models import WEATHER
 
+from fixtures import tiny_models
+from fixtures.tiny_models import WEATHER
 from local_chat.engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
 from local_chat.engine.chats import ChatEngine
 from local_chat.model.meta import MetaModel
@@ -439,7 +439,7 @@ def test_langchain_completes_a_tool_round_trip(qwen3, client):
 
 @pytest.fixture(scope="module")
 def qwen3_vl(tmp_path_factory):
-    import vlm_families
+    from fixtures import vlm_families
 
     model = MetaModel.from_pretrained(str(vlm_families.build("qwen3_vl", tmp_path_factory.mktemp("qwen3_vl") / "m")))
     forced = tiny_models.ForcedAnswer(model.llma, model.processor.tokenizer, "x", END)

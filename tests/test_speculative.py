@@ -276,8 +276,7 @@ def test_a_draft_models_guesses_give_the_same_tokens_and_one_of_another_tokenize
     """--draft_model: a small model of the same tokenizer guesses; greedy answers stay the model's own, token for
     token, whether its guesses are right (the model itself as its draft: all taken) or mostly wrong (another random
     model); a draft of another tokenizer is one sentence."""
-    import tiny_models
-
+    from fixtures import tiny_models
     from local_chat.errors import UserError
 
     other = tiny_models.save_hf(tiny_models.random_llama(len(byte_tokenizer), seed=5), tmp_path / "other",

@@ -156,7 +156,7 @@ def test_the_system_prompt_a_chat_template_writes_itself_is_the_pages_default(na
     conversation's own system prompt, it gives the same prompt."""
     from pathlib import Path
 
-    import tiny_models
+    from fixtures import tiny_models
 
     tokenizer = tiny_models.train_byte_level_tokenizer()
     tokenizer.chat_template = (Path(__file__).parent / "chat_templates" / f"{name}.jinja").read_text()

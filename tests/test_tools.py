@@ -14,9 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import tiny_models
 from app_server import last_of
 
+from fixtures import tiny_models
 from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.launchers.loading import free_port

@@ -3,10 +3,10 @@
 import json
 
 import pytest
-import tiny_models
 import torch
 from PIL import Image
 
+from fixtures import tiny_models
 from local_chat.errors import UserError
 from local_chat.model.image import CLIP_MEAN, get_transform, shape_image
 from local_chat.model.meta import MetaModel

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import tiny_models
 from app_server import serve, serve_engine
 from openai import OpenAI
 
+from fixtures import tiny_models
 from local_chat.engine.remote import RemoteEngine
 from local_chat.launchers.loading import free_port
 from local_chat.model.meta import MetaModel

@@ -1,5 +1,5 @@
 """Real checkpoints of the popular vision-language families: each a tiny random model of its real transformers class,
-saved with its real processor class and published chat template (tests/vlm_families.py), answers as the model's
+saved with its real processor class and published chat template (fixtures/vlm_families.py), answers as the model's
 own processor and `generate` say it should."""
 
 import json
@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
-import vlm_families
 from app_server import launched, serve
 from PIL import Image
 from transformers import DynamicCache
 
+from fixtures import vlm_families
 from local_chat.engine.process import model_facts
 from local_chat.errors import UserError
 from local_chat.model.generation import prefill
