@@ -335,7 +335,7 @@ def test_arrows_fork_search_and_pin_in_the_browser(browser, demo, tmp_path):  # 
         search.press("Control+a")
         search.press("Backspace")  # an empty box: the list again
         page.locator(".chat-list label", has_text="(fork)").click()
-        page.get_by_text("This conversation").click()
+        page.get_by_text("This conversation", exact=True).click()  # the accordion, not a note naming it
         page.get_by_label("Pinned to the top of the list").check()
         wait_for(lambda: page.locator(".chat-list label").first.inner_text().startswith("★"))
         assert store.titles(only_owner(store))[0][0].endswith("(fork)")

@@ -341,6 +341,9 @@ def test_the_app_in_front_of_an_engine_chats_and_stops(browser, demo):
             send(page, "What is 23 plus 45?")
             assert wait_for_answer(page, lambda t: t.endswith("68.")).startswith("23 plus 45")
             page.screenshot(path=str(ARTIFACTS / "engine_front.png"), full_page=True)
+            counter.delay = (
+                0.3  # the answer to stop: slow enough to be streaming still when Stop is pressed, under load
+            )
             send(page, "Who are you?")
             wait_for_answer(page, lambda t: t.startswith("I am") and len(t) > 20)
             page.get_by_role("button", name="Stop", exact=True).first.click()

@@ -78,7 +78,7 @@ def test_a_delete_confirmation_never_deletes_another_conversation(browser, demo,
     store = Store(tmp_path / "chats.db")
     with serve(demo, store=store) as (url, _):
         page = open_page(browser, url)
-        page.get_by_text("This conversation").click()
+        page.get_by_text("This conversation", exact=True).click()  # the accordion, not a note naming it
         actions = [page.get_by_role("button", name=name) for name in ("Rename", "Export JSON", "Delete")]
         assert all(action.is_disabled() for action in actions)  # nothing open: nothing to act on
         send(page, "What is the capital of France?")
@@ -148,7 +148,7 @@ def test_a_reload_reopens_the_conversation_that_was_open(browser, demo, tmp_path
         [messages] = saved(store).values()
         assert [content for role, content in messages if role == "user"] == ["What is 23 plus 45?", "Add 10 to that."]
         page.get_by_role("button", name="New chat").click()
-        page.get_by_text("This conversation").click()
+        page.get_by_text("This conversation", exact=True).click()  # the accordion, not a note naming it
         delete = page.get_by_role("button", name="Delete", exact=True)
         assert eventually(lambda: delete.is_disabled())  # no conversation open
         page.reload()  # after New chat, a reload shows the new, empty chat

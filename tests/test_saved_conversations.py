@@ -490,7 +490,7 @@ def test_reload_restart_two_browsers_and_delete(browser, demo, tmp_path):  # noq
         send(alice, "What is 23 plus 45?")
         assert wait_for_answer(alice, lambda t: t.endswith("68.")).startswith("23 plus 45")
         alice.screenshot(path=str(ARTIFACTS / "saved.png"), full_page=True)
-        alice.get_by_text("This conversation").click()
+        alice.get_by_text("This conversation", exact=True).click()  # the accordion, not a note naming it
         alice.get_by_role("button", name="Delete", exact=True).click()
         alice.get_by_role("button", name="Yes, delete it").click()
         alice.wait_for_function("document.querySelectorAll('.chat-list label').length == 0")
