@@ -480,22 +480,26 @@ def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(bro
             answer = wait_for_answer(page, lambda t: t.endswith("It is sunny in Paris."))
             page.get_by_text("Result of get_weather").first.wait_for()
             page.screenshot(path=str(ARTIFACTS / "tool-result.png"), full_page=True)
+            answered(page)  # the next forced answer starts after this one's last step
 
             # Deny: the model is told, and answers
             forced.in_turn([call("get_weather", city="Rome"), "I may not look."], hf, end)
             send(page, "And in Rome?")
             choose(page, "Deny")
             denied = wait_for_answer(page, lambda t: t.endswith("I may not look."))
+            answered(page)
 
             # Always allow: this call runs, and the next one without a card
             forced.in_turn([call("get_weather", city="Oslo"), "Cold."], hf, end)
             send(page, "Oslo?")
             choose(page, "Always allow this tool")
             wait_for_answer(page, lambda t: t.endswith("Cold."))
+            answered(page)
             forced.in_turn([call("get_weather", city="Bergen"), "Rainy in Bergen."], hf, end)
             send(page, "Bergen?")
             bergen = wait_for_answer(page, lambda t: t.endswith("Rainy in Bergen."))
             asked_for_bergen = page.get_by_role("button", name="Allow once", exact=True).count()
+            answered(page)
 
             # Stop during a slow call: it stops at once, the conversation stays
             forced.in_turn([call("wait", seconds=30)], hf, end)
@@ -508,6 +512,7 @@ def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(bro
             page.get_by_text("Stopped wait").first.wait_for(timeout=5000)
             stop_took = time.perf_counter() - started
             page.screenshot(path=str(ARTIFACTS / "tool-stopped.png"), full_page=True)
+            answered(page)
 
             # a server that exits mid-call: its sentence, and the page goes on
             forced.in_turn([call("crash"), "The tool broke."], hf, end)
@@ -524,6 +529,12 @@ def test_a_tool_call_is_shown_approved_run_and_folded_and_the_answer_goes_on(bro
     assert bergen == "Rainy in Bergen." and asked_for_bergen == 0
     assert stop_took < 1.0, f"Stop took {stop_took:.2f} s"
     assert after_crash == "The tool broke." and len(questions) == 6  # every turn kept
+
+
+def answered(page) -> None:
+    """Wait for the answer on screen to be over (Send is back): its last forward pass done, so that a forced answer
+    set now is the next turn's, not the end of this one's."""
+    page.locator(".message button", has_text="Send").first.wait_for()
 
 
 def choose(page, button: str) -> None:

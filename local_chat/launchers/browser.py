@@ -31,28 +31,27 @@ def launch(description: str, tabs: tuple[str, ...], with_visual: bool = False, a
     from local_chat.prompting import default_template
 
     try:
-        check_before_the_server(args)  # a wrong port or template is told at once
+        args = check_before_the_server(args)  # a wrong port or template is told at once
     except UserError as error:
         fail(error)
     server = web_server(args)  # first: its start overlaps all the rest
     try:
-        check_serving_flags(args)
+        args = check_serving_flags(args)
         check_history(args)  # a database that cannot be used is told now, not after the model loads
         for warning in [*exposure_warnings(args), *filter(None, [api_off_reason(args)])]:
             print(f"warning: {warning}", file=sys.stderr)
-        if getattr(args, "models_dir", None):
+        if args.models_dir:
             serve_listed(description, tabs, args, with_visual)
             return
         engine = load_engine(args, with_visual=with_visual)
         template = default_template(engine, args.template)
         if server is None:  # --api_base: no model here, the web server is the only process
-            args.concurrency = args.concurrency or ENGINE_PLACES
-            serve_front(engine, description, tabs, template, args)
+            serve_front(engine, description, tabs, template, args.but(concurrency=args.concurrency or ENGINE_PLACES))
             return
         from local_chat.engine.process import serve_in_own_process
 
         compile_before_answering(engine)  # with the threads it will answer with
-        start_batching(engine, args)
+        args = start_batching(engine, args)
         code = 0
         try:
             serve_in_own_process(server, engine, description, tabs, template, args)
@@ -83,7 +82,7 @@ def web_server(args):
     """The web server's process (engine/pipe.py's `WebServer`), started now so that it gets ready while the model
     loads; None with --api_base and --models_dir (no model in this process: the server runs here) and on torchrun's
     other ranks."""
-    if args.api_base is not None or getattr(args, "models_dir", None) or os.environ.get("RANK", "0") != "0":
+    if args.api_base is not None or args.models_dir or os.environ.get("RANK", "0") != "0":
         return None
     from local_chat.engine.pipe import WebServer
 
@@ -101,14 +100,12 @@ def serve_front(engine, description: str, tabs: tuple[str, ...], template: str, 
     if len(models.ids()) < 2:
         serve(engine, description, tabs, template, args)
         return
-    args.served_name = engine.model
-    serve(ModelEngine(models, engine.model), description, tabs, template, args, models)
+    serve(ModelEngine(models, engine.model), description, tabs, template, args.but(served_name=engine.model), models)
 
 
 def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: bool) -> None:
     """--models_dir: the web server in this process, each listed model in a process of its own, loaded when asked
     for (engine/choices/folders.py); the one --model names loads now, while the server's code imports."""
-    import copy
     import signal
     import threading
 
@@ -141,8 +138,7 @@ def serve_listed(description: str, tabs: tuple[str, ...], args, with_visual: boo
         if isinstance(first[0], str):
             raise UserError(first[0])
         first[0].release()
-        page_args = copy.copy(args)  # the models' processes keep the flags as given
-        page_args.concurrency = args.concurrency or BATCH_PLACES  # each model's own queue holds it to its own
+        page_args = args.but(concurrency=args.concurrency or BATCH_PLACES)  # each model's queue holds it to its own
         serve(ModelEngine(models, args.served_name), description, tabs, first[0].template, page_args, models)
     finally:
         models.close()
@@ -167,7 +163,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
         models = AdapterChoices(queue, template)
         queue = ModelEngine(models, models.base)
     store = open_history(args)
-    admins = getattr(args, "admins", None)
+    admins = args.admins
     tools, retrieval = tool_servers(args), retrieval_models(args)
     app = build_app(
         queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins,
@@ -178,7 +174,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     keys = api_keys(args.api_key) if args.api_key else None
     api = None
     if not api_off_reason(args):  # named as --models_dir found it (loading.py's choose_listed_model)
-        name = getattr(args, "served_name", None)
+        name = args.served_name
         api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models, not admins)
         api.shelf = Shelf(":memory:", *retrieval)  # its file parts' documents, searched as the page's are
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]

@@ -22,11 +22,19 @@ from local_chat.defaults import (
 )
 from local_chat.errors import UserError
 
+from .settings import LaunchSettings
+
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class FlagParser(argparse.ArgumentParser):
-    """argparse, with a malformed flag told like every other start-up problem: one sentence, exit code 1."""
+    """argparse, with a malformed flag told like every other start-up problem: one sentence, exit code 1, and the
+    flags returned as one frozen `LaunchSettings` (launchers/settings.py)."""
+
+    def parse_args(self, args=None, namespace=None) -> LaunchSettings:
+        if isinstance(namespace, LaunchSettings):  # more flags read over settled ones (--models_config's)
+            namespace = namespace.flags()
+        return LaunchSettings.from_flags(super().parse_args(args, namespace))
 
     def error(self, message: str):
         print(f"error: {message}; see --help for the flags.", file=sys.stderr)
@@ -358,7 +366,7 @@ def api_keys(value: str) -> list[str]:
     return [value.strip()]
 
 
-def api_off_reason(args: argparse.Namespace) -> str | None:
+def api_off_reason(args: LaunchSettings) -> str | None:
     """Why the /v1 API is off, or None: --auth's password covers the page only, so /v1 needs its own --api_key."""
     if args.auth and not args.api_key:
         return (
@@ -400,7 +408,7 @@ def check_port_free(host: str, port: int) -> None:
             )
 
 
-def exposure_warnings(args: argparse.Namespace) -> list[str]:
+def exposure_warnings(args: LaunchSettings) -> list[str]:
     """What to tell the person starting a server that others can reach."""
     no_password = "" if args.auth else " Add --auth USER:PASSWORD to ask for a password (and --api_key KEY for /v1)."
     warnings = []

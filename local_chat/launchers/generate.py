@@ -20,6 +20,7 @@ from local_chat.errors import UserError
 
 from .flags import FlagParser, add_model_flags, fail
 from .loading import check_serving_flags, compile_before_answering, load_engine, lora_adapters
+from .settings import LaunchSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> LaunchSettings:
     """The flags, with --config's values as defaults that the command line overrides."""
     p = build_parser()
     args = p.parse_args(argv)
@@ -95,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_prompts(args: argparse.Namespace) -> list[str]:
+def read_prompts(args: LaunchSettings) -> list[str]:
     if args.data is not None:
         if not args.data.exists():
             raise UserError(f"The prompts file {args.data} does not exist; check --data.")
@@ -126,7 +127,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
+def run(args: LaunchSettings) -> tuple[list[dict], dict]:
     """Answer every prompt in batches; returns the per-prompt records and the run's figures."""
     from local_chat.engine import Sampling
     from local_chat.engine.chats import ChatEngine
@@ -254,7 +255,7 @@ def report(figures: dict) -> str:
 def main(argv=None) -> None:
     try:
         args = parse_args(argv)
-        check_serving_flags(args)
+        args = check_serving_flags(args)
         records, figures = run(args)
     except UserError as error:
         fail(error)

@@ -3,7 +3,6 @@ the first answer. Imports torch and transformers only when it runs, like launche
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import socket
@@ -13,10 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL, MAX_CACHED_SESSIONS
+from local_chat.defaults import DEFAULT_CONTEXT, DEMO_MODEL
 from local_chat.errors import UserError
 
 from .flags import api_keys, check_port_free, first_free_port, logins
+from .settings import LaunchSettings
 
 if TYPE_CHECKING:
     from local_chat.engine.llama_cpp import LlamaCppEngine
@@ -43,25 +43,26 @@ MODEL_FLAGS = (
 )
 
 
-def check_serving_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads. With
-    --models_dir, list the checkpoints found and set --pretrained_path to the one --model picks."""
+def check_serving_flags(args: LaunchSettings) -> LaunchSettings:
+    """Refuse flags that cannot work, or are malformed, with one sentence each, before the model loads; the settings
+    to go on with: with --models_dir, the checkpoints found listed, and the one --model picks chosen
+    (`choose_listed_model`)."""
     check_engine_flags(args)
-    if getattr(args, "models_dir", None):
-        choose_listed_model(args)
-    if args.api_base is None and not getattr(args, "models_dir", None) and gguf_checkpoint(args) is not None:
+    if args.models_dir:
+        args = choose_listed_model(args)
+    if args.api_base is None and not args.models_dir and gguf_checkpoint(args) is not None:
         check_gguf_flags(args)
     elif args.api_base is None:
         check_adapters_and_draft(args, ranks=parallel_plan(args)[0])
-    if getattr(args, "auth", None) is not None:
+    if args.auth is not None:
         logins(args.auth)
-    if getattr(args, "api_key", None) is not None:
+    if args.api_key is not None:
         api_keys(args.api_key)
-    if getattr(args, "concurrency", None) is not None and args.concurrency < 1:
+    if args.concurrency is not None and args.concurrency < 1:
         raise UserError(f"--concurrency {args.concurrency}: give 1 or more.")
-    if getattr(args, "max_upload_mb", 1) <= 0:
+    if args.max_upload_mb <= 0:
         raise UserError(f"--max_upload_mb {args.max_upload_mb}: give a size above 0.")
-    if getattr(args, "mcp_config", None) is not None:
+    if args.mcp_config is not None:
         from local_chat.tools import read_config
 
         read_config(args.mcp_config)  # a malformed file is told now
@@ -69,22 +70,23 @@ def check_serving_flags(args: argparse.Namespace) -> None:
         folder = getattr(args, flag, None)
         if folder is not None and not os.path.exists(os.path.join(folder, "config.json")):
             raise UserError(f"--{flag} {folder} has no config.json; give a local transformers model's folder.")
-    if getattr(args, "tool_timeout", 1) <= 0 or getattr(args, "max_tool_rounds", 1) < 1:
+    if args.tool_timeout <= 0 or args.max_tool_rounds < 1:
         raise UserError("--tool_timeout must be above 0 seconds and --max_tool_rounds 1 or more.")
+    return args
 
 
-def check_adapters_and_draft(args: argparse.Namespace, ranks: int) -> None:
+def check_adapters_and_draft(args: LaunchSettings, ranks: int) -> None:
     """--lora's names, --merge_lora with one of them, and what they and --draft_model cannot go with yet (`ranks`:
     the processes or GPUs the model spreads over). (An adapter folder that does not fit is told once the model has
     loaded, and left out: model/adapters.py.)"""
-    adapters = lora_adapters(getattr(args, "lora", None))
-    if getattr(args, "merge_lora", False) and len(adapters) != 1:
+    adapters = lora_adapters(args.lora)
+    if args.merge_lora and len(adapters) != 1:
         raise UserError(
             f"--merge_lora folds one --lora adapter into the model; give one (--lora names {len(adapters)})."
         )
-    if adapters and getattr(args, "models_dir", None):
+    if adapters and args.models_dir:
         raise UserError("--lora goes with --pretrained_path; with --models_dir, put the adapter folders in it.")
-    for flag, given in (("--lora", adapters), ("--draft_model", getattr(args, "draft_model", None))):
+    for flag, given in (("--lora", adapters), ("--draft_model", args.draft_model)):
         if given and ranks > 1:
             raise UserError(f"{flag} works on one device for now; leave out --n_gpus (or --gpu_ids) or {flag}.")
 
@@ -104,7 +106,7 @@ NOT_FOR_GGUF = {
 }
 
 
-def gguf_checkpoint(args: argparse.Namespace) -> Path | None:
+def gguf_checkpoint(args: LaunchSettings) -> Path | None:
     """The GGUF file --pretrained_path names (model/gguf.py), or None."""
     from local_chat.model.gguf import gguf_file
 
@@ -112,10 +114,10 @@ def gguf_checkpoint(args: argparse.Namespace) -> Path | None:
     return gguf_file(paths[0]) if len(paths) == 1 else None
 
 
-def check_gguf_flags(args: argparse.Namespace) -> None:
+def check_gguf_flags(args: LaunchSettings) -> None:
     """A GGUF file with a flag that does not apply to it: one sentence, before anything loads."""
     given = [name for name in NOT_FOR_GGUF if getattr(args, name, None) not in (None, False, [], ())]
-    given += ["n_gpus"] if getattr(args, "n_gpus", 1) > 1 or getattr(args, "gpu_ids", None) else []
+    given += ["n_gpus"] if args.n_gpus > 1 or args.gpu_ids else []
     if given:
         name = given[0]
         why = NOT_FOR_GGUF.get(name, "llama.cpp runs it in one process")
@@ -136,24 +138,27 @@ def lora_adapters(values: list[str] | None) -> dict[str, str]:
     return adapters
 
 
-def check_before_the_server(args: argparse.Namespace) -> None:
+def check_before_the_server(args: LaunchSettings) -> LaunchSettings:
     """A browser launcher's flags told at once, before the web server's process starts (and long before the model
-    loads): --port (free and a port number; where none is given, the first free one from the default), and a
-    --template that no model has (a model's own chat template is checked once it loads)."""
+    loads): --port (free and a port number; where none is given, the first free one from the default, which the
+    settings returned hold), and a --template that no model has (a model's own chat template is checked once it
+    loads)."""
     from local_chat.prompting import checked_template
     from local_chat.templates.multi_turn import CHAT_TEMPLATE, template_names
 
     if args.port is not None:
         check_port_free(args.host, args.port)
     else:
-        args.port = first_free_port(args.host)
+        args = args.but(port=first_free_port(args.host))
     if args.template is not None:
         checked_template(args.template, [*template_names(), CHAT_TEMPLATE])
+    return args
 
 
-def choose_listed_model(args: argparse.Namespace) -> None:
-    """Print the checkpoints --models_dir holds (launchers/catalog.py) and start with the one --model names: its
-    folder becomes --pretrained_path and its id `args.served_name`; `args.listed` keeps them all."""
+def choose_listed_model(args: LaunchSettings) -> LaunchSettings:
+    """Print the checkpoints --models_dir holds (launchers/catalog.py) and start with the one --model names: the
+    settings returned have its folder as --pretrained_path and its id as `served_name`, with all of them `listed`
+    and --models_config's entries."""
     from local_chat.model.loading import resolve_device, resolve_dtype, resolve_quant
 
     from .catalog import find_models, free_memory, pick
@@ -171,8 +176,8 @@ def choose_listed_model(args: argparse.Namespace) -> None:
     chosen = pick(models, args.model)
     print(f"Starting with {chosen.id}; the others load when asked for.", file=sys.stderr)
     base = next((m for m in models if m.id == chosen.base), chosen)  # an adapter's: its base's folder
-    args.pretrained_path, args.served_name, args.listed = [str(base.path)], chosen.id, models
-    args.model_settings = settings
+    return args.but(pretrained_path=(str(base.path),), served_name=chosen.id, listed=tuple(models),
+                    model_settings=settings)  # fmt: skip
 
 
 def check_gguf_settings(models: list, settings: dict[str, dict]) -> None:
@@ -185,15 +190,15 @@ def check_gguf_settings(models: list, settings: dict[str, dict]) -> None:
     for model in models:
         if model.id in settings and gguf_file(model.path) is not None:
             try:
-                check_gguf_flags(model_flags(argparse.Namespace(), settings[model.id], model.id))
+                check_gguf_flags(model_flags(LaunchSettings(), settings[model.id], model.id))
             except UserError as error:
                 raise UserError(f"--models_config: {model.id}: {error}") from error
 
 
-def check_engine_flags(args: argparse.Namespace) -> None:
+def check_engine_flags(args: LaunchSettings) -> None:
     """--api_base goes with --api_base_key, --model and --vision, and with no flag of a local model; --models_dir
     with --model, and with neither --api_base nor --pretrained_path."""
-    if getattr(args, "models_dir", None):
+    if args.models_dir:
         if args.api_base is not None:
             raise UserError("--models_dir lists local checkpoints, and --api_base uses an engine's model: give one.")
         if args.pretrained_path is not None:
@@ -207,19 +212,14 @@ def check_engine_flags(args: argparse.Namespace) -> None:
             raise UserError(f"--max_loaded_models {args.max_loaded_models}: give 1 or more.")
         if args.idle_unload is not None and args.idle_unload <= 0:
             raise UserError(f"--idle_unload {args.idle_unload:g}: give the minutes, above 0.")
-    elif (
-        getattr(args, "max_loaded_models", 1) != 1
-        or getattr(args, "idle_unload", None) is not None
-        or getattr(args, "models_config", None) is not None
-        or getattr(args, "admins", None)
-    ):
+    elif args.max_loaded_models != 1 or args.idle_unload is not None or args.models_config is not None or args.admins:
         raise UserError(
             "--max_loaded_models, --idle_unload, --models_config and --admins go with --models_dir (the models loaded "
             "on demand)."
         )
     if args.api_base is None:
         alone = [f"--{name}" for name in ("api_base_key", "vision") if getattr(args, name)]
-        alone += ["--model"] if args.model and not getattr(args, "models_dir", None) else []
+        alone += ["--model"] if args.model and not args.models_dir else []
         if alone:
             raise UserError(
                 f"{' and '.join(alone)} {'go' if len(alone) > 1 else 'goes'} with --api_base URL (an engine's "
@@ -240,7 +240,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         api_keys(args.api_base_key)
 
 
-def connect_engine(args: argparse.Namespace, with_visual: bool = False):
+def connect_engine(args: LaunchSettings, with_visual: bool = False):
     """The `RemoteEngine` of --api_base (engine/remote.py), its model chosen and checked."""
     from local_chat.engine.remote import RemoteEngine
 
@@ -260,7 +260,7 @@ def connect_engine(args: argparse.Namespace, with_visual: bool = False):
     return engine
 
 
-def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
+def parallel_plan(args: LaunchSettings) -> tuple[int, str, str]:
     """(ranks, mode, device): how many processes or GPUs the model spreads over, "tensor" or "pipeline", and
     "cuda" or "cpu"."""
     import torch
@@ -302,14 +302,14 @@ def parallel_plan(args: argparse.Namespace) -> tuple[int, str, str]:
     return size, args.parallel, device
 
 
-def unsplittable(args: argparse.Namespace) -> str | None:
+def unsplittable(args: LaunchSettings) -> str | None:
     """The model type of the checkpoint the flags name, when tensor parallel cannot split it."""
     from local_chat.model.loading import unsplittable_model_type
 
-    return unsplittable_model_type(checkpoint_paths(args), getattr(args, "trust_remote_code", False))
+    return unsplittable_model_type(checkpoint_paths(args), args.trust_remote_code)
 
 
-def checkpoint_paths(args: argparse.Namespace) -> list[str]:
+def checkpoint_paths(args: LaunchSettings) -> list[str]:
     """--pretrained_path (a --config file may give one path as a plain string), else the built-in demo model."""
     if args.pretrained_path is None:
         if not (DEMO_MODEL / "config.json").exists():
@@ -318,10 +318,10 @@ def checkpoint_paths(args: argparse.Namespace) -> list[str]:
                 "`python -m demo_model`, or pass --pretrained_path."
             )
         return [str(DEMO_MODEL)]
-    return [args.pretrained_path] if isinstance(args.pretrained_path, str) else args.pretrained_path
+    return [args.pretrained_path] if isinstance(args.pretrained_path, str) else list(args.pretrained_path)
 
 
-def load_engine(args: argparse.Namespace, with_visual: bool = False) -> LocalEngine | RemoteEngine:
+def load_engine(args: LaunchSettings, with_visual: bool = False) -> LocalEngine | RemoteEngine:
     """The engine of the model the flags name: a `LocalEngine` (the built-in demo model when no --pretrained_path is
     given) on one device or spread as --n_gpus, --gpu_ids and --parallel say (see model/parallel.py for the process
     layout). `with_visual`: refuse a text-only model (the image demos); a vision model loads with its vision tower
@@ -360,7 +360,7 @@ def load_engine(args: argparse.Namespace, with_visual: bool = False) -> LocalEng
 GGUF_SLOTS = 4  # answers at a time over a GGUF file where --concurrency is not given (llama.cpp's default)
 
 
-def load_gguf(path: Path, args: argparse.Namespace, with_visual: bool) -> LlamaCppEngine:
+def load_gguf(path: Path, args: LaunchSettings, with_visual: bool) -> LlamaCppEngine:
     """The engine of a GGUF file (engine/llama_cpp.py): llama.cpp's server in this process, with --concurrency slots
     of --max_seq_len tokens each."""
     from local_chat.engine.llama_cpp import LlamaCppEngine
@@ -372,14 +372,14 @@ def load_gguf(path: Path, args: argparse.Namespace, with_visual: bool) -> LlamaC
             f"{path.name} has no image projector beside it (an mmproj*.gguf in its folder), so it cannot see images; "
             "put the model's mmproj file there, or use app.py for text."
         )
-    slots = args.concurrency = getattr(args, "concurrency", None) or GGUF_SLOTS
+    slots = args.concurrency or GGUF_SLOTS
     engine = LlamaCppEngine(model, args.max_seq_len or DEFAULT_CONTEXT, slots, len(os.sched_getaffinity(0)))
     print(f"llama.cpp serves {path.name} ({model.architecture}, {model.described}).", file=sys.stderr, flush=True)
     return engine
 
 
 def load_shard(
-    args: argparse.Namespace, with_visual: bool, mp_group, device: str | None = None, followers=None
+    args: LaunchSettings, with_visual: bool, mp_group, device: str | None = None, followers=None
 ) -> LocalEngine:
     """This process's model's engine: the model whole, or its share of each layer within `mp_group` (`followers`:
     rank 0's, see model/parallel.py)."""
@@ -387,7 +387,7 @@ def load_shard(
     from local_chat.model.prefix_cache import PrefixCaches
 
     paths = checkpoint_paths(args)
-    max_cache_mb = getattr(args, "max_cache_mb", None)  # the browser launchers' flags
+    max_cache_mb = args.max_cache_mb  # the browser launchers' flags
     engine = MetaModel.from_pretrained(
         paths if len(paths) > 1 else paths[0],
         llama_type=args.llama_type,
@@ -399,15 +399,15 @@ def load_shard(
         device=device or args.device,
         quant=args.quant,
         compile=args.compile,
-        cuda_graphs=not getattr(args, "no_cuda_graphs", False),
+        cuda_graphs=not args.no_cuda_graphs,
         mp_group=mp_group,
         trust_remote_code=args.trust_remote_code,
-        lora=lora_adapters(getattr(args, "lora", None)),
-        merge_lora=getattr(args, "merge_lora", False),
-        speculative=getattr(args, "speculative", "ngram"),
-        draft_model=getattr(args, "draft_model", None),
+        lora=lora_adapters(args.lora),
+        merge_lora=args.merge_lora,
+        speculative=args.speculative,
+        draft_model=args.draft_model,
         prefix_caches=PrefixCaches(
-            getattr(args, "max_cached_sessions", MAX_CACHED_SESSIONS),
+            args.max_cached_sessions,
             None if max_cache_mb is None else int(max_cache_mb * 2**20),
         ),
         followers=followers,
@@ -446,15 +446,19 @@ BATCH_PLACES = 8  # answers at a time where --concurrency is not given and the m
 ENGINE_PLACES = 64  # answers at a time with --api_base where --concurrency is not given: the engine batches them
 
 
-def start_batching(engine: LocalEngine, args: argparse.Namespace) -> None:
-    """Batch the answers that run at the same time where the model allows it (model/batching.py), and settle
-    --concurrency: as given, else 8 with batching and 1 without. The terminal says which."""
-    places = args.concurrency or BATCH_PLACES
+def start_batching(engine: LocalEngine | LlamaCppEngine, args: LaunchSettings) -> LaunchSettings:
+    """Batch the answers that run at the same time where the model allows it (model/batching.py); the settings
+    with --concurrency settled: as given, else 8 with batching and 1 without (a GGUF file's: llama.cpp's slots).
+    The terminal says which."""
+    from local_chat.engine.llama_cpp import LlamaCppEngine
+
+    slots = engine.slots if isinstance(engine, LlamaCppEngine) else None
+    places = args.concurrency or slots or BATCH_PLACES
     cache_bytes = None if args.max_cache_mb is None else int(args.max_cache_mb * 2**20)
     print("Batching: " + engine.start_batching(places, cache_bytes) + ".", file=sys.stderr, flush=True)
-
-    if args.concurrency is None:
-        args.concurrency = places if engine.batcher is not None else 1
+    if args.concurrency is not None:
+        return args
+    return args.but(concurrency=places if engine.batcher is not None or slots else 1)
 
 
 def free_port() -> int:

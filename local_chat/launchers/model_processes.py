@@ -3,7 +3,6 @@ them), which answers its requests as the launcher's process does for one model (
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import signal
 import sys
@@ -11,21 +10,23 @@ import traceback
 
 from local_chat.errors import UserError, described
 
+from .settings import LaunchSettings
 
-def model_entry_and_flags(args: argparse.Namespace, model_id: str) -> tuple[dict, argparse.Namespace]:
+
+def model_entry_and_flags(args: LaunchSettings, model_id: str) -> tuple[dict, LaunchSettings]:
     """A listed model's --models_config entry, and its flags: the entry's settings over the command line's."""
     from .models_config import model_flags
 
-    entry = (getattr(args, "model_settings", None) or {}).get(model_id, {})
+    entry = (args.model_settings or {}).get(model_id, {})
     return entry, model_flags(args, entry, model_id)
 
 
-def model_max_seq_len(args: argparse.Namespace, model_id: str) -> int | None:
+def model_max_seq_len(args: LaunchSettings, model_id: str) -> int | None:
     """The --max_seq_len a listed model loads with (its --models_config's, else the command line's)."""
     return model_entry_and_flags(args, model_id)[1].max_seq_len
 
 
-def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual: bool = False, lora=None):
+def start_model(args: LaunchSettings, path: str, model_id: str, with_visual: bool = False, lora=None):
     """The `ModelProcess` (engine/choices/folders.py) that loads the checkpoint at `path` with the flags `args`
     (`with_visual`: refuse a model that sees no images, for the image demos), and the LoRA adapters `lora`
     ({name: folder})."""
@@ -34,9 +35,9 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
     from local_chat.engine.choices.folders import ModelProcess
 
     entry, flags = model_entry_and_flags(args, model_id)
-    flags.pretrained_path, flags.models_dir, flags.listed, flags.model_settings = [path], None, None, None
-    flags.model_entry = entry
-    flags.lora = [f"{name}={folder}" for name, folder in (lora or {}).items()] or getattr(flags, "lora", None)
+    adapters = tuple(f"{name}={folder}" for name, folder in (lora or {}).items()) or flags.lora
+    flags = flags.but(pretrained_path=(path,), models_dir=None, listed=(), model_settings={}, model_entry=entry,
+                      lora=adapters)  # fmt: skip
     context = multiprocessing.get_context("spawn")
     connection, there = context.Pipe()
     process = context.Process(target=model_main, args=(there, flags, model_id, with_visual), name=f"model {model_id}")
@@ -45,7 +46,7 @@ def start_model(args: argparse.Namespace, path: str, model_id: str, with_visual:
     return ModelProcess(process, connection)
 
 
-def model_main(connection, args: argparse.Namespace, model_id: str, with_visual: bool) -> None:
+def model_main(connection, args: LaunchSettings, model_id: str, with_visual: bool) -> None:
     """A model's process: load it, send its facts (or why it could not load), then answer until the pipe closes."""
     from local_chat.engine.pipe import ModelFailed
 
@@ -54,7 +55,7 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
     print(f"Loading {model_id}...", file=sys.stderr, flush=True)
     try:
         with _progress_told(connection):
-            engine = _loaded(args, with_visual, connection)
+            engine, args = _loaded(args, with_visual, connection)
         facts = _facts(engine, args, model_id)
     except Exception as error:  # a checkpoint that passed the listing's checks and still fails: one sentence
         if not isinstance(error, UserError):
@@ -74,7 +75,8 @@ def model_main(connection, args: argparse.Namespace, model_id: str, with_visual:
         engine.stop_batching()
 
 
-def _loaded(args: argparse.Namespace, with_visual: bool, connection):
+def _loaded(args: LaunchSettings, with_visual: bool, connection) -> tuple:
+    """(the model's engine, batching; the settings with --concurrency settled)."""
     from local_chat.engine.pipe import LoadProgress
 
     from .loading import compile_before_answering, load_engine, start_batching
@@ -84,8 +86,7 @@ def _loaded(args: argparse.Namespace, with_visual: bool, connection):
         connection.send(LoadProgress("compiling"))
     compile_before_answering(engine)
     connection.send(LoadProgress("preparing to answer"))  # the batch's paged cache: seconds for a large one
-    start_batching(engine, args)
-    return engine
+    return engine, start_batching(engine, args)
 
 
 @contextlib.contextmanager
@@ -118,7 +119,7 @@ def _progress_told(connection, every: float = 0.05):
             set_hook(previous)
 
 
-def _facts(engine, args: argparse.Namespace, model_id: str) -> dict:
+def _facts(engine, args: LaunchSettings, model_id: str) -> dict:
     """What the web server gets to know of the loaded model: `model_facts`, with its template (--template or its
     entry's, else its own), its answers' defaults (the API's, and the page's) and system prompt as its
     --models_config entry sets them, and its --concurrency as its batching settled it."""

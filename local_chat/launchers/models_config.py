@@ -16,13 +16,13 @@ An unknown id, an unknown key or a bad value is one sentence at start-up."""
 
 from __future__ import annotations
 
-import argparse
-import copy
 from dataclasses import fields, replace
 from pathlib import Path
 
 from local_chat.engine.interface import Sampling
 from local_chat.errors import UserError
+
+from .settings import LaunchSettings
 
 # the flags that are a model's own (loading, context, template, its answers at once)
 MODEL_KEYS = (
@@ -80,13 +80,13 @@ def check_models_config(settings: dict[str, dict], model_ids: list[str]) -> None
             raise UserError(
                 f"--models_config: {model_id}: {unknown[0]!r} is not a per-model setting; use {', '.join(known)}."
             )
-        model_flags(argparse.Namespace(), entry, model_id)  # bad values: now, not when the model loads
+        model_flags(LaunchSettings(), entry, model_id)  # bad values: now, not when the model loads
         sampling_of(Sampling(), entry, model_id)
         if not isinstance(entry.get("system", ""), str):
             raise UserError(f"--models_config: {model_id}: system is {entry['system']!r}; give the prompt's text.")
 
 
-def model_flags(args: argparse.Namespace, entry: dict, model_id: str) -> argparse.Namespace:
+def model_flags(args: LaunchSettings, entry: dict, model_id: str) -> LaunchSettings:
     """`args` with the flags of a model's entry in place of the command line's."""
     from .flags import parser
 
@@ -106,11 +106,9 @@ def model_flags(args: argparse.Namespace, entry: dict, model_id: str) -> argpars
         raise UserError(f"--models_config: {model_id}: {message}.")
 
     flags.error = refuse
-    given = flags.parse_args(tokens, namespace=copy.copy(args))
-    for key, value in entry.items():
-        if value is False and key in MODEL_KEYS:
-            setattr(given, key, False)  # a switch the command line turned on, off for this model
-    return given
+    given = flags.parse_args(tokens, namespace=args)
+    off = {key: False for key, value in entry.items() if value is False and key in MODEL_KEYS}
+    return given.but(**off)  # a switch the command line turned on, off for this model
 
 
 def sampling_of(defaults: Sampling, entry: dict, model_id: str) -> Sampling:
