@@ -29,11 +29,11 @@ from local_chat.engine.chats import ChatEngine
 from local_chat.engine.choices.folders import Models, NotLoaded
 from local_chat.engine.choices.served import EngineModels
 from local_chat.engine.interface import SessionKey
+from local_chat.engine.openai_wire import Reply, sse
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
 
 from .documents import with_file_parts
-from .replies import Reply, sse
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
 
 V1_CACHE_POOL = SessionKey("", "v1", pool=True)  # conversations matched by their longest cached token prefix
@@ -281,7 +281,7 @@ class OpenAIAPI:
         if isinstance(first, End) and first.finish_reason == FinishReason.ERROR:
             return error_response(self._error_of(first, engine))
         events = resumed(first, events)
-        reply = Reply(served.name, chat, call)
+        reply = Reply(served.name, chat, call.include_usage, call.logprobs)
         watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
         if call.stream:
             return StreamingResponse(
@@ -309,7 +309,7 @@ class OpenAIAPI:
                     yield text
             if reply.end.finish_reason == FinishReason.ERROR:
                 yield sse(self._error_of(reply.end, served.engine).body())
-            elif reply.call.include_usage:
+            elif reply.include_usage:
                 yield sse(reply.usage_chunk())
             yield "data: [DONE]\n\n"
         finally:
