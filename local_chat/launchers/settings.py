@@ -100,7 +100,7 @@ class LaunchSettings:
 
     def flags(self) -> argparse.Namespace:
         """The record as argparse's namespace, for a parser that reads more flags over it (--models_config)."""
-        return argparse.Namespace(**{f.name: getattr(self, f.name) for f in fields(self)})
+        return argparse.Namespace(**vars(self))
 
     def but(self, **settled) -> LaunchSettings:
         """A new record, with `settled` in place of this one's values."""

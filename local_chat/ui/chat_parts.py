@@ -42,7 +42,7 @@ class ChatParts:
 
     def named(self) -> dict[str, Component]:
         """Each component by its name (not `dataclasses.asdict`, which would copy them)."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        return dict(vars(self))
 
     def settings(self) -> list[Component]:
         """The settings' components in `ChatSettings`' field order: the page sends their values last to the

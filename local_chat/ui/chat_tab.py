@@ -360,8 +360,11 @@ class ChatTab:
             yield shown
 
     def finished(self, conversation_id, browser_id, request: gr.Request) -> Finished:
-        nav = self.sidebar.branches.points_of(conversation_id, browser_id, request) if self.sidebar else gr.skip()
-        return Finished(idle_box(), nav)
+        return Finished(idle_box(), self._nav_of(conversation_id, browser_id, request))
+
+    def _nav_of(self, conversation_id, browser_id, request: gr.Request):
+        """The controls under the open conversation's messages (ui/branches.py); none without saved conversations."""
+        return self.sidebar.branches.points_of(conversation_id, browser_id, request) if self.sidebar else gr.skip()
 
     def stop(self, request: gr.Request):
         self.cancels.cancel(session_key(request.session_hash, self.name))
@@ -414,7 +417,7 @@ class ChatTab:
         return Restored(
             self.thinking_of(conversation_id, browser_id, model, request),
             self.tools.tools_of(conversation_id, browser_id, request),
-            self.finished(conversation_id, browser_id, request).nav,
+            self._nav_of(conversation_id, browser_id, request),
         )
 
     # ----- the layout -----

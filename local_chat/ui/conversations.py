@@ -4,7 +4,7 @@ their wiring to the chat tab that keeps saved conversations (ui/chat_tab.py), wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import gradio as gr
@@ -40,7 +40,7 @@ class SidebarParts:
     asked_to_delete: gr.State  # the conversation a delete confirmation is shown for
 
     def named(self) -> dict:
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        return dict(vars(self))  # the components themselves, not copies
 
 
 class FirstLoad(NamedTuple):
