@@ -7,6 +7,7 @@ from pathlib import Path
 
 MAX_TOOL_ROUNDS = 8  # --max_tool_rounds: rounds of tool calls the page runs for one question
 TOOL_TIMEOUT_S = 60.0  # --tool_timeout: how long a tool the page runs may take
+WEB_SEARCH = "ddgs"  # --web_search: the provider of the page's switch and the web tools (web/search.py)
 MAX_UPLOAD_MB = 20  # the default of --max_upload_mb: an image, or a conversation file to import
 # auto: the model's processor fits the image (or the transform its config records); the others are model.image's
 IMAGE_TRANSFORMS = ("auto", "padded_resize", "resized_center_crop")  # ("auto", *model.image.TRANSFORMS): a test checks

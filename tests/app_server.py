@@ -229,7 +229,7 @@ def serve(
 ):
     """Yield (url, counter) for the app over `model`, with the /v1 API (asking for one of `api_keys` if given), as
     the launchers serve them, until the block ends; conversations are kept in `store` (a history.Store) if given;
-    `server`: serve_engine's `port`, `auth` and `tool_servers`."""
+    `server`: serve_engine's `port`, `auth`, `tool_servers` and `web`."""
     counter = ForwardCounter(model, delay)
     try:
         with serve_engine(model.engine, tabs, concurrency, api_keys, max_upload_mb, store, **server) as url:
@@ -249,13 +249,16 @@ def serve_engine(
     port: int | None = None,
     auth=None,
     tool_servers=None,
+    web=None,
 ):
     """Yield the url of the app and its /v1 API over `engine` (a model, or engine/remote.py's `RemoteEngine`), on
-    `port` (default: a free one), asking for one of the (user, password) `auth` logins if given."""
+    `port` (default: a free one), asking for one of the (user, password) `auth` logins if given; `web`: the web
+    search (web/context.py's `WebResearch`) of the page's switch and of /v1's `web_search_options`."""
     queue = InArrivalOrder(engine, concurrency)
-    app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store, tool_servers=tool_servers)
+    app = build_app(queue, tabs, max_upload_mb=max_upload_mb, store=store, tool_servers=tool_servers, web=web)
     app.queue(default_concurrency_limit=concurrency)
     api = OpenAIAPI(queue, default_template(queue), "auto", max_upload_mb, api_keys)
+    api.web = web
     routes = api.routes() + ([SavedChats(store).route()] if store is not None else [])
     port = port or free_port()
     app.launch(

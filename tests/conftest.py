@@ -93,9 +93,22 @@ def no_bitsandbytes(monkeypatch):
 def qwen3(tmp_path_factory):
     """(a tiny random Qwen3 of the real class with Qwen3's published template, the hook that forces its answers:
     `forced.again(text, model.tokenizer.hf, "<|im_end|>")`)."""
+    yield from forced_qwen3(tmp_path_factory.mktemp("qwen3") / "q")
+
+
+@pytest.fixture(scope="module")
+def qwen3_roomy(tmp_path_factory):
+    """`qwen3` with room for tools' prompts and web pages (4,096 positions)."""
+    config = tiny_models.TEXT_CONFIG | {"head_dim": 16, "max_position_embeddings": 4096}
+    yield from forced_qwen3(tmp_path_factory.mktemp("qwen3-roomy") / "q", config)
+
+
+def forced_qwen3(folder: Path, config: dict | None = None):
     from local_chat.model.meta import MetaModel
 
-    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "q")))
+    model = MetaModel.from_pretrained(
+        str(tiny_models.save_tiny_qwen3(folder, **({"config": config} if config else {})))
+    )
     forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", "<|im_end|>")
     yield model, forced
     forced.remove()

@@ -196,8 +196,9 @@ def test_v1_takes_a_file_part_the_same_way_and_refuses_a_bad_one_in_a_sentence(d
     request = Request(messages=[{"role": "user", "content": [file_part(files["pdf"]), question]}],
                       chat=ChatOptions(answer_tokens=64))  # fmt: skip
     engine = ChatEngine(demo.engine, "default")
-    messages = asyncio.run(with_file_parts(engine, request, Shelf(), 20))
+    messages, documents = asyncio.run(with_file_parts(engine, request, Shelf(), 20))
     assert f"[page 2]\n{FACT}" in messages[0]["content"][-1]["text"] and "documents" not in messages[0]
+    assert documents == 1  # the web's sources are numbered after it
     with serve(demo) as (url, _):
         client = OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
         plain = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": [question]}],

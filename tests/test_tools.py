@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import pytest
 from app_server import last_of
 
-from fixtures import tiny_models
 from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.launchers.loading import free_port
@@ -73,21 +72,10 @@ def servers(http_server):
     servers.close()
 
 
-@pytest.fixture(scope="module")
-def qwen3_tools(tmp_path_factory):
-    """(a tiny Qwen3 with room for the tools' prompt, its forced answers)."""
-    folder = tmp_path_factory.mktemp("qwen3-tools") / "q"
-    config = tiny_models.TEXT_CONFIG | {"head_dim": 16, "max_position_embeddings": 4096}
-    model = MetaModel.from_pretrained(str(tiny_models.save_tiny_qwen3(folder, config=config)))
-    forced = tiny_models.ForcedAnswer(model.llma, model.tokenizer.hf, "x", END)
-    yield model, forced
-    forced.remove()
-
-
 @pytest.fixture
-def page(qwen3_tools, servers, tmp_path):
+def page(qwen3_roomy, servers, tmp_path):
     """(the chat tab with the servers' tools and saved conversations, its forced answers, the store)."""
-    model, forced = qwen3_tools
+    model, forced = qwen3_roomy
     store = Store(tmp_path / "conversations.db")
     tab = ChatTab(model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(store), tool_servers=servers,
                   max_tool_rounds=2)  # fmt: skip
@@ -360,14 +348,14 @@ def test_a_version_4_database_is_upgraded_and_the_old_app_refuses_the_new_one(tm
         Store(path)
 
 
-def test_in_front_of_an_engine_the_page_runs_the_calls_the_engine_returns(qwen3_tools, servers, tmp_path):
+def test_in_front_of_an_engine_the_page_runs_the_calls_the_engine_returns(qwen3_roomy, servers, tmp_path):
     """--api_base: the engine (here this app's own /v1, over the same model) renders the tools and returns the
     calls; the page shows, runs and answers them the same way."""
     from app_server import serve
 
     from local_chat.engine.remote import RemoteEngine
 
-    model, forced = qwen3_tools
+    model, forced = qwen3_roomy
     with serve(model) as (url, _):
         store = Store(tmp_path / "conversations.db")
         front = ChatTab(RemoteEngine(url + "/v1"), Cancels(), "chat_template", "padded_resize", SavedChats(store),

@@ -14,9 +14,9 @@ from local_chat.engine import Request
 from local_chat.errors import UserError
 
 
-async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb: float) -> list[dict]:
+async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb: float) -> tuple[list[dict], int]:
     """The messages with their file parts read (in a process of their own) and put before the last question,
-    whole or searched, as the page does (documents/context.py)."""
+    whole or searched, as the page does (documents/context.py); and how many documents they hold."""
     messages = []
     for message in request.messages:
         parts = message.get("content") if isinstance(message.get("content"), list) else []
@@ -32,8 +32,9 @@ async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb:
         kept = [p for p in parts if p.get("type") != "file"] or [{"type": "text", "text": ""}]
         messages.append({**message, "content": kept, "documents": named})
     if not any("documents" in m for m in messages):
-        return request.messages
-    return put_in_prompt(engine, messages, request.chat.answer_tokens, shelf)[0]
+        return request.messages, 0
+    messages, context = put_in_prompt(engine, messages, request.chat.answer_tokens, shelf)
+    return messages, max((source["number"] for source in context.sources), default=0)
 
 
 def read_file_part(file: dict, max_upload_mb: float):

@@ -49,6 +49,7 @@ class Call:
     max_tokens_given: bool = False
     body: dict = field(default_factory=dict)
     answer_format: AnswerFormat | None = None  # `response_format`'s JSON or schema
+    web_pages: int | None = None  # `web_search_options`: the pages read (None: no web search)
 
 
 def parse_json(raw: bytes) -> dict:
@@ -129,7 +130,27 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
         max_tokens is not None,
         body,
         answer_format(body.get("response_format")),
+        web_pages(body.get("web_search_options"), chat),
     )
+
+
+SEARCH_CONTEXT_PAGES = {"low": 3, "medium": 5, "high": 8}  # `search_context_size`: the search's pages read
+
+
+def web_pages(asked, chat: bool) -> int | None:
+    """`web_search_options` ({} or {"search_context_size": "low" | "medium" | "high", "user_location": ...}, of chat
+    requests): how many of the search's pages are read; None where it is not given."""
+    if asked is None:
+        return None
+    if not chat or not isinstance(asked, dict):
+        raise bad("`web_search_options` must be an object, on a chat request.", "web_search_options")
+    size = asked.get("search_context_size", "medium")
+    if size not in SEARCH_CONTEXT_PAGES:
+        raise bad(
+            f"`web_search_options.search_context_size` is {json.dumps(size)}; give low, medium or high.",
+            "web_search_options",
+        )
+    return SEARCH_CONTEXT_PAGES[size]
 
 
 def answer_format(asked) -> AnswerFormat | None:

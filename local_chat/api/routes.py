@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
@@ -32,6 +32,7 @@ from local_chat.engine.interface import SessionKey
 from local_chat.engine.openai_wire import Reply, sse
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
+from local_chat.web import put_web_in_prompt, standalone_query
 
 from .documents import with_file_parts
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
@@ -89,6 +90,7 @@ class OpenAIAPI:
         self.listed, self.loads = models, loads
         self.created = int(time.time())
         self.shelf = Shelf()  # the documents of file parts, read once (documents/context.py)
+        self.web = None  # `web_search_options`' search (web/context.py's WebResearch, --web_search), where there is one
 
     def routes(self) -> list[Route]:
         return [
@@ -268,8 +270,11 @@ class OpenAIAPI:
         try:
             call = parse_call(body, engine.generation_defaults(), engine.max_seq_len, chat)
             request = await run_in_threadpool(self._request, body, call, chat)  # prompt lengths ask the model
+            cited = None  # the web pages the answer may cite, with web_search_options
             if chat:
-                request.messages = await with_file_parts(engine, request, self.shelf, self.max_upload_mb)
+                request.messages, documents = await with_file_parts(engine, request, self.shelf, self.max_upload_mb)
+                if call.web_pages is not None:
+                    cited = await self._searched(engine, request, call.web_pages, first=documents + 1)
         except APIError as error:
             return error_response(error)
         except UserError as error:
@@ -281,7 +286,7 @@ class OpenAIAPI:
         if isinstance(first, End) and first.finish_reason == FinishReason.ERROR:
             return error_response(self._error_of(first, engine))
         events = resumed(first, events)
-        reply = Reply(served.name, chat, call.include_usage, call.logprobs)
+        reply = Reply(served.name, chat, call.include_usage, call.logprobs, cited)
         watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
         if call.stream:
             return StreamingResponse(
@@ -316,6 +321,18 @@ class OpenAIAPI:
             watcher.cancel()
             request.cancel.set()  # a client gone mid-stream: the model stops at its next step
             served.release()
+
+    async def _searched(self, engine: ChatEngine, request: Request, pages: int, first: int) -> list[dict]:
+        """`web_search_options`: the last question searched on the web, the best passages of its first `pages`
+        pages put before it (web/context.py), as the page's switch does; the sources its answer may cite."""
+        if self.web is None:
+            raise bad("This server searches no web (it was started with --web_search off).", "web_search_options")
+        research = replace(self.web, pages=pages)
+        findings = await research.search(standalone_query(request.messages))
+        request.messages, context = put_web_in_prompt(
+            engine, request.messages, request.chat.answer_tokens, findings, first, research.reranker
+        )
+        return context.sources
 
     @staticmethod
     def _error_of(end: End, engine: ChatEngine) -> APIError:

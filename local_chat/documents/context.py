@@ -252,27 +252,38 @@ def put_in_prompt(engine, messages: list[dict], answer_tokens: int, shelf: Shelf
         return messages, None
     question = messages[-1]
     asked = message_text(question["content"])
-    tokenizer = engine.tokenizer
-    used = sum(len(tokenizer.encode(message_text(m["content"]))) for m in messages)
-    room = engine.max_seq_len - min(answer_tokens, engine.max_seq_len // 2) - used - ROOM_MARGIN
-    context = document_context(documents, asked, room, lambda text: len(tokenizer.encode(text)), shelf)
+    room = room_left(engine, messages, answer_tokens)
+    context = document_context(documents, asked, room, token_counter(engine), shelf)
     if not context.text:
         return messages, context
     if context.searched:  # the passages for this question, before it
-        return [*messages[:-1], _with_text_before(question, context.text)], context
+        return [*messages[:-1], with_text_before(question, context.text)], context
     # whole: each document before the question it came with, so that the conversation's start stays as it was (its
     # KV cache kept from turn to turn)
     placed, first = [], True
     for message, named in zip(messages, attached):
         blocks = [context.blocks.pop(n["sha256"]) for n in named if n["sha256"] in context.blocks]
         if blocks:
-            message = _with_text_before(message, (INSTRUCTION + "\n\n" if first else "") + "\n\n".join(blocks))
+            message = with_text_before(message, (INSTRUCTION + "\n\n" if first else "") + "\n\n".join(blocks))
             first = False
         placed.append(message)
     return placed, context
 
 
-def _with_text_before(message: dict, text: str) -> dict:
+def token_counter(engine):
+    """A text's tokens by the engine's tokenizer, as a function."""
+    tokenizer = engine.tokenizer
+    return lambda text: len(tokenizer.encode(text))
+
+
+def room_left(engine, messages: list[dict], answer_tokens: int) -> int:
+    """The tokens left beside `messages` and the answer's room (at most half the context) in the engine's context."""
+    count = token_counter(engine)
+    used = sum(count(message_text(m["content"])) for m in messages)
+    return engine.max_seq_len - min(answer_tokens, engine.max_seq_len // 2) - used - ROOM_MARGIN
+
+
+def with_text_before(message: dict, text: str) -> dict:
     """`message` with `text` before its own (its images, where it has some, still first)."""
     content = message["content"]
     if not isinstance(content, list):

@@ -7,6 +7,7 @@ interface's shape, an error's own message, what a failed connection raises), the
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -195,10 +196,20 @@ def sse(data: dict) -> str:
 class Reply:
     """The answer to one /v1 request as it grows: OpenAI's chunks while it streams, or its whole body; `chat`: a chat
     completion (else a text completion); `include_usage`: the stream's chunks carry `usage` (null, then a last chunk
-    with it); `logprobs`: the alternatives asked for at each token (None: no log-probabilities)."""
+    with it); `logprobs`: the alternatives asked for at each token (None: no log-probabilities); `cited`: the web
+    pages the answer may cite as [1], [2] (`web_search_options`: {"number", "name", "url"} each), whose citations it
+    carries as `url_citation` annotations."""
 
-    def __init__(self, model: str, chat: bool, include_usage: bool = False, logprobs: int | None = None):
+    def __init__(
+        self,
+        model: str,
+        chat: bool,
+        include_usage: bool = False,
+        logprobs: int | None = None,
+        cited: list[dict] | None = None,
+    ):
         self.model, self.chat, self.include_usage, self.asked_logprobs = model, chat, include_usage, logprobs
+        self.cited = cited
         self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         self.created = int(time.time())
         self.text: list[str] = []
@@ -259,6 +270,8 @@ class Reply:
                     piece = {"index": event.index, "function": {"arguments": event.arguments}}
                     chunks.append(self._delta({"tool_calls": [piece]}))
         if any(isinstance(event, End) for event in events) and self.end.finish_reason != FinishReason.ERROR:
+            if self.cited is not None:
+                chunks.append(self._delta({"annotations": self.annotations()}))
             chunks.append(self._chunk("", [], self.finish_reason))
         return chunks
 
@@ -322,7 +335,21 @@ class Reply:
             message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
         if self.calls:
             message["tool_calls"] = [c.openai() for c in self.calls]
+        if self.cited is not None:
+            message["annotations"] = self.annotations()
         return message
+
+    def annotations(self) -> list[dict]:
+        """Each citation of a web page in the answer ("[2]") as OpenAI's `url_citation`: where it stands in the
+        answer's text, and the page's address and title."""
+        pages = {source["number"]: source for source in self.cited or []}
+        found = []
+        for match in re.finditer(r"\[(\d+)\]", "".join(self.text)):
+            if (page := pages.get(int(match.group(1)))) is not None:
+                citation = {"start_index": match.start(), "end_index": match.end(), "url": page["url"],
+                            "title": page["name"]}  # fmt: skip
+                found.append({"type": "url_citation", "url_citation": citation})
+        return found
 
     def _logprobs(self, tokens: list[TokenLogprob]) -> dict:
         if self.chat:

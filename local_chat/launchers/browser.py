@@ -151,8 +151,10 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     from local_chat.api import OpenAIAPI
     from local_chat.documents import Shelf
     from local_chat.engine.in_order import InArrivalOrder
+    from local_chat.tools import Toolbox
     from local_chat.ui import build_app
     from local_chat.ui.layout import PAGE
+    from local_chat.web import WebTools
 
     queue = engine if models is not None else InArrivalOrder(engine, args.concurrency)
     summary = engine.summary()
@@ -164,10 +166,12 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
         queue = ModelEngine(models, models.base)
     store = open_history(args)
     admins = args.admins
-    tools, retrieval = tool_servers(args), retrieval_models(args)
+    retrieval = retrieval_models(args)
+    web = web_research(args, reranker=retrieval[1])
+    tools = Toolbox.of(tool_servers(args), WebTools(web) if web is not None else None)
     app = build_app(
         queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins,
-        tool_servers=tools, max_tool_rounds=args.max_tool_rounds, retrieval=retrieval,
+        tool_servers=tools, max_tool_rounds=args.max_tool_rounds, retrieval=retrieval, web=web,
     )  # fmt: skip
     app.queue(default_concurrency_limit=args.concurrency)
     poll_less(app)
@@ -177,6 +181,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
         name = args.served_name
         api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models, not admins)
         api.shelf = Shelf(":memory:", *retrieval)  # its file parts' documents, searched as the page's are
+        api.web = web  # web_search_options
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)
@@ -227,6 +232,19 @@ def retrieval_models(args) -> tuple:
         if model is not None:
             print(f"Documents: the {flag} {model.name} helps find passages.", file=sys.stderr, flush=True)
     return embedder, reranker
+
+
+def web_research(args, reranker=None):
+    """--web_search's provider with the pages' limits (web/context.py's `WebResearch`), told in the terminal; None
+    with `off`."""
+    from local_chat.web import FetchLimits, WebResearch, parse_provider
+
+    provider = parse_provider(args.web_search)
+    if provider is None:
+        return None
+    private = " (private addresses allowed: --web_allow_private)" if args.web_allow_private else ""
+    print(f"Web search: {provider}{private}.", file=sys.stderr, flush=True)
+    return WebResearch(provider, FetchLimits(allow_private=args.web_allow_private), reranker=reranker)
 
 
 def tool_servers(args):

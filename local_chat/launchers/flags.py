@@ -19,6 +19,7 @@ from local_chat.defaults import (
     MAX_TOOL_ROUNDS,
     MAX_UPLOAD_MB,
     TOOL_TIMEOUT_S,
+    WEB_SEARCH,
 )
 from local_chat.errors import UserError
 
@@ -155,7 +156,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def add_tool_flags(p: argparse.ArgumentParser) -> None:
-    """The page's tools: MCP servers whose tools the model calls, each call approved by the user."""
+    """The page's tools: MCP servers whose tools the model calls, each call approved by the user; the web search."""
     p.add_argument(
         "--mcp_config",
         default=None,
@@ -176,6 +177,20 @@ def add_tool_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_TOOL_ROUNDS,
         help=f"rounds of tool calls the page runs for one question (default: {MAX_TOOL_ROUNDS})",
+    )
+    p.add_argument(
+        "--web_search",
+        default=WEB_SEARCH,
+        metavar="PROVIDER",
+        help="where the page's Search the web switch and the model's web_search and fetch_page tools search: ddgs "
+        "(DuckDuckGo, no key), searxng=URL (your SearXNG), brave (key in BRAVE_API_KEY), tavily (key in "
+        f"TAVILY_API_KEY), or off (no switch, no web tools) (default: {WEB_SEARCH})",
+    )
+    p.add_argument(
+        "--web_allow_private",
+        action="store_true",
+        help="let the web search and the model's fetch_page reach this machine and private networks' addresses "
+        "(an intranet); refused by default",
     )
 
 

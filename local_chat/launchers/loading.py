@@ -66,6 +66,9 @@ def check_serving_flags(args: LaunchSettings) -> LaunchSettings:
         from local_chat.tools import read_config
 
         read_config(args.mcp_config)  # a malformed file is told now
+    from local_chat.web import parse_provider
+
+    parse_provider(args.web_search)  # an unknown provider, or one without its key, is told now
     for flag in ("embedding_model", "reranker"):
         folder = getattr(args, flag, None)
         if folder is not None and not os.path.exists(os.path.join(folder, "config.json")):

@@ -9,7 +9,14 @@ import argparse
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from local_chat.defaults import IMAGE_TRANSFORM, MAX_CACHED_SESSIONS, MAX_TOOL_ROUNDS, MAX_UPLOAD_MB, TOOL_TIMEOUT_S
+from local_chat.defaults import (
+    IMAGE_TRANSFORM,
+    MAX_CACHED_SESSIONS,
+    MAX_TOOL_ROUNDS,
+    MAX_UPLOAD_MB,
+    TOOL_TIMEOUT_S,
+    WEB_SEARCH,
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,8 @@ class LaunchSettings:
     mcp_config: str | None = None
     tool_timeout: float = TOOL_TIMEOUT_S
     max_tool_rounds: int = MAX_TOOL_ROUNDS
+    web_search: str = WEB_SEARCH
+    web_allow_private: bool = False
     embedding_model: str | None = None
     reranker: str | None = None
     # the command line (demos/generate.py)

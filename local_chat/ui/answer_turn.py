@@ -49,6 +49,8 @@ class Turn:
         self.prompt, self.ended, self.begun, self.saved_at = gr.skip(), False, False, time.monotonic()
         self.stopped = False  # it ended cancelled: marked so under its figures
         self.documents = None  # what the answer read of the documents (documents/context.py's Context), shown under it
+        self.findings = None  # the web search's pages, with the Search the web switch (web/context.py's WebFindings)
+        self.web = None  # what the answer read of them (web/context.py's WebContext), shown under it
 
     def now_and_then(self, history: list[dict]) -> None:
         """Save the answer so far once it begins, then every `SAVE_WHILE_STREAMING_S`, so that a crash of the

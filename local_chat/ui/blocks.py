@@ -38,6 +38,7 @@ def build_app(
     tool_servers=None,
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
     retrieval: tuple = (None, None),
+    web=None,
 ) -> gr.Blocks:
     """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
@@ -45,7 +46,8 @@ def build_app(
     caps what Gradio receives). Serve `SavedChats(store).route()` beside it: the saved images' route. With a model
     picker (--models_dir), `admins`: the only logins that load models (None: everyone). `tool_servers`: the tools the
     model may call on the chat (tools/servers.py's `ToolServers`, --mcp_config), at most `max_tool_rounds` rounds a
-    question. `retrieval`: the documents' embedding model and reranker (documents/vectors.py), where given."""
+    question. `retrieval`: the documents' embedding model and reranker (documents/vectors.py), where given. `web`:
+    the web search of the chat's Search the web switch (web/context.py's `WebResearch`, --web_search), or None."""
     template = default_template(engine, template)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb, retrieval)
@@ -69,6 +71,7 @@ def build_app(
                 picker,
                 tool_servers,
                 max_tool_rounds,
+                web,
             )  # fmt: skip
             for tab in tabs
             if tab.startswith("chat")

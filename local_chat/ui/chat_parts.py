@@ -15,7 +15,7 @@ Component = gr.components.Component
 @dataclass(frozen=True)
 class ChatParts:
     """Every component of one chat tab; a placeholder `gr.State` where the page has no such control (no saved
-    conversations: no list and no branch controls; no tools; no thinking switch; no model picker)."""
+    conversations: no list and no branch controls; no tools; no thinking switch; no model picker; no web search)."""
 
     chatbot: gr.Chatbot  # shows `chat`'s view (ui/turns.py's `view`)
     chat: gr.State  # the chat as the page keeps it: ui/turns.py's typed list
@@ -39,6 +39,7 @@ class ChatParts:
     model: Component
     tools: Component
     pdf_pictures: Component
+    web_search: Component
 
     def named(self) -> dict[str, Component]:
         """Each component by its name (not `dataclasses.asdict`, which would copy them)."""

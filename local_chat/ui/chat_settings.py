@@ -30,6 +30,7 @@ class ChatSettings:
     model: str | None = None  # this session's model, where the page has a picker (ui/model_picker.py)
     tools: list[str] | None = None  # the tools switched on, where the page has tools (ui/tool_rounds.py)
     pdf_pictures: bool = False  # a PDF's pages go to a model that sees images as pictures (ui/documents.py)
+    web_search: bool = False  # the Search the web switch, where the page has a web search (web/context.py)
 
     @property
     def sampling(self) -> Sampling:

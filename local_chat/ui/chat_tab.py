@@ -27,6 +27,7 @@ from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
+from local_chat.web import put_web_in_prompt, standalone_query
 
 from . import turns
 from .answer_turn import Turn
@@ -50,6 +51,8 @@ from .thinking import EFFORTS, EngineThinking, thinking_choices, thinking_contro
 from .tool_rounds import NOT_ANSWERED, ToolRounds
 from .turns import kind_of, model_view, unanswered_calls, up_to_last_question, with_calls_closed
 from .wiring import GENERATION, UI_ONLY, taking_settings, updating
+
+WEB_TITLE = "Web search"
 
 
 class Answering(NamedTuple):
@@ -118,6 +121,7 @@ class ChatTab:
         picker=None,
         tool_servers=None,
         max_tool_rounds: int = MAX_TOOL_ROUNDS,
+        web=None,
     ):
         self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
         self.picker = picker  # --models_dir: each session's model (ui/model_picker.py)
@@ -127,6 +131,7 @@ class ChatTab:
         self.saving = saved.on and not single_turn
         servers = tool_servers if not single_turn else None  # --mcp_config
         self.tools = ToolRounds(servers, max_tool_rounds, saved, self.saving)
+        self.web = web  # --web_search: the Search the web switch's search (web/context.py's WebResearch)
         self.sidebar = Sidebar(saved, self.stop, picker) if self.saving else None  # with its branches
         self.parts: ChatParts | None = None  # once built
         self.runs: list = []  # the events that answer, which Stop cancels
@@ -160,7 +165,12 @@ class ChatTab:
                 turn.conversation_id = new_conversation_id()
             conversation_id = turn.conversation_id
             if not unanswered_calls(history):  # else the calls run first (`decide`)
-                first, turn.documents = await asyncio.to_thread(self._request, turn, history)  # images, documents
+                if settings.web_search and self.web is not None:
+                    query = standalone_query(model_view(history))
+                    yield Answering(history + [turns.notice(WEB_TITLE, f"Searching the web for “{query}”…")],
+                                    gr.skip(), conversation_id, listed)  # fmt: skip
+                    turn.findings = await self.web.search(query)
+                first = await asyncio.to_thread(self._request, turn, history)  # images, documents, the web
         except UserError as error:
             yield Answering(history + [turns.error(str(error))], "", conversation_id, listed)
             return
@@ -174,9 +184,9 @@ class ChatTab:
         saved = self._commit_shown(request, owner, turn.conversation_id, history, **options)
         yield Answering(saved.chat, turn.prompt, saved.conversation_id, saved.listed)
 
-    def _request(self, turn: Turn, history) -> tuple:
-        """The request that answers `history` as it stands, and the sources of the documents it holds (`UserError`
-        where it cannot be sent)."""
+    def _request(self, turn: Turn, history) -> Request:
+        """The request that answers `history` as it stands, with the documents it holds and the web's pages found
+        for it, which it notes on `turn` (`UserError` where it cannot be sent)."""
         engine, settings = turn.engine, turn.settings
         messages = self.saved.for_the_model(model_view(history))
         if self.single_turn:  # each question alone
@@ -186,7 +196,12 @@ class ChatTab:
         if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
             messages = [{**m, "content": message_text(m["content"])} for m in messages]
             turns.with_images_left_out(history, settings.model or "This model")
-        messages, sources = put_in_prompt(engine, messages, settings.sampling.max_new_tokens, self.saved.shelf)
+        answer_tokens = settings.sampling.max_new_tokens
+        messages, turn.documents = put_in_prompt(engine, messages, answer_tokens, self.saved.shelf)
+        if turn.findings is not None:  # numbered after the documents
+            first = 1 + max((s["number"] for s in turn.documents.sources), default=0) if turn.documents else 1
+            reranker = self.web.reranker
+            messages, turn.web = put_web_in_prompt(engine, messages, answer_tokens, turn.findings, first, reranker)
         system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
         door = f"{self.name}/{turn.conversation_id}" if turn.conversation_id else self.name
         return Request(
@@ -201,7 +216,7 @@ class ChatTab:
                 template_kwargs=thinking_kwargs(settings.thinking),
                 tools=self.tools.tools_for(engine, settings),
             ),
-        ), sources
+        )
 
     async def _rounds(self, turn: Turn, answer: Request | None, history: list):
         """The answer, then each round of its tool calls (ui/tool_rounds.py) and the answer after them, until it
@@ -220,7 +235,7 @@ class ChatTab:
                 async for _ in tools.run_calls(history, turn.owner, turn.conversation_id):
                     yield Answering(history, turn.prompt, turn.conversation_id, gr.skip())
                 try:
-                    answer, turn.documents = await asyncio.to_thread(self._request, turn, history)
+                    answer = await asyncio.to_thread(self._request, turn, history)
                 except UserError as error:
                     history.append(turns.error(str(error)))
                     return
@@ -258,7 +273,7 @@ class ChatTab:
             figures = [turns.stats(line)] if line and not failed else []
             yield Answering(history + figures, turn.prompt, turn.conversation_id, gr.skip())
             turn.now_and_then(history)
-        if (sources := sources_entry(turn.documents)) and not failed:
+        if (sources := sources_entry(turn.documents, turn.web)) and not failed:
             history.append(sources)  # under the answer, folded
         if line and not failed:
             history.append(turns.stats(line))
@@ -435,6 +450,9 @@ class ChatTab:
         engine = self.engine
         conversation_id = gr.State(None)
         chatbot, box = chat_box(engine, interactive=not self.saving)
+        web_search = (
+            gr.Checkbox(False, label="Search the web", elem_classes="web-switch") if self.web else gr.State(False)
+        )
         tools, always = self.tools.build(engine)  # --mcp_config: the tools switched on for this conversation
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         examples = gr.Examples(  # a click sends the example, as Enter does
@@ -475,6 +493,7 @@ class ChatTab:
             model=model if model is not None else gr.State(None),
             tools=tools,
             pdf_pictures=pictures,
+            web_search=web_search,
         )
         self._wire(self.parts, examples.load_input_event.then)  # once an example is in the message box
         return self.parts

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from dataclasses import dataclass
 
 from local_chat.documents import Document, Shelf, extract_elsewhere, is_document, render_elsewhere
 from local_chat.errors import UserError
@@ -70,21 +71,42 @@ def with_documents(question: dict, documents: list[Document]) -> dict:
     return {**question, "content": addresses + listed + text, "text": text, "documents": named}
 
 
-def sources_entry(context) -> dict | None:
-    """The answer's sources (`context`: documents/context.py's `Context`), folded under it: each document, the pages
-    that went in, and the passages searched; first, where they did not fit whole, how much went in."""
-    if context is None:
+def sources_entry(*contexts) -> dict | None:
+    """The answer's sources, folded under it: of its documents (documents/context.py's `Context`: each document, the
+    pages that went in, the passages searched) and of the web (web/context.py's `WebContext`: each page's title,
+    address and passages); first, what each says of itself (how much went in, what failed). None where none is."""
+    contexts = [context for context in contexts if context is not None]
+    if not contexts:
         return None
-    sources = context.sources
-    lines = [f"*{context.note}*"] if context.note else []
+    lines = [f"*{context.note}*" for context in contexts if context.note]
+    sources = [source for context in contexts for source in context.sources]
     for source in sources:
-        unit = "pages" if source.get("paged") else "parts"
-        pages = ", ".join(str(p) for p in source["pages"])
-        how = "whole" if source["whole"] else f"{unit} {pages}"
-        lines.append(f"**[{source['number']}] {source['name']}**, {how}")
+        if "url" in source:  # a web page
+            lines.append(f"**[{source['number']}] [{source['name']}]({source['url']})**")
+        else:
+            unit = "pages" if source.get("paged") else "parts"
+            how = "whole" if source.get("whole") else f"{unit} {', '.join(str(p) for p in source.get('pages', []))}"
+            lines.append(f"**[{source['number']}] {source['name']}**, {how}")
         lines += [turns.fenced(passage) for passage in source.get("passages", [])]
     return {"role": "assistant", "metadata": {"title": "Sources", "status": "done"}, "content": "\n\n".join(lines),
             "kind": Kind.SOURCES, "sources": sources}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Listed:
+    """Sources as an export keeps them: the list alone."""
+
+    sources: list[dict]
+    note: str = ""
+
+
+def imported_sources(listed) -> dict:
+    """An exported answer's "sources" as its Sources entry again."""
+    if not isinstance(listed, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("number"), int) and isinstance(s.get("name"), str) for s in listed
+    ):
+        raise UserError('An answer\'s "sources" in the file are not {"number", "name", ...} objects.')
+    return sources_entry(Listed(listed))
 
 
 def exported_documents(named: list[dict], shelf: Shelf) -> list[dict]:

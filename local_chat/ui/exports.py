@@ -14,7 +14,7 @@ from local_chat.history.store import title_of
 from local_chat.history.tree import Node, Shape, flat_entries
 from local_chat.prompting import image_from_data_url, message_text, png_bytes, png_data_url
 
-from .documents import exported_documents, imported_documents
+from .documents import exported_documents, imported_documents, imported_sources
 from .turns import model_view, thinking, tool_call, tool_result
 
 EXPORT_ROLES = ("system", "user", "assistant", "tool")
@@ -158,6 +158,8 @@ class Exports:
             if isinstance(call, dict) and isinstance(call.get("function"), dict):
                 called[call.get("id")] = call["function"].get("name")
                 entries.append(tool_call(call))
+        if message["role"] == "assistant" and message.get("sources"):
+            entries.append(imported_sources(message["sources"]))
         return entries
 
     def _imported_content(self, content):

@@ -147,12 +147,15 @@ def with_dropped_turns(entries: list[dict], turns: int, context: int) -> None:
 
 def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
     """The conversation as the model sees it (OpenAI-style messages): notes left out, errors with the questions they
-    answered (`for_export`: as answers, and each answer with its "model" where it names one), a thought as its
+    answered (`for_export`: as answers, and each answer with its "model" where it names one and the "sources" it
+    read), a thought as its
     answer's `reasoning_content`, tool calls and results as `tool_calls` and `tool` messages."""
     kept: list[dict] = []
     reasoning = None
     for entry in entries:
         kind = kind_of(entry)
+        if kind == Kind.SOURCES and for_export and kept and kept[-1]["role"] == "assistant":
+            kept[-1]["sources"] = entry["sources"]  # what the answer read: each document's or web page's passages
         if kind in NOT_FOR_THE_MODEL:
             continue
         if kind == Kind.ERROR and not for_export:

@@ -1,0 +1,46 @@
+"""Every tool the page offers, from where each runs: --mcp_config's servers (tools/servers.py) and the built-in
+ones (web/tools.py), as one set with the servers' face (`tools`, `tool`, `call`, `problems`, `close`), so that the
+tool rounds, their cards and approvals treat them alike (ui/tool_rounds.py)."""
+
+from __future__ import annotations
+
+from .servers import Tool, ToolOutcome
+
+
+class Toolbox:
+    """The tools of several holders (each with the servers' face), in their order; a name two holders share is the
+    first's."""
+
+    def __init__(self, holders: list):
+        self.holders = [holder for holder in holders if holder is not None]
+
+    @classmethod
+    def of(cls, *holders):
+        """The toolbox of those holders that are there; None where none is."""
+        box = cls(list(holders))
+        return box if box.holders else None
+
+    @property
+    def tools(self) -> list[Tool]:
+        seen, tools = set(), []
+        for holder in self.holders:
+            for tool in holder.tools:
+                if tool.called not in seen:
+                    seen.add(tool.called)
+                    tools.append(tool)
+        return tools
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return {name: sentence for holder in self.holders for name, sentence in holder.problems.items()}
+
+    def tool(self, called: str) -> Tool | None:
+        return next((t for t in self.tools if t.called == called), None)
+
+    async def call(self, tool: Tool, arguments: dict) -> ToolOutcome:
+        holder = next(h for h in self.holders if any(t.key == tool.key for t in h.tools))
+        return await holder.call(tool, arguments)
+
+    def close(self) -> None:
+        for holder in self.holders:
+            holder.close()
