@@ -206,6 +206,22 @@ FIGURES = {
         "in, demo model",
         None,
     ),
+    "web_send_to_first_token_s": (
+        "seconds from Send to the first token with Search the web on (a local SearXNG API, real pages on 127.0.0.1), "
+        "demo model",
+        None,
+    ),
+    "web_search_and_fetch_s": ("of which the search and the pages' fetches (read with trafilatura)", None),
+    "web_typed_to_first_token_s": ("the same prompt, the passages typed in: Send to first token, no search", None),
+    "web_own_ms": (
+        "the app's own ms of Send to first token with the web on, beyond the search, the fetches and the model's "
+        "prefill of the passages (the query, ranking, the prompt built, the Sources)",
+        ("<=", 300),
+    ),
+    "web_rank_50_pages_ms": (
+        "ms to rank the passages of 50 fetched pages for a question (BM25) and keep the best within the budget",
+        ("<=", 100),
+    ),
     "history_fill_s": ("seconds to save those conversations (three turns each, one at a time)", None),
     "history_search_ms": (
         "the sidebar's search over 10,000 saved conversations of one login (three turns each): ms, the median of the "

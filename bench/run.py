@@ -49,6 +49,7 @@ BENCHMARKS = {
     "models": ("switching", False),
     "tools": ("tools", False),
     "documents": ("documents", True),
+    "web": ("web", True),
     "history": ("history", True),
     "adapters": ("adapters", False),
     "speculative": ("speculative", True),

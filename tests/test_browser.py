@@ -584,3 +584,40 @@ def test_a_pdf_attached_to_a_question_goes_in_whole_and_its_sources_show(browser
     assert "[1] report.pdf" in sources and "whole" in sources
     assert "The launch code is ZEBRA-42." in prompt and '<document source="1" name="report.pdf">' in prompt
     assert box == "And this one?"  # the text stays
+
+
+def test_search_the_web_shows_its_sources_under_the_answer(browser, demo, tmp_path):
+    """The "Search the web" switch under the message box: the question searched (a local SearXNG's JSON API over
+    pages of real HTML), the passages in "Prompt sent to the model", and a folded Sources entry under the answer that
+    links each page read and says which failed."""
+    from fixtures.web_pages import WebSite
+    from local_chat.history import Store
+    from local_chat.web import FetchLimits, SearchProvider, WebResearch
+
+    store = Store(tmp_path / "conversations.db")
+    with WebSite(hits=("/article.html", "/reference.html", "/image.png")) as site:
+        research = WebResearch(SearchProvider("searxng", site.url("/searxng")), FetchLimits(5.0, allow_private=True))
+        try:
+            with serve(demo, store=store, web=research) as (url, _):
+                page = open_page(browser, url)
+                page.get_by_label("Search the web").check()
+                send(page, "How does rustdoc document private items?")
+                page.get_by_text("Sources").first.wait_for(timeout=30000)
+                page.get_by_text("Sources").first.click()
+                time.sleep(0.3)
+                sources = page.locator('[data-testid="bot"]', has_text="Sources").last
+                links = sources.locator("a").evaluate_all("links => links.map(a => [a.innerText, a.href])")
+                shown = sources.inner_text()
+                page.locator("button", has_text="Prompt sent to the model").first.click()
+                time.sleep(0.5)
+                prompt = page.locator(".prompt-view").first.inner_text()
+                page.screenshot(path=str(ARTIFACTS / "web-sources.png"), full_page=True)
+        finally:
+            store.close()
+    assert site.asked == ["How does rustdoc document private items?"]
+    assert ["[2] Command-line arguments - The rustdoc book", site.url("/reference.html")] in [
+        [text.strip(), href] for text, href in links
+    ] or ["Command-line arguments - The rustdoc book", site.url("/reference.html")] in links
+    assert "Searched the web for “How does rustdoc document private items?”." in shown
+    assert "is image/png, not text, HTML or PDF, so it was left out." in shown
+    assert "Answer from these web pages where they help" in prompt and f'url="{site.url("/reference.html")}"' in prompt

@@ -156,8 +156,9 @@ def test_a_provider_that_fails_is_one_sentence(site, monkeypatch):
     with pytest.raises(UserError, match=r"rate-limited now \(HTTP 429\); try again in a minute\.$"):
         asyncio.run(limited.search("x"))
     gone = SearchProvider("searxng", "http://127.0.0.1:9")
-    with pytest.raises(UserError, match=r"^The web search \(searxng\) failed: "):
+    with pytest.raises(UserError) as raised:
         asyncio.run(gone.search("x"))
+    assert str(raised.value) == "The web search (searxng) failed: it cannot be reached (is this machine offline?)."
 
 
 @pytest.mark.parametrize(
@@ -174,6 +175,19 @@ def test_a_wrong_provider_flag_is_one_sentence(flag, sentence, monkeypatch):
         parse_provider(flag)
     assert str(raised.value) == sentence
     assert parse_provider("off") is None and parse_provider("ddgs") == SearchProvider("ddgs")
+
+
+def test_the_app_refuses_a_wrong_provider_at_launch_in_one_sentence():
+    import subprocess
+    import sys
+
+    from local_chat.launchers.loading import free_port
+
+    app = Path(__file__).resolve().parent.parent / "app.py"
+    done = subprocess.run([sys.executable, str(app), "--web_search", "bing", "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert "error: --web_search bing is not a provider; pass ddgs, searxng=URL, brave, tavily or off." in done.stderr
 
 
 # ----- the query and the passages -----

@@ -198,18 +198,19 @@ class ChatTab:
             turns.with_images_left_out(history, settings.model or "This model")
         answer_tokens = settings.sampling.max_new_tokens
         messages, turn.documents = put_in_prompt(engine, messages, answer_tokens, self.saved.shelf)
+        system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
+        messages = system + messages
         if turn.findings is not None:  # numbered after the documents
             first = 1 + max((s["number"] for s in turn.documents.sources), default=0) if turn.documents else 1
             reranker = self.web.reranker
             messages, turn.web = put_web_in_prompt(engine, messages, answer_tokens, turn.findings, first, reranker)
-        system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
         door = f"{self.name}/{turn.conversation_id}" if turn.conversation_id else self.name
         return Request(
             sampling=settings.sampling,
             image_transform=settings.transform,
             session=session_key(turn.request.session_hash, door),
             cancel=turn.cancel,
-            messages=system + messages,
+            messages=messages,
             chat=ChatOptions(
                 template=settings.template,
                 answer_tokens=settings.sampling.max_new_tokens,

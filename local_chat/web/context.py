@@ -139,12 +139,12 @@ def put_web_in_prompt(
     engine, messages: list[dict], answer_tokens: int, findings: WebFindings, first: int = 1, reranker=None
 ) -> tuple[list[dict], WebContext]:
     """`messages` with the best passages of `findings` for the last question before it, in the room the rest leaves
-    (and `WEB_TOKENS`), their pages numbered from `first`; and what went in."""
+    (at most half the context, and `WEB_TOKENS`), their pages numbered from `first`; and what went in."""
     from local_chat.documents import room_left, token_counter, with_text_before
     from local_chat.prompting import message_text
 
     question = messages[-1]
-    room = room_left(engine, messages, answer_tokens)
+    room = min(room_left(engine, messages, answer_tokens), engine.max_seq_len // 2)
     context = web_context(findings, message_text(question["content"]), room, token_counter(engine), first, reranker)
     if not context.text:
         return messages, context

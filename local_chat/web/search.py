@@ -101,8 +101,14 @@ def _json(response, name: str) -> dict:
 
 
 def _said(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return text[:200]
+    """A provider's failure in a few words: unreachable, rate-limited, or its own first line."""
+    text = str(error).strip()
+    kind = type(error).__name__
+    if "Ratelimit" in kind:
+        return "it is rate-limited now; try again in a minute"
+    if any(word in text or word in kind for word in ("DNS", "ConnectError", "Connection refused", "connect")):
+        return "it cannot be reached (is this machine offline?)"
+    return (text.splitlines()[0] if text else kind)[:160]
 
 
 def parse_provider(text: str | None) -> SearchProvider | None:
