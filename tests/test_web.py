@@ -359,6 +359,35 @@ def test_web_search_options_answers_with_url_citations_through_the_openai_client
     assert plain.choices[0].message.annotations is None  # no search asked, none given
 
 
+def test_a_v1_client_asking_for_the_web_search_tool_gets_the_answer_after_the_server_ran_it(
+    qwen3_roomy, research, site
+):
+    from openai import OpenAI
+
+    model, forced = qwen3_roomy
+    call = '<tool_call>\n{"name": "web_search", "arguments": {"query": "rustdoc private items"}}\n</tool_call>'
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    with serve(model, web=research) as (url, _):
+        client = OpenAI(base_url=url + "/v1", api_key="none")
+        messages = [{"role": "user", "content": "Find rustdoc's private items flag."}]
+        forced.in_turn([call, "It is --document-private-items."], model.tokenizer.hf, END)
+        reply = client.chat.completions.create(model="m", messages=messages, tools=[{"type": "web_search"}],
+                                               max_tokens=200)  # fmt: skip
+        forced.in_turn([call, "It is --document-private-items."], model.tokenizer.hf, END)
+        stream = client.chat.completions.create(model="m", messages=messages, tools=[{"type": "web_search"}, weather],
+                                                max_tokens=200, stream=True)  # fmt: skip
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        forced.in_turn(['<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'], model.tokenizer.hf, END)
+        own = client.chat.completions.create(model="m", messages=messages, tools=[{"type": "web_search"}, weather],
+                                             max_tokens=200)  # fmt: skip
+    message = reply.choices[0].message
+    assert message.content == "It is --document-private-items." and not message.tool_calls
+    assert reply.choices[0].finish_reason == "stop" and site.asked[-1] == "rustdoc private items"
+    assert streamed == "It is --document-private-items."
+    assert [c.function.name for c in own.choices[0].message.tool_calls] == ["get_weather"]  # the client's own
+    assert own.choices[0].finish_reason == "tool_calls"
+
+
 def test_web_search_options_on_a_server_without_web_search_is_a_400(qwen3_roomy):
     import httpx
 
@@ -367,6 +396,9 @@ def test_web_search_options_on_a_server_without_web_search_is_a_400(qwen3_roomy)
         body = {"messages": [{"role": "user", "content": "hi"}], "web_search_options": {}}
         reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
         size = httpx.post(url + "/v1/chat/completions", json=body | {"web_search_options": {"search_context_size": 3}})
+        tools = {"messages": body["messages"], "tools": [{"type": "web_search"}]}
+        tool = httpx.post(url + "/v1/chat/completions", json=tools, timeout=30)
     assert reply.status_code == 400
     assert reply.json()["error"]["message"] == "This server searches no web (it was started with --web_search off)."
     assert size.json()["error"]["message"].startswith("`web_search_options.search_context_size` is 3;")
+    assert tool.status_code == 400 and tool.json()["error"]["param"] == "tools"

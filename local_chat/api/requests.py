@@ -50,6 +50,7 @@ class Call:
     body: dict = field(default_factory=dict)
     answer_format: AnswerFormat | None = None  # `response_format`'s JSON or schema
     web_pages: int | None = None  # `web_search_options`: the pages read (None: no web search)
+    web_tools: bool = False  # `tools` holds {"type": "web_search"}: the built-in web tools run on the server
 
 
 def parse_json(raw: bytes) -> dict:
@@ -131,7 +132,15 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
         body,
         answer_format(body.get("response_format")),
         web_pages(body.get("web_search_options"), chat),
+        chat and any(is_web_tool(tool) for tool in body.get("tools") or [] if isinstance(body.get("tools"), list)),
     )
+
+
+WEB_TOOL_TYPES = ("web_search", "web_search_preview")  # OpenAI's Responses API names the built-in tool so
+
+
+def is_web_tool(tool) -> bool:
+    return isinstance(tool, dict) and tool.get("type") in WEB_TOOL_TYPES
 
 
 SEARCH_CONTEXT_PAGES = {"low": 3, "medium": 5, "high": 8}  # `search_context_size`: the search's pages read
@@ -336,6 +345,10 @@ def checked_tools(tools) -> list[dict] | None:
         return None
     if not isinstance(tools, list):
         raise bad('`tools` must be a list of {"type": "function", "function": {...}} objects.', "tools")
+    if any(is_web_tool(tool) for tool in tools):  # the built-in web tools, as functions the model calls
+        from local_chat.web.tools import FETCH, SEARCH
+
+        tools = [tool for tool in tools if not is_web_tool(tool)] + [SEARCH.openai(), FETCH.openai()]
     names = []
     for tool in tools:
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
@@ -349,7 +362,11 @@ def checked_tools(tools) -> list[dict] | None:
         names.append(function["name"])
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise bad(f"Two tools are named {', '.join(repeated)}; give each tool its own name.", "tools")
+        raise bad(
+            f"Two tools are named {', '.join(repeated)}; give each tool its own name (web_search and fetch_page are "
+            'the server\'s with {"type": "web_search"}).',
+            "tools",
+        )
     return tools
 
 

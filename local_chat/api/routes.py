@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
@@ -32,10 +32,11 @@ from local_chat.engine.interface import SessionKey
 from local_chat.engine.openai_wire import Reply, sse
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
-from local_chat.web import put_web_in_prompt, standalone_query
+from local_chat.web import WebTools
 
 from .documents import with_file_parts
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
+from .web import NO_WEB, searched, with_web_rounds
 
 V1_CACHE_POOL = SessionKey("", "v1", pool=True)  # conversations matched by their longest cached token prefix
 LOAD_COMMENT_S = 1.0  # how often a streamed answer waiting for its model's load says what it waits for
@@ -274,7 +275,9 @@ class OpenAIAPI:
             if chat:
                 request.messages, documents = await with_file_parts(engine, request, self.shelf, self.max_upload_mb)
                 if call.web_pages is not None:
-                    cited = await self._searched(engine, request, call.web_pages, first=documents + 1)
+                    cited = await searched(engine, self.web, request, call.web_pages, first=documents + 1)
+                if call.web_tools and self.web is None:
+                    raise bad(NO_WEB, "tools")
         except APIError as error:
             return error_response(error)
         except UserError as error:
@@ -286,6 +289,8 @@ class OpenAIAPI:
         if isinstance(first, End) and first.finish_reason == FinishReason.ERROR:
             return error_response(self._error_of(first, engine))
         events = resumed(first, events)
+        if call.web_tools:  # the model's calls of web_search and fetch_page run here
+            events = with_web_rounds(engine, request, events, WebTools(self.web))
         reply = Reply(served.name, chat, call.include_usage, call.logprobs, cited)
         watcher = asyncio.create_task(cancel_when_gone(http, request.cancel))
         if call.stream:
@@ -321,18 +326,6 @@ class OpenAIAPI:
             watcher.cancel()
             request.cancel.set()  # a client gone mid-stream: the model stops at its next step
             served.release()
-
-    async def _searched(self, engine: ChatEngine, request: Request, pages: int, first: int) -> list[dict]:
-        """`web_search_options`: the last question searched on the web, the best passages of its first `pages`
-        pages put before it (web/context.py), as the page's switch does; the sources its answer may cite."""
-        if self.web is None:
-            raise bad("This server searches no web (it was started with --web_search off).", "web_search_options")
-        research = replace(self.web, pages=pages)
-        findings = await research.search(standalone_query(request.messages))
-        request.messages, context = put_web_in_prompt(
-            engine, request.messages, request.chat.answer_tokens, findings, first, research.reranker
-        )
-        return context.sources
 
     @staticmethod
     def _error_of(end: End, engine: ChatEngine) -> APIError:
