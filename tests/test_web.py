@@ -402,3 +402,16 @@ def test_web_search_options_on_a_server_without_web_search_is_a_400(qwen3_roomy)
     assert reply.json()["error"]["message"] == "This server searches no web (it was started with --web_search off)."
     assert size.json()["error"]["message"].startswith("`web_search_options.search_context_size` is 3;")
     assert tool.status_code == 400 and tool.json()["error"]["param"] == "tools"
+
+
+def test_the_web_tools_are_offered_only_where_the_model_calls_tools(qwen3_roomy, research):
+    from local_chat.defaults import DEMO_MODEL
+    from local_chat.model.meta import MetaModel
+
+    demo = MetaModel.from_pretrained(str(DEMO_MODEL))  # its template shows no tools
+    toolbox = Toolbox.of(WebTools(research))
+    plain = ChatTab(demo.engine, Cancels(), "default", "padded_resize", SavedChats(None), tool_servers=toolbox)
+    calling = ChatTab(qwen3_roomy[0].engine, Cancels(), "chat_template", "padded_resize", SavedChats(None),
+                      tool_servers=toolbox)  # fmt: skip
+    assert plain.tools.servers is None  # no Tools control, no tools in its prompt
+    assert [t.called for t in calling.tools.servers.tools] == ["web_search", "fetch_page"]

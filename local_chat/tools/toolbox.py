@@ -20,6 +20,10 @@ class Toolbox:
         box = cls(list(holders))
         return box if box.holders else None
 
+    def leaving_out(self, server: str):
+        """This toolbox without the holders whose tools are all `server`'s; None where none is left."""
+        return Toolbox.of(*(h for h in self.holders if not h.tools or any(t.server != server for t in h.tools)))
+
     @property
     def tools(self) -> list[Tool]:
         seen, tools = set(), []

@@ -27,7 +27,9 @@ from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
+from local_chat.tools import Toolbox
 from local_chat.web import put_web_in_prompt, standalone_query
+from local_chat.web.tools import SERVER as WEB_SERVER
 
 from . import turns
 from .answer_turn import Turn
@@ -129,7 +131,9 @@ class ChatTab:
         self.template, self.image_transform, self.max_upload_mb = template, image_transform, max_upload_mb
         self.name = "chat_single" if single_turn else "chat"  # this tab's Stop
         self.saving = saved.on and not single_turn
-        servers = tool_servers if not single_turn else None  # --mcp_config
+        servers = tool_servers if not single_turn else None  # --mcp_config, and the web's tools
+        if isinstance(servers, Toolbox) and picker is None and self.engine.why_no_tools(template) is not None:
+            servers = servers.leaving_out(WEB_SERVER)  # the web's tools only where the model can call them
         self.tools = ToolRounds(servers, max_tool_rounds, saved, self.saving)
         self.web = web  # --web_search: the Search the web switch's search (web/context.py's WebResearch)
         self.sidebar = Sidebar(saved, self.stop, picker) if self.saving else None  # with its branches
