@@ -302,13 +302,19 @@ def test_a_failing_provider_is_one_line_in_the_sources_and_the_answer_goes_on(pa
 def test_the_models_web_search_call_waits_on_its_card_then_runs(page, site):
     tab, forced, _ = page
     call = '<tool_call>\n{"name": "web_search", "arguments": {"query": "rustdoc private items"}}\n</tool_call>'
+    forced.again("No tools.", tab.engine.tokenizer.hf, END)
+    _, prompt, _ = ask(tab, "Hello.", web_search=False)
+    assert "web_search" not in prompt  # the web's tools are off until ticked under Tools
+    assert tab.tools.tools_of(None, BROWSER, REQUEST) == []
     forced.in_turn([call, "Found it [1]."], tab.engine.tokenizer.hf, END)
-    entries, _, conversation = ask(tab, "Search for rustdoc's private items flag.", web_search=False)
+    ticked = ["web/web_search", "web/fetch_page"]
+    entries, _, conversation = ask(tab, "Search for rustdoc's private items flag.", web_search=False, tools=ticked)
+    assert tab.tools.tools_of(conversation, BROWSER, REQUEST) == ticked  # kept with the conversation
     card = entries[-1]
     assert kind_of(card) == "tool_call" and card["approval"] == "ask" and card["server"] == "web"
     assert [o["value"] for o in card["options"]] == ["allow", "always", "deny"]
     chosen = SimpleNamespace(value="allow", index=0)
-    entries, prompt, _, _ = last_of(tab.decide(REQUEST, chosen, entries, settings(conversation)))
+    entries, prompt, _, _ = last_of(tab.decide(REQUEST, chosen, entries, settings(conversation, tools=ticked)))
     result = next(entry for entry in entries if kind_of(entry) == "tool_result")
     assert f"[1] What is rustdoc?\n{site.url('/article.html')}\nAbout article.html" in result["result"]
     assert entries[-2]["content"] == "Found it [1]." or entries[-1]["content"] == "Found it [1]."

@@ -19,6 +19,7 @@ from local_chat.errors import UserError
 from local_chat.history.kinds import Approval, Kind
 from local_chat.prompting.images import png_bytes
 from local_chat.tools import ToolOutcome, ToolServers
+from local_chat.web.tools import SERVER as WEB_SERVER
 
 from . import turns
 from .chat_settings import ChatSettings
@@ -95,8 +96,13 @@ class ToolRounds:
         model cannot take them in the chosen template."""
         if self.servers is None or engine.why_no_tools(settings.template) is not None:
             return None
-        chosen = settings.tools if settings.tools is not None else [t.key for t in self.servers.tools]
+        chosen = settings.tools if settings.tools is not None else self.switched_on()
         return [tool.openai() for tool in self.servers.tools if tool.key in chosen] or None
+
+    def switched_on(self) -> list[str]:
+        """The tools a new conversation starts with: every server's; the web's built-in ones (web/tools.py) only
+        once ticked, so that a model is not handed the web unasked."""
+        return [t.key for t in self.servers.tools if t.server != WEB_SERVER]
 
     def call_cards(self, calls) -> list[dict]:
         """The cards of an answer's calls (`ToolCallDelta`s, whole), each waiting for the user."""
@@ -203,7 +209,7 @@ class ToolRounds:
             gr.Markdown(tools_note(servers, engine.why_no_tools()), elem_classes="tools-note")
             chosen = gr.CheckboxGroup(
                 [(f"{t.called} · {t.server}" + (f": {t.description}" if t.description else ""), t.key) for t in tools],
-                value=[t.key for t in tools],
+                value=self.switched_on(),
                 label="Tools the model may call in this conversation",
                 elem_classes="tool-choices",
             )
@@ -225,15 +231,17 @@ class ToolRounds:
         """The Tools control as the open conversation left it: every tool on but those it switched off."""
         if self.servers is None:
             return gr.skip()
-        off = []
+        off = None
         if conversation_id and self.saving:
             try:
                 off = self.saved.store.get(self.saved.owner(browser_id, request), conversation_id).options.get(
                     "tools_off"
                 )
             except UserError:
-                off = []
-        return [t.key for t in self.servers.tools if t.key not in (off or [])]
+                off = None
+        if off is None:  # a new conversation, or one saved without tools
+            return self.switched_on()
+        return [t.key for t in self.servers.tools if t.key not in off]
 
     def tools_off(self, chosen) -> list[str] | None:
         """What a conversation saves of the Tools control: the tools switched off (None: no control)."""
