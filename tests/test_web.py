@@ -190,6 +190,14 @@ def test_the_app_refuses_a_wrong_provider_at_launch_in_one_sentence():
     assert "error: --web_search bing is not a provider; pass ddgs, searxng=URL, brave, tavily or off." in done.stderr
 
 
+def test_a_search_reads_its_hits_pages_and_a_pdf_takes_the_searchs_title(site, research):
+    findings = asyncio.run(research.search("rustdoc"))
+    assert [page.title for page in findings.pages] == [
+        "What is rustdoc? - The rustdoc book", "Command-line arguments - The rustdoc book", "Rustdoc field notes"
+    ]  # fmt: skip
+    assert findings.failures == [] and site.asked[-1] == "rustdoc"
+
+
 # ----- the query and the passages -----
 
 

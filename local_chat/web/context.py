@@ -9,9 +9,10 @@ the Sources.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from local_chat.documents import Document, Shelf
+from local_chat.errors import UserError
 
 from .pages import FetchLimits, Page, PageFailure, fetch_pages
 from .search import SearchHit, SearchProvider
@@ -70,8 +71,6 @@ class WebResearch:
 
     async def search(self, query: str) -> WebFindings:
         """`query` searched, and its first pages fetched at once."""
-        from local_chat.errors import UserError
-
         findings = WebFindings(query)
         if not query:
             findings.failures.append("There was no question to search the web for.")
@@ -83,9 +82,11 @@ class WebResearch:
             return findings
         if not findings.hits:
             findings.failures.append(f"The web search ({self.provider.name}) found nothing for “{query}”.")
-        for read in await fetch_pages([hit.url for hit in findings.hits], self.limits):
+        for hit, read in zip(findings.hits, await fetch_pages([hit.url for hit in findings.hits], self.limits)):
             if isinstance(read, PageFailure):
                 findings.failures.append(read.sentence)
+            elif read.title == read.url.rsplit("/", 1)[-1] and hit.title:  # a PDF's file name: the search's title
+                findings.pages.append(replace(read, title=hit.title))
             else:
                 findings.pages.append(read)
         return findings
