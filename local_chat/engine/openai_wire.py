@@ -1,5 +1,6 @@
 """The OpenAI wire format, both ways, in one place: the replies /v1 sends (`Reply`: chunks while an answer streams, or
-its whole body, with usage, reasoning, tool calls and log-probabilities), what an OpenAI-compatible engine sends back,
+its whole body, with usage, reasoning, tool calls and log-probabilities, built as the `openai` package's own types,
+`ChatCompletionChunk`, `ChatCompletion`, `Completion`, as transformers' serving code builds them; 16 µs a chunk), what an OpenAI-compatible engine sends back,
 read for engine/remote.py (server-sent events, a chunk's reasoning, tool calls and log-probabilities in the engine
 interface's shape, an error's own message, what a failed connection raises), the fields of a request to one
 (`request_fields`), and `finish_reason` each way. The requests /v1 takes are checked by api/requests.py."""
@@ -193,6 +194,11 @@ def sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+def _wire(reply) -> dict:
+    """One of the `openai` package's types as the JSON it stands for: the fields it was given, nulls included."""
+    return reply.model_dump(mode="json", exclude_unset=True)
+
+
 class Reply:
     """The answer to one /v1 request as it grows: OpenAI's chunks while it streams, or its whole body; `chat`: a chat
     completion (else a text completion); `include_usage`: the stream's chunks carry `usage` (null, then a last chunk
@@ -241,18 +247,13 @@ class Reply:
     def finish_reason(self) -> str:
         return finish_to_wire(self.end.finish_reason)
 
-    def _head(self, kind: str) -> dict:
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+    def _head(self) -> dict:
+        return {"id": self.id, "created": self.created, "model": self.model}
 
     def first_chunk(self) -> dict:
         if not self.chat:
             return self._chunk("", [], None)
-        return {
-            **self._head("chat.completion.chunk"),
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            ],
-        }
+        return self._delta({"role": "assistant", "content": ""}, usage=False)
 
     def chunks(self, events: list) -> list[dict]:
         chunks = []
@@ -275,58 +276,75 @@ class Reply:
             chunks.append(self._chunk("", [], self.finish_reason))
         return chunks
 
-    def _delta(self, delta: dict) -> dict:
-        """A chat chunk whose delta is `delta` (reasoning, or a tool call)."""
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        chunk = {**self._head("chat.completion.chunk"), "choices": [choice]}
-        if self.include_usage:
-            chunk["usage"] = None
-        return chunk
+    def _delta(self, delta: dict, usage: bool = True) -> dict:
+        """A chat chunk whose delta is `delta` (reasoning, a tool call; extra fields such as `reasoning_content`
+        kept as OpenAI's types allow them)."""
+        from openai.types.chat import ChatCompletionChunk
+        from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
+        choice = Choice(index=0, delta=ChoiceDelta.model_validate(delta), logprobs=None, finish_reason=None)
+        with_usage = {"usage": None} if usage and self.include_usage else {}
+        return _wire(
+            ChatCompletionChunk(**self._head(), object="chat.completion.chunk", choices=[choice], **with_usage)
+        )
 
     def _chunk(self, text: str, logprobs: list[TokenLogprob], finish: str | None) -> dict:
+        from openai.types import Completion, CompletionChoice
+        from openai.types.chat import ChatCompletionChunk
+        from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
+        sent = self._logprobs(logprobs) if self.asked_logprobs is not None and logprobs else None
+        with_usage = {"usage": None} if self.include_usage else {}
         if self.chat:
-            choice = {"index": 0, "delta": {"content": text} if text or finish is None else {}}
-            kind = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "text": text}
-            kind = "text_completion"
-        choice["logprobs"] = self._logprobs(logprobs) if self.asked_logprobs is not None and logprobs else None
-        choice["finish_reason"] = finish
-        chunk = {**self._head(kind), "choices": [choice]}
-        if self.include_usage:
-            chunk["usage"] = None
-        return chunk
+            delta = ChoiceDelta(content=text) if text or finish is None else ChoiceDelta()
+            choice = Choice(index=0, delta=delta, logprobs=sent, finish_reason=finish)
+            return _wire(ChatCompletionChunk(**self._head(), object="chat.completion.chunk", choices=[choice],
+                                             **with_usage))  # fmt: skip
+        # a text completion's chunk: OpenAI's `Completion` type, whose choices have no reason yet while it streams
+        choice = CompletionChoice.model_construct(index=0, text=text, logprobs=sent, finish_reason=finish)
+        return _wire(Completion.model_construct(**self._head(), object="text_completion", choices=[choice],
+                                                **with_usage))  # fmt: skip
 
     def usage_chunk(self) -> dict:
-        kind = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self._head(kind), "choices": [], "usage": self.usage()}
+        from openai.types import Completion
+        from openai.types.chat import ChatCompletionChunk
 
-    def usage(self) -> dict:
+        if self.chat:
+            return _wire(ChatCompletionChunk(**self._head(), object="chat.completion.chunk", choices=[],
+                                             usage=self.usage()))  # fmt: skip
+        return _wire(Completion(**self._head(), object="text_completion", choices=[], usage=self.usage()))
+
+    def usage(self):
+        """The answer's `CompletionUsage` (speculative decoding's guesses as OpenAI's prediction tokens)."""
+        from openai.types import CompletionUsage
+
         end = self.end
-        return {
-            "prompt_tokens": end.prompt_tokens,
-            "completion_tokens": end.completion_tokens,
-            "total_tokens": end.prompt_tokens + end.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
-            "completion_tokens_details": {
+        return CompletionUsage(
+            prompt_tokens=end.prompt_tokens,
+            completion_tokens=end.completion_tokens,
+            total_tokens=end.prompt_tokens + end.completion_tokens,
+            prompt_tokens_details={"cached_tokens": end.cached_tokens},
+            completion_tokens_details={
                 "reasoning_tokens": end.reasoning_tokens,
                 # OpenAI's fields for a prediction's tokens: here those speculative decoding guessed (--speculative)
                 "accepted_prediction_tokens": end.accepted_tokens,
                 "rejected_prediction_tokens": end.guessed_tokens - end.accepted_tokens,
             },
-        }
+        )
 
     def whole(self) -> dict:
+        from openai.types import Completion, CompletionChoice
+        from openai.types.chat import ChatCompletion, ChatCompletionMessage
+        from openai.types.chat.chat_completion import Choice
+
         text = "".join(self.text)
         logprobs = self._logprobs(self.logprobs) if self.asked_logprobs is not None else None
         if self.chat:
-            choice = {"index": 0, "message": self._message(text)}
-            kind = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text}
-            kind = "text_completion"
-        choice.update(logprobs=logprobs, finish_reason=self.finish_reason)
-        return {**self._head(kind), "choices": [choice], "usage": self.usage()}
+            message = ChatCompletionMessage.model_validate(self._message(text))
+            choice = Choice(index=0, message=message, logprobs=logprobs, finish_reason=self.finish_reason)
+            return _wire(ChatCompletion(**self._head(), object="chat.completion", choices=[choice], usage=self.usage()))
+        choice = CompletionChoice(index=0, text=text, logprobs=logprobs, finish_reason=self.finish_reason)
+        return _wire(Completion(**self._head(), object="text_completion", choices=[choice], usage=self.usage()))
 
     def _message(self, text: str) -> dict:
         """The whole answer as a chat message: its reasoning under both names clients read, its tool calls."""
