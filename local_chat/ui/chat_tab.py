@@ -201,9 +201,8 @@ class ChatTab:
             messages = [{**m, "content": message_text(m["content"])} for m in messages]
             turns.with_images_left_out(history, settings.model or "This model")
         answer_tokens = settings.sampling.max_new_tokens
-        messages, turn.documents = put_in_prompt(engine, messages, answer_tokens, self.saved.shelf)
         system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
-        messages = system + messages
+        messages, turn.documents = put_in_prompt(engine, system + messages, answer_tokens, self.saved.shelf)
         if turn.findings is not None:  # numbered after the documents
             first = 1 + max((s["number"] for s in turn.documents.sources), default=0) if turn.documents else 1
             reranker = self.web.reranker
