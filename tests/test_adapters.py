@@ -12,13 +12,13 @@ import time
 import psutil
 import pytest
 import torch
-from app_server import generate_here, launched
 from openai import APIStatusError, OpenAI
 from playwright.sync_api import expect
 from test_browser import ARTIFACTS, browser, open_page, send  # noqa: F401
 from test_models_dir import model_processes
 
 from fixtures import tiny_models
+from fixtures.app_server import generate_here, launched
 from local_chat.engine.interface import Request, Sampling, collect
 from local_chat.launchers import browser as launchers
 from local_chat.model.meta import MetaModel

@@ -5,10 +5,10 @@ import threading
 import time
 
 import pytest
-from app_server import serve, stopped_mid_answer
 from gradio_client import Client, handle_file
 
 from demo_model import data as demo_data
+from fixtures.app_server import serve, stopped_mid_answer
 from local_chat.defaults import DEMO_MODEL
 from local_chat.model.meta import MetaModel
 

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from app_server import answer_of, serve, submit
 from gradio_client import Client, handle_file
 from PIL import Image
 
+from fixtures.app_server import answer_of, serve, submit
 from local_chat.defaults import DEMO_MODEL
 from local_chat.errors import UserError
 from local_chat.launchers import browser

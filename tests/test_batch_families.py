@@ -12,10 +12,10 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from app_server import ForwardCounter
 from test_batching import stop_mid_batch
 
 from fixtures import text_families
+from fixtures.app_server import ForwardCounter
 from local_chat.engine import Request, Sampling, collect
 from local_chat.model.meta import MetaModel
 

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from app_server import ForwardCounter, serve
 from PIL import Image
 
+from fixtures.app_server import ForwardCounter, serve
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, End, Request, Sampling, collect
 from local_chat.model.meta import MetaModel

@@ -9,10 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import answer_of, last_of, serve_engine, submit
 from test_browser import ARTIFACTS, READY, browser, send, wait_for_answer  # noqa: F401
 from test_saved_conversations import only_owner
 
+from fixtures.app_server import answer_of, last_of, serve_engine, submit
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, End
 from local_chat.errors import UserError

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from app_server import interrupted, launched, serve
 
 from demo_model import data as demo_data
+from fixtures.app_server import interrupted, launched, serve
 from local_chat.defaults import DEMO_MODEL
 from local_chat.model.meta import MetaModel
 

@@ -4,9 +4,9 @@ stay, the user is told, and a message that cannot fit is one sentence (on the de
 import random
 
 import pytest
-from app_server import answer_of, submit
 
 from demo_model import data as demo_data
+from fixtures.app_server import answer_of, submit
 from local_chat.defaults import DEMO_MODEL
 from local_chat.errors import UserError
 from local_chat.model.meta import MetaModel

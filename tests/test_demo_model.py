@@ -189,8 +189,7 @@ def test_a_second_image_in_a_later_turn_is_the_one_answered(demo, template, tmp_
     """Two images in two turns of the page's chat: the demo model's templates have no place for an image in its
     turn (the image goes in front of the prompt, as the model learned it), so the later question gets its own
     image alone, and is answered about it."""
-    from app_server import answer_of, submit
-
+    from fixtures.app_server import answer_of, submit
     from local_chat.ui.chat import Cancels
     from local_chat.ui.chat_tab import ChatTab
     from local_chat.ui.history import SavedChats

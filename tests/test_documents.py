@@ -12,8 +12,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from app_server import submit
 
+from fixtures.app_server import submit
 from fixtures.documents_files import long_text, write_docx, write_docx_bomb, write_encrypted_pdf, write_pdf
 from local_chat.defaults import DEMO_MODEL
 from local_chat.documents import Shelf, extract
@@ -185,9 +185,9 @@ def file_part(path: Path) -> dict:
 
 
 def test_v1_takes_a_file_part_the_same_way_and_refuses_a_bad_one_in_a_sentence(demo, files):
-    from app_server import serve
     from openai import BadRequestError, OpenAI
 
+    from fixtures.app_server import serve
     from local_chat.api.documents import with_file_parts
     from local_chat.engine import ChatOptions, Request
     from local_chat.engine.chats import ChatEngine

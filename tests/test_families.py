@@ -7,10 +7,10 @@ session cache, in the batch, and with --compile it answers as it does without th
 import json
 
 import pytest
-from app_server import serve
 from openai import OpenAI
 
 from fixtures import text_families, tiny_models
+from fixtures.app_server import serve
 from fixtures.tiny_models import WEATHER
 from local_chat.engine import ChatOptions, Delta, Rendered, Request, Sampling, ToolCallDelta, collect
 from local_chat.engine.chats import ChatEngine
@@ -196,7 +196,7 @@ def test_qwen3_5_refuses_compile_in_one_sentence(tmp_path):
 def test_tensor_parallel_answers_as_one_process_does(name, tmp_path):
     """--n_gpus 2 (gloo, two CPU processes) over the families whose layers are least like Llama's: experts, layers
     of two widths, linear attention."""
-    from app_server import generate, generate_here
+    from fixtures.app_server import generate, generate_here
 
     folder = text_families.build(name, tmp_path / "m")
     flags = ["--pretrained_path", str(folder), "--template", "chat_template", "--max_new_tokens", "8"]
@@ -235,8 +235,7 @@ def test_calls_only_of_the_tools_the_request_declared(family):
 
 def test_the_page_shows_the_thought_apart(family):
     """The chat tab's handler (in-process): the thought is a Thinking entry above the answer, which stands alone."""
-    from app_server import submit
-
+    from fixtures.app_server import submit
     from local_chat.ui.chat import Cancels
     from local_chat.ui.chat_tab import ChatTab
     from local_chat.ui.history import SavedChats

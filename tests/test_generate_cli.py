@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from app_server import GENERATE_RECORD_KEYS
 
+from fixtures.app_server import GENERATE_RECORD_KEYS
 from local_chat.defaults import DEMO_MODEL
 from local_chat.launchers import generate
 

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 import torch
-from app_server import ForwardCounter
 from torch._dynamo.utils import counters
 
+from fixtures.app_server import ForwardCounter
 from local_chat.engine import AnswerFormat, Request, Sampling, collect
 from local_chat.errors import UserError
 from local_chat.model.detokenize import REPLACEMENT_CHAR, IncrementalDetokenizer, StopCutter, StopStrings

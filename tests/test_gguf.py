@@ -13,12 +13,12 @@ import subprocess
 import sys
 
 import pytest
-from app_server import ROOT, launched
 from gguf_models import CALL, THINKING_ANSWER, gguf_of, tiny_qwen2_vl, tiny_qwen3
 from openai import OpenAI
 from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 from test_models_dir import model_processes
 
+from fixtures.app_server import ROOT, launched
 from fixtures.tiny_models import WEATHER, save_hf
 from local_chat.errors import UserError
 from local_chat.launchers.flags import parser

@@ -27,7 +27,7 @@ pytestmark = [
 
 @pytest.mark.parametrize("flags", [["--dtype", "bf16"], ["--quant", "4"], ["--quant", "8"]], ids=" ".join)
 def test_launcher_on_cuda(tmp_path, flags):
-    from app_server import generate
+    from fixtures.app_server import generate
 
     written = generate(tmp_path, "out", "--prompts", *PROMPTS, "--device", "cuda", *flags)
     records = [json.loads(line) for line in written.splitlines()]
@@ -36,7 +36,7 @@ def test_launcher_on_cuda(tmp_path, flags):
 
 
 def test_torchrun_one_rank_over_nccl_writes_what_one_process_writes(tmp_path):
-    from app_server import TORCHRUN, generate
+    from fixtures.app_server import TORCHRUN, generate
 
     flags = ["--prompts", *PROMPTS, "--device", "cuda"]
     one_rank = [*TORCHRUN[:-1], "1"]

@@ -6,9 +6,9 @@ import threading
 import time
 
 import pytest
-from app_server import answer_of, serve, submit, wait_for_pieces
 from gradio_client import Client
 
+from fixtures.app_server import answer_of, serve, submit, wait_for_pieces
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine.interface import session_key
 from local_chat.model.meta import MetaModel

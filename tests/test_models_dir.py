@@ -10,12 +10,12 @@ import time
 
 import psutil
 import pytest
-from app_server import launched
 from openai import APIStatusError, OpenAI
 from PIL import Image
 from test_browser import ARTIFACTS, attach, browser, open_page, send, wait_for_answer  # noqa: F401
 
 from fixtures import tiny_models
+from fixtures.app_server import launched
 from local_chat.defaults import DEMO_MODEL
 from local_chat.errors import UserError
 from local_chat.launchers import browser as launchers

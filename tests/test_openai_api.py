@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from app_server import serve
 from openai import APIStatusError, AuthenticationError, BadRequestError, OpenAI
 
 from demo_model import data as demo_data
+from fixtures.app_server import serve
 from local_chat.defaults import DEMO_MODEL
 from local_chat.model.meta import MetaModel
 from local_chat.prompting.images import png_bytes, png_data_url

@@ -5,9 +5,9 @@ every control lies on the screen."""
 import time
 
 import pytest
-from app_server import serve
 from test_browser import ANSWERS, ARTIFACTS, READY, browser, open_page, send, wait_for_answer  # noqa: F401
 
+from fixtures.app_server import serve
 from local_chat.defaults import DEMO_MODEL
 from local_chat.history import Store
 from local_chat.model.meta import MetaModel

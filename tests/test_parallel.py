@@ -9,8 +9,18 @@ import sys
 import time
 
 import pytest
-from app_server import ENV, ROOT, TORCHRUN, generate, generate_here, interrupted, launched, v1_answer, wait_for_pieces
 
+from fixtures.app_server import (
+    ENV,
+    ROOT,
+    TORCHRUN,
+    generate,
+    generate_here,
+    interrupted,
+    launched,
+    v1_answer,
+    wait_for_pieces,
+)
 from local_chat.defaults import DEMO_MODEL
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Italy": "Rome"}

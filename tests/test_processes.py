@@ -10,8 +10,8 @@ import threading
 import time
 
 import pytest
-from app_server import ForwardCounter, interrupted, launched, v1_answer, wait_for_pieces
 
+from fixtures.app_server import ForwardCounter, interrupted, launched, v1_answer, wait_for_pieces
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import Delta, End, Engine, Request, Sampling
 from local_chat.engine.pipe import PipeEngine

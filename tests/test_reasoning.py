@@ -7,10 +7,10 @@ import json
 
 import httpx
 import pytest
-from app_server import serve
 from openai import OpenAI
 
 from fixtures import tiny_models
+from fixtures.app_server import serve
 from fixtures.tiny_models import WEATHER
 from local_chat.engine import ChatOptions, Delta, End, Reasoning, Rendered, Request, Sampling, ToolCallDelta
 from local_chat.engine.chats import ChatEngine
@@ -342,8 +342,7 @@ def test_generate_prints_the_reasoning_apart_and_writes_it(qwen3, monkeypatch, t
 
 
 def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3, client):
-    from app_server import serve_engine
-
+    from fixtures.app_server import serve_engine
     from local_chat.engine.remote import RemoteEngine
 
     _, url = client
@@ -367,8 +366,7 @@ def test_the_app_in_front_of_an_engine_passes_reasoning_and_calls_through(qwen3,
 
 
 def test_the_app_in_front_of_transformers_serve_passes_reasoning_and_calls_through(peer):
-    from app_server import serve_engine
-
+    from fixtures.app_server import serve_engine
     from local_chat.engine.remote import RemoteEngine
 
     servers, tokenizer, folder = peer

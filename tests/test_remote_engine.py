@@ -11,7 +11,11 @@ import threading
 import time
 
 import pytest
-from app_server import (
+from gradio_client import Client, handle_file
+
+from bench.api_vs_serve import has_serving, openai_server, save_chat_llama
+from demo_model import data as demo_data
+from fixtures.app_server import (
     GENERATE_RECORD_KEYS,
     generate,
     launched,
@@ -20,10 +24,6 @@ from app_server import (
     stopped_mid_answer,
     wait_for_pieces,
 )
-from gradio_client import Client, handle_file
-
-from bench.api_vs_serve import has_serving, openai_server, save_chat_llama
-from demo_model import data as demo_data
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import ChatOptions, Delta, End, Request, Sampling
 from local_chat.engine.chats import ChatEngine

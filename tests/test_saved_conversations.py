@@ -15,10 +15,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import answer_of, launched, serve, submit
 from test_browser import ANSWERS, ARTIFACTS, READY, attach, browser, last_bot_text, open_page, send, wait_for_answer  # noqa: F401
 
 from demo_model import data as demo_data
+from fixtures.app_server import answer_of, launched, serve, submit
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import End
 from local_chat.errors import UserError

@@ -9,12 +9,12 @@ import threading
 
 import jsonschema
 import pytest
-from app_server import serve
 from openai import BadRequestError, OpenAI
 from pydantic import BaseModel, Field
 
 from bench.families import ForcedAnswer
 from fixtures import text_families, tiny_models
+from fixtures.app_server import serve
 from local_chat.defaults import DEMO_MODEL
 from local_chat.engine import AnswerFormat, ChatOptions, End, Request, Sampling, collect
 from local_chat.engine.chats import ChatEngine

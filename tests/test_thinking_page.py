@@ -11,9 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import submit
 
 from fixtures import text_families
+from fixtures.app_server import submit
 from local_chat.defaults import DEMO_MODEL
 from local_chat.errors import UserError
 from local_chat.history import Store

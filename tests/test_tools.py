@@ -14,8 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import last_of
 
+from fixtures.app_server import last_of
 from local_chat.errors import UserError
 from local_chat.history import Store
 from local_chat.launchers.loading import free_port
@@ -351,8 +351,7 @@ def test_a_version_4_database_is_upgraded_and_the_old_app_refuses_the_new_one(tm
 def test_in_front_of_an_engine_the_page_runs_the_calls_the_engine_returns(qwen3_roomy, servers, tmp_path):
     """--api_base: the engine (here this app's own /v1, over the same model) renders the tools and returns the
     calls; the page shows, runs and answers them the same way."""
-    from app_server import serve
-
+    from fixtures.app_server import serve
     from local_chat.engine.remote import RemoteEngine
 
     model, forced = qwen3_roomy

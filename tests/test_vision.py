@@ -114,8 +114,7 @@ def test_the_flags_offer_the_models_own_transforms_and_auto():
 
 def test_the_prompt_panel_shows_where_the_images_went(llava, tmp_path):
     """The page's "Prompt sent to the model" shows the processor's marker for each image the template left out."""
-    from app_server import submit
-
+    from fixtures.app_server import submit
     from local_chat.ui.chat import Cancels
     from local_chat.ui.chat_tab import ChatTab
     from local_chat.ui.history import SavedChats

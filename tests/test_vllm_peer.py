@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from app_server import serve, serve_engine
 from openai import OpenAI
 
 from fixtures import tiny_models
+from fixtures.app_server import serve, serve_engine
 from local_chat.engine.remote import RemoteEngine
 from local_chat.launchers.loading import free_port
 from local_chat.model.meta import MetaModel

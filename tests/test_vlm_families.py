@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
-from app_server import launched, serve
 from PIL import Image
 from transformers import DynamicCache
 
 from fixtures import vlm_families
+from fixtures.app_server import launched, serve
 from local_chat.engine.process import model_facts
 from local_chat.errors import UserError
 from local_chat.model.generation import prefill
@@ -382,7 +382,7 @@ def start_up_failure(folder) -> str:
     import subprocess
     import sys
 
-    from app_server import ENV, ROOT
+    from fixtures.app_server import ENV, ROOT
 
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--pretrained_path", str(folder)],

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from app_server import last_of, serve
 
+from fixtures.app_server import last_of, serve
 from fixtures.web_pages import BRAVE_KEY, TAVILY_KEY, WebSite
 from local_chat.errors import UserError
 from local_chat.history import Store

@@ -1,9 +1,10 @@
 """The OpenAI wire format, both ways, in one place: the replies /v1 sends (`Reply`: chunks while an answer streams, or
 its whole body, with usage, reasoning, tool calls and log-probabilities, built as the `openai` package's own types,
-`ChatCompletionChunk`, `ChatCompletion`, `Completion`, as transformers' serving code builds them; 16 µs a chunk), what an OpenAI-compatible engine sends back,
-read for engine/remote.py (server-sent events, a chunk's reasoning, tool calls and log-probabilities in the engine
-interface's shape, an error's own message, what a failed connection raises), the fields of a request to one
-(`request_fields`), and `finish_reason` each way. The requests /v1 takes are checked by api/requests.py."""
+`ChatCompletionChunk`, `ChatCompletion`, `Completion`, as transformers' serving code builds them; 16 µs a chunk),
+what an OpenAI-compatible engine sends back, read for engine/remote.py (server-sent events, a chunk's reasoning, tool
+calls and log-probabilities in the engine interface's shape, an error's own message, what a failed connection
+raises), the fields of a request to one (`request_fields`), and `finish_reason` each way. The requests /v1 takes are
+checked by api/requests.py."""
 
 from __future__ import annotations
 
