@@ -29,6 +29,12 @@ TABLES = [
 ]
 RERANKED = 20  # the fused passages a --reranker orders
 INSTRUCTION = "Answer from these documents where they help, and cite them by number, as [1] or [2]."
+# words a question's search leaves out (where it has others): they match every passage and rank none
+COMMON_WORDS = set(
+    "a an the and or but of to in on at for with by from as is are was were be been being do does did what which who "
+    "whom whose when where why how can could should would will shall may might must i you we me my your our about "
+    "tell more please also than then so if not no yes it its this that these those there".split()
+)
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,7 @@ class Shelf:
 
     def _rows(self, shas: list[str], question: str, limit: int) -> list[tuple[int, Passage]]:
         words = {w.lower() for w in re.findall(r"\w+", question) if len(w) > 1}
+        words = (words - COMMON_WORDS) or words  # a question of common words only keeps them
         if not words or not shas:
             return []
         match = " OR ".join('"' + w.replace('"', "") + '"' for w in sorted(words))

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from local_chat.documents import Document, Shelf
+from local_chat.documents.context import COMMON_WORDS
 from local_chat.errors import UserError
 
 from .pages import FetchLimits, Page, PageFailure, fetch_pages
@@ -23,11 +24,6 @@ PASSAGES_A_PAGE = 4  # at most, so that several pages are heard
 INSTRUCTION = "Answer from these web pages where they help, and cite them by number, as [1] or [2]."
 FOLLOW_UP_WORDS = 8  # a question of at most this many words, or one that points back ("it", "they"...), follows up
 POINTING_BACK = set("it its it's they them their theirs this that these those he him his she her there one".split())
-COMMON = set(
-    "a an the and or but of to in on at for with by from as is are was were be been being do does did what which who "
-    "whom whose when where why how can could should would will shall may might must i you we me my your our about "
-    "tell more please also than then so if not no yes".split()
-)
 QUERY_CHARS = 200
 
 
@@ -44,7 +40,7 @@ def standalone_query(messages: list[dict]) -> str:
     words = re.findall(r"[\w'-]+", last.lower())
     if len(asked) > 1 and (len(words) <= FOLLOW_UP_WORDS or POINTING_BACK & set(words)):
         before = re.findall(r"[\w'-]+", asked[-2])
-        extra = [w for w in dict.fromkeys(before) if w.lower() not in COMMON and w.lower() not in words]
+        extra = [w for w in dict.fromkeys(before) if w.lower() not in COMMON_WORDS and w.lower() not in words]
         last = " ".join([last, *extra])
     return last[:QUERY_CHARS]
 
