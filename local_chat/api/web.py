@@ -7,13 +7,14 @@ while the calls of the client's own tools come back to it as always."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 
 from local_chat.defaults import MAX_TOOL_ROUNDS
 from local_chat.engine import Delta, End, Request
 from local_chat.engine.interface import ToolCallDelta, add_call_piece
+from local_chat.errors import UserError
+from local_chat.tools import arguments_of
 from local_chat.web import WebTools, put_web_in_prompt, standalone_query
 
 from .requests import bad
@@ -39,40 +40,43 @@ def with_web_rounds(engine, request: Request, events: Iterator, tools: WebTools)
     calls run here and the model answers again with their results (at most `MAX_TOOL_ROUNDS` rounds), its text
     streaming on; the last answer's calls and end are the client's."""
     for round_ in range(MAX_TOOL_ROUNDS + 1):
-        calls: list[ToolCallDelta] = []
-        text: list[str] = []
-        for event in events:
-            if isinstance(event, ToolCallDelta):
-                add_call_piece(calls, event)
-                continue
-            if not isinstance(event, End):
-                text.append(event.text if isinstance(event, Delta) else "")
-                yield event
-                continue
-            built_in = calls and all(tools.tool(call.name) is not None for call in calls)
-            if not built_in or round_ == MAX_TOOL_ROUNDS or (request.cancel and request.cancel.is_set()):
-                yield from _pieces(calls)
-                yield event
-                return
-            break
-        else:
+        calls, text, end = yield from _one_answer(events)
+        if end is None:
+            return
+        built_in = calls and all(tools.tool(call.name) is not None for call in calls)
+        if not built_in or round_ == MAX_TOOL_ROUNDS or (request.cancel and request.cancel.is_set()):
+            yield from _pieces(calls)
+            yield end
             return
         results = [asyncio.run(_run(tools, call)) for call in calls]
-        answered = {"role": "assistant", "content": "".join(text), "tool_calls": [call.openai() for call in calls]}
+        answered = {"role": "assistant", "content": text, "tool_calls": [call.openai() for call in calls]}
         request = replace(request, messages=[*request.messages, answered, *results])
         events = engine.stream(request)
 
 
+def _one_answer(events: Iterator):
+    """One answer's events passed on but its calls and its end, held back; returns (its calls, its text, its end:
+    None where the stream stopped without one)."""
+    calls: list[ToolCallDelta] = []
+    text: list[str] = []
+    for event in events:
+        if isinstance(event, End):
+            return calls, "".join(text), event
+        if isinstance(event, ToolCallDelta):
+            add_call_piece(calls, event)
+            continue
+        if isinstance(event, Delta):
+            text.append(event.text)
+        yield event
+    return calls, "".join(text), None
+
+
 async def _run(tools: WebTools, call: ToolCallDelta) -> dict:
+    """A call of a web tool run, as the `tool` message of its result."""
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except ValueError:
-        arguments = None
-    if isinstance(arguments, dict):
-        outcome = await tools.call(tools.tool(call.name), arguments)
-        content = outcome.text
-    else:
-        content = "The call's arguments are not a JSON object, so it was not run."
+        content = (await tools.call(tools.tool(call.name), arguments_of(call.openai()))).text
+    except UserError as error:
+        content = str(error)
     return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 

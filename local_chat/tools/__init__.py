@@ -2,6 +2,6 @@
 and with the built-in ones, one toolbox (tools/toolbox.py)."""
 
 from .servers import ServerSpec, Tool, ToolOutcome, ToolServers, read_config
-from .toolbox import Toolbox
+from .toolbox import Toolbox, arguments_of
 
-__all__ = ["ServerSpec", "Tool", "ToolOutcome", "Toolbox", "ToolServers", "read_config"]
+__all__ = ["ServerSpec", "Tool", "ToolOutcome", "Toolbox", "ToolServers", "arguments_of", "read_config"]

@@ -1,8 +1,13 @@
 """Every tool the page offers, from where each runs: --mcp_config's servers (tools/servers.py) and the built-in
 ones (web/tools.py), as one set with the servers' face (`tools`, `tool`, `call`, `problems`, `close`), so that the
-tool rounds, their cards and approvals treat them alike (ui/tool_rounds.py)."""
+tool rounds, their cards and approvals treat them alike (ui/tool_rounds.py); and a call's arguments as the tool
+takes them (`arguments_of`, for the page's rounds and /v1's server-run web tools)."""
 
 from __future__ import annotations
+
+import json
+
+from local_chat.errors import UserError
 
 from .servers import Tool, ToolOutcome
 
@@ -48,3 +53,15 @@ class Toolbox:
     def close(self) -> None:
         for holder in self.holders:
             holder.close()
+
+
+def arguments_of(call: dict) -> dict:
+    """A call's arguments as an object; `UserError` where the model wrote none."""
+    arguments = call["function"].get("arguments") or "{}"
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError as error:
+        raise UserError(f"The model's arguments are not JSON ({error}), so the call was not run.")
+    if not isinstance(parsed, dict):
+        raise UserError("The model's arguments are not a JSON object, so the call was not run.")
+    return parsed

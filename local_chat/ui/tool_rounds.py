@@ -11,14 +11,12 @@ for at most `max_tool_rounds` rounds of calls per question. Stop cancels the run
 
 from __future__ import annotations
 
-import json
-
 import gradio as gr
 
 from local_chat.errors import UserError
 from local_chat.history.kinds import Approval, Kind
 from local_chat.prompting.images import png_bytes
-from local_chat.tools import ToolOutcome, ToolServers
+from local_chat.tools import ToolOutcome, ToolServers, arguments_of
 from local_chat.web.tools import SERVER as WEB_SERVER
 
 from . import turns
@@ -62,18 +60,6 @@ def rounds_since_question(entries: list[dict]) -> int:
         elif kind_of(entry) == Kind.TOOL_CALL and kind_of(before) != Kind.TOOL_CALL:
             rounds += 1
     return rounds
-
-
-def arguments_of(call: dict) -> dict:
-    """A call's arguments as an object; `UserError` where the model wrote none."""
-    arguments = call["function"].get("arguments") or "{}"
-    try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError as error:
-        raise UserError(f"The model's arguments are not JSON ({error}), so the call was not run.")
-    if not isinstance(parsed, dict):
-        raise UserError("The model's arguments are not a JSON object, so the call was not run.")
-    return parsed
 
 
 class ToolRounds:
