@@ -16,7 +16,7 @@ from local_chat.errors import UserError
 
 async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb: float) -> tuple[list[dict], int]:
     """The messages with their file parts read (in a process of their own) and put before the last question,
-    whole or searched, as the page does (documents/context.py); and how many documents they hold."""
+    whole or searched, as the page does (documents/context.py); and the last source number they took (0: none)."""
     messages = []
     for message in request.messages:
         parts = message.get("content") if isinstance(message.get("content"), list) else []
@@ -34,7 +34,7 @@ async def with_file_parts(engine, request: Request, shelf: Shelf, max_upload_mb:
     if not any("documents" in m for m in messages):
         return request.messages, 0
     messages, context = put_in_prompt(engine, messages, request.chat.answer_tokens, shelf)
-    return messages, max((source["number"] for source in context.sources), default=0)
+    return messages, context.last_number
 
 
 def read_file_part(file: dict, max_upload_mb: float):

@@ -132,7 +132,7 @@ def parse_call(body: dict, defaults: Sampling, context: int, chat: bool) -> Call
         body,
         answer_format(body.get("response_format")),
         web_pages(body.get("web_search_options"), chat),
-        chat and any(is_web_tool(tool) for tool in body.get("tools") or [] if isinstance(body.get("tools"), list)),
+        chat and isinstance(body.get("tools"), list) and any(map(is_web_tool, body["tools"])),
     )
 
 

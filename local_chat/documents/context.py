@@ -184,6 +184,11 @@ class Context:
     note: str = ""  # where they did not fit whole: how much went in
     blocks: dict[str, str] = field(default_factory=dict)  # whole: each document's block, by its SHA-256
 
+    @property
+    def last_number(self) -> int:
+        """The last source number it gave (0: none), after which other sources (the web's) are numbered."""
+        return max((source["number"] for source in self.sources), default=0)
+
 
 def document_context(documents: list[Document], question: str, room: int, count, shelf: Shelf) -> Context:
     """`documents` for `question` in at most `room` tokens (`count(text)`: its tokens): whole where they all fit,

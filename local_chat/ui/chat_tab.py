@@ -204,7 +204,7 @@ class ChatTab:
         system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
         messages, turn.documents = put_in_prompt(engine, system + messages, answer_tokens, self.saved.shelf)
         if turn.findings is not None:  # numbered after the documents
-            first = 1 + max((s["number"] for s in turn.documents.sources), default=0) if turn.documents else 1
+            first = 1 + (turn.documents.last_number if turn.documents else 0)
             reranker = self.web.reranker
             messages, turn.web = put_web_in_prompt(engine, messages, answer_tokens, turn.findings, first, reranker)
         door = f"{self.name}/{turn.conversation_id}" if turn.conversation_id else self.name

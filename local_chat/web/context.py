@@ -15,7 +15,7 @@ from local_chat.documents import Document, Shelf
 from local_chat.documents.context import COMMON_WORDS
 from local_chat.errors import UserError
 
-from .pages import FetchLimits, Page, PageFailure, fetch_pages
+from .pages import FetchLimits, Page, PageFailure, address_name, fetch_pages
 from .search import SearchHit, SearchProvider
 
 PAGES = 5  # the search's first pages fetched
@@ -81,7 +81,7 @@ class WebResearch:
         for hit, read in zip(findings.hits, await fetch_pages([hit.url for hit in findings.hits], self.limits)):
             if isinstance(read, PageFailure):
                 findings.failures.append(read.sentence)
-            elif read.title == read.url.rsplit("/", 1)[-1] and hit.title:  # a PDF's file name: the search's title
+            elif read.title == address_name(read.url) and hit.title:  # named by its address (a PDF): the search's title
                 findings.pages.append(replace(read, title=hit.title))
             else:
                 findings.pages.append(read)

@@ -115,13 +115,13 @@ def read_page(url: str, kind: str, body: bytes, encoding: str | None) -> Page:
         return _pdf_page(url, body)
     text = body.decode(encoding or "utf-8", errors="replace")
     if kind in TEXT_TYPES:
-        return Page(url, _name_of(url), text.strip())
+        return Page(url, address_name(url), text.strip())
     import trafilatura
 
     main = trafilatura.extract(text, url=url, output_format="markdown", include_comments=False, include_tables=True)
     if not (main or "").strip():
         raise UserError(f"{url} holds no text that could be read (a page made by its scripts?), so it was left out.")
-    return Page(url, _title(text, main) or _name_of(url), main.strip())
+    return Page(url, _title(text, main) or address_name(url), main.strip())
 
 
 def _title(page: str, main: str) -> str:
@@ -136,7 +136,8 @@ def _title(page: str, main: str) -> str:
 def _pdf_page(url: str, body: bytes) -> Page:
     from local_chat.documents import extract_elsewhere
 
-    name = _name_of(url) if _name_of(url).lower().endswith(".pdf") else "page.pdf"
+    name = address_name(url)
+    name = name if name.lower().endswith(".pdf") else "page.pdf"
     with tempfile.TemporaryDirectory(prefix="web-pdf-") as folder:
         path = Path(folder) / name
         path.write_bytes(body)
@@ -144,6 +145,7 @@ def _pdf_page(url: str, body: bytes) -> Page:
     return Page(url, name, "\n\n".join(document.pages).strip())
 
 
-def _name_of(url: str) -> str:
+def address_name(url: str) -> str:
+    """What a page is called where it says nothing itself: its address's file name, else its host."""
     parts = urlsplit(url)
     return Path(parts.path).name or parts.hostname or url

@@ -57,8 +57,7 @@ class SearchProvider:
         async with httpx.AsyncClient(timeout=SEARCH_TIMEOUT_S) as client:
             if self.name == "searxng":
                 response = await client.get(self.url.rstrip("/") + "/search", params={"q": query, "format": "json"})
-                results = _json(response, self.name).get("results") or []
-                return [SearchHit(r.get("title", ""), r.get("url", ""), r.get("content", "")) for r in results]
+                return _hits(_json(response, self.name).get("results"), "content")
             key = os.environ.get(KEYS[self.name], "")
             if self.name == "brave":
                 response = await client.get(
@@ -66,22 +65,25 @@ class SearchProvider:
                     params={"q": query, "count": count},
                     headers={"X-Subscription-Token": key, "Accept": "application/json"},
                 )
-                results = (_json(response, self.name).get("web") or {}).get("results") or []
-                return [SearchHit(r.get("title", ""), r.get("url", ""), r.get("description", "")) for r in results]
+                return _hits((_json(response, self.name).get("web") or {}).get("results"), "description")
             response = await client.post(
                 self.url or TAVILY_URL,
                 json={"query": query, "max_results": count},
                 headers={"Authorization": f"Bearer {key}"},
             )
-            results = _json(response, self.name).get("results") or []
-            return [SearchHit(r.get("title", ""), r.get("url", ""), r.get("content", "")) for r in results]
+            return _hits(_json(response, self.name).get("results"), "content")
 
 
 def _ddgs(query: str, count: int) -> list[SearchHit]:
     from ddgs import DDGS
 
     results = DDGS(timeout=int(SEARCH_TIMEOUT_S)).text(query, max_results=count, backend="duckduckgo")
-    return [SearchHit(r.get("title", ""), r.get("href", ""), r.get("body", "")) for r in results]
+    return _hits(results, "body", address="href")
+
+
+def _hits(results, snippet: str, address: str = "url") -> list[SearchHit]:
+    """A provider's results (JSON objects) as hits: each one's title, address and snippet under the provider's keys."""
+    return [SearchHit(r.get("title", ""), r.get(address, ""), r.get(snippet, "")) for r in results or []]
 
 
 def _json(response, name: str) -> dict:
