@@ -159,11 +159,19 @@ FIGURES = {
         (">=", 0.9),
     ),
     "structured_eight_over_free": (
-        "the same, 8 requests at once: the free ones batched, the held ones beside the batch one at a time",
+        "the same, 8 requests at once: the free ones in transformers' continuous batch, the held ones in the step "
+        "batch beside it, each row with its own grammar",
         (">=", 0.9),
+    ),
+    "step_batch_forward_ms": ("ms of the model's forward pass in a step of those 8 held answers (median)", None),
+    "step_batch_own_ms": (
+        "ms the step batch adds to that step: each row's mask, sampling and stop checks, the step's inputs (median)",
+        None,
     ),
     "structured_one_over_free_100m": ("the same as the first, ~100M random Llama", (">=", 0.9)),
     "structured_eight_over_free_100m": ("the same as the second, ~100M random Llama", (">=", 0.9)),
+    "step_batch_forward_ms_100m": ("the forward pass of a step of 8 held answers, ~100M random Llama", None),
+    "step_batch_own_ms_100m": ("what the step batch adds to it, ~100M random Llama", None),
     "structured_compile_20_fields_ms": (
         "ms to compile a 20-field JSON schema for the demo model's tokenizer (absolute, this machine)",
         ("<=", 50),

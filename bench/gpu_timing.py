@@ -13,6 +13,7 @@ from bench.stream import bare_generate_ids
 from local_chat.engine import Sampling
 from local_chat.model.generation import generate_tokens
 from local_chat.model.meta import MetaModel
+from local_chat.model.token_choice import TokenChoice
 
 
 def synchronize(device: torch.device) -> None:
@@ -74,11 +75,11 @@ def forward_rate(model: MetaModel, prompt: str, new_tokens: int) -> float:
             started = time.perf_counter()
         return steps == new_tokens
 
+    inputs = model.engine.encoder.prepare_inputs([prompt])
     for _ in generate_tokens(
         model.llma,
-        model.engine.encoder.prepare_inputs([prompt]),
-        Sampling(temperature=0.0),
-        decide,
+        inputs,
+        TokenChoice(Sampling(temperature=0.0), inputs.input_ids, decide),
         static=model.engine.static,
         max_new_tokens=new_tokens,
     ):

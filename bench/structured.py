@@ -1,8 +1,10 @@
 """What holding an answer to a JSON schema costs (model/constraints.py), measured side by side in one run:
 
 - tokens/s of answers held to a schema over free answers of the same length (a random Llama of each shape, greedy,
-  EOS ignored, the schema a string no answer closes in time): one request, and 8 at once (the free ones in the
-  continuous batch; the held ones beside it, one at a time: transformers' batch takes no mask per row);
+  EOS ignored, the schema a string no answer closes in time): one request, and 8 at once (the free ones in
+  transformers' continuous batch; the held ones in the step batch beside it, each row with its own grammar: the
+  continuous batch takes no mask per row);
+- the step batch's own time per step beside the model's forward pass, 8 held answers (ms: what our batch adds);
 - the compile of a 20-field schema for the demo model's tokenizer, the first time and from the cache (ms on this
   machine: the one absolute figure, as the structured issue asks);
 - the mask's time per token, llguidance's (kept) and xgrammar's (if installed: `pip install xgrammar`), walking a
@@ -15,6 +17,7 @@ import json
 import statistics
 import threading
 import time
+from unittest import mock
 
 from local_chat.engine import AnswerFormat, Request, Sampling, collect
 
@@ -90,12 +93,39 @@ def speed(shape: str, settings, suffix: str) -> dict[str, float]:
                 repeats,
                 warmups,
             )
+            step_ms, forward_ms = step_times(engine, lambda: answers(True, ANSWERS_AT_ONCE))
         finally:
             engine.stop_batching()
     return {
         f"structured_one_over_free{suffix}": median_ratio(one["held"], one["free"]),
         f"structured_eight_over_free{suffix}": median_ratio(many["held"], many["free"]),
+        f"step_batch_forward_ms{suffix}": forward_ms,
+        f"step_batch_own_ms{suffix}": step_ms - forward_ms,
     }
+
+
+def step_times(engine, run) -> tuple[float, float]:
+    """The step batch's median step and the median forward pass within it (ms), over `run`'s steps of 8 rows."""
+    from local_chat.model import step_batch
+
+    stepped = engine.batcher.stepped
+    steps, forwards = [], []
+
+    def timed(call, into: list):
+        def wrapped(*args, **kwargs):
+            started = time.perf_counter()
+            result = call(*args, **kwargs)
+            into.append(time.perf_counter() - started)
+            return result
+
+        return wrapped
+
+    step = stepped._step
+    with mock.patch.object(stepped, "_step", timed(step, steps)):
+        with mock.patch.object(step_batch, "decode_one", timed(step_batch.decode_one, forwards)):
+            run()
+    full = list(zip(steps, forwards))[len(steps) // 4 :]  # past the rows' joining
+    return statistics.median(s for s, _ in full) * 1000, statistics.median(f for _, f in full) * 1000
 
 
 def compile_times() -> dict[str, float]:

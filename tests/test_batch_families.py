@@ -16,7 +16,7 @@ from test_batching import stop_mid_batch
 
 from fixtures import text_families
 from fixtures.app_server import ForwardCounter
-from local_chat.engine import Request, Sampling, collect
+from local_chat.engine import AnswerFormat, Delta, Request, Sampling, collect
 from local_chat.model.meta import MetaModel
 
 KINDS = {"deepseek_v3_1": "multi-head latent attention", "granite4": "linear_attention", "lfm2_moe": "conv"}
@@ -55,6 +55,35 @@ def test_six_answers_at_once_are_each_the_tokens_it_gives_alone(batched):
     assert [a.end.token_ids for a in together] == [a.end.token_ids for a in alone]
     assert all(a.end.completion_tokens == 40 for a in together)
     assert batched.engine.batcher.answers - before >= 5  # the first may begin alone: it joins when the others come
+
+
+def test_seeded_held_and_logprob_answers_that_begin_alone_go_on_in_the_batch_as_alone(batched):
+    """Each answer begins on the one-at-a-time path (the others come while it runs) and goes on in the batch with the
+    same decisions: a seeded sampled answer draws the same tokens, one held to a grammar keeps its grammar's place,
+    one asking for log-probabilities gets the same ones."""
+    requests = [
+        Request("Seeded:", Sampling(40, temperature=1.0, top_p=0.9, seed=11)),
+        Request("Digits:", greedy(40), answer_format=AnswerFormat("json_schema", {"type": "string"})),
+        Request("Logprobs:", greedy(40), logprobs=2),
+    ]
+
+    def answer(request):
+        events = list(batched.engine.stream(request))
+        return collect(iter(events)), [(lp.token_id, round(lp.logprob, 3)) for e in events if isinstance(e, Delta)
+                                       for lp in e.logprobs]  # fmt: skip
+
+    alone = [answer(r) for r in requests]
+    before = batched.engine.batcher.answers
+    counter = ForwardCounter(batched, delay=0.01)  # each answer has begun alone when the next comes
+    try:
+        together = started_together(3, lambda i: (time.sleep(0.1 * i), answer(requests[i]))[1])
+    finally:
+        counter.restore()
+    assert [(a.end.token_ids, logprobs) for a, logprobs in together] == [
+        (a.end.token_ids, logprobs) for a, logprobs in alone
+    ]
+    assert together[1][0].text.startswith('"') and len(together[2][1]) >= 30  # a token cut mid-character: none
+    assert batched.engine.batcher.answers - before == 3  # the first joined when the second came
 
 
 def test_a_stop_mid_batch_ends_only_its_own_answer_within_two_steps(batched):

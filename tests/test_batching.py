@@ -189,9 +189,10 @@ def test_answers_in_a_batch_equal_the_same_answers_alone_and_keep_their_stops(ra
     assert random_llama.engine.batcher.answers >= 3
 
 
-def test_sampling_with_a_seed_is_reproducible_beside_the_batch(random_llama, capfd):
+def test_sampling_with_a_seed_in_the_step_batch_repeats_the_answer_alone(random_llama):
     seeded = Request("Seeded:", Sampling(30, temperature=1.0, top_p=0.9, seed=7))
     alone = collect(random_llama.engine.stream(seeded))
+    stepped = random_llama.engine.batcher.stepped.answers
     threads, _ = long_answers(random_llama, 3)
     time.sleep(0.2)
     beside = collect(random_llama.engine.stream(seeded))
@@ -200,10 +201,10 @@ def test_sampling_with_a_seed_is_reproducible_beside_the_batch(random_llama, cap
         thread.join()
     assert beside.text == alone.text and beside.end.token_ids == alone.end.token_ids
     assert sampled.end.finish_reason == "length" and sampled.end.completion_tokens == 30
-    assert "an answer runs on its own beside the batch: it asks for a seed" in capfd.readouterr().err
+    assert random_llama.engine.batcher.stepped.answers == stepped + 1  # the seeded one, beside the paged batch
 
 
-def test_a_turn_with_an_image_runs_beside_the_batch_as_alone(demo, capfd):
+def test_a_turn_with_an_image_runs_in_the_step_batch_as_alone(demo):
     image = Image.new("RGB", (64, 64), (200, 30, 30))
     from local_chat.prompting import chat_prompt, default_template
 
@@ -212,13 +213,14 @@ def test_a_turn_with_an_image_runs_beside_the_batch_as_alone(demo, capfd):
     )
     request = Request(chat.text, GREEDY, tuple(chat.stop_symbols), images=[image])
     alone = collect(demo.engine.stream(request))
+    stepped = demo.engine.batcher.stepped.answers
     threads, _ = long_answers(demo, 2, tokens=64)
     time.sleep(0.05)
     beside = collect(demo.engine.stream(request))
     for thread in threads:
         thread.join()
     assert beside.text == alone.text and alone.text
-    assert "beside the batch: its prompt carries more than token ids" in capfd.readouterr().err
+    assert demo.engine.batcher.stepped.answers == stepped + 1
 
 
 def test_a_client_that_disconnects_frees_its_place(random_llama):

@@ -231,9 +231,11 @@ def test_the_sampling_rule_gives_each_place_the_models_distribution():
     import torch
 
     from local_chat.model.speculative import Checker
+    from local_chat.model.token_choice import TokenChoice
 
     logits = torch.tensor([[1.0, 0.2, -0.5, 0.7, 0.0], [0.3, 0.3, 0.3, 0.3, 0.3]])
-    checker = Checker(Sampling(temperature=0.8, top_p=1.0, seed=7), torch.device("cpu"))
+    prompt = torch.zeros((1, 1), dtype=torch.long)
+    checker = Checker(TokenChoice(Sampling(temperature=0.8, top_p=1.0, seed=7), prompt, lambda tokens: False))
     model = torch.softmax(logits[0] / 0.8, dim=-1)
     placed, taken = [], 0
     for _ in range(20_000):
@@ -254,6 +256,7 @@ def test_a_reader_that_leaves_mid_guess_leaves_the_cache_holding_the_tokens_befo
     from transformers import DynamicCache
 
     from local_chat.model.generation import generate_tokens
+    from local_chat.model.token_choice import TokenChoice
 
     guessing, _ = pair
     prompt = max(prompts(60), key=lambda p: answer(guessing, p).end.accepted_tokens)
@@ -261,8 +264,8 @@ def test_a_reader_that_leaves_mid_guess_leaves_the_cache_holding_the_tokens_befo
     length = inputs.input_ids.shape[1]
     for read in range(1, 30):
         cache, guesses = DynamicCache(), {}
-        steps = generate_tokens(guessing.llma, inputs, Sampling(temperature=0.0), lambda t: False, cache,
-                                max_new_tokens=40, guesses=guesses)  # fmt: skip
+        choice = TokenChoice(Sampling(temperature=0.0), inputs.input_ids, lambda t: False)
+        steps = generate_tokens(guessing.llma, inputs, choice, cache, max_new_tokens=40, guesses=guesses)
         for _ in range(read):
             next(steps)
         steps.close()

@@ -103,31 +103,51 @@ def demo():
 
 
 def test_eight_requests_at_once_with_different_schemas_and_none(demo):
-    """Through the continuous batch: the constrained ones run beside it, each valid; the free ones answer as alone."""
+    """Four held to a schema (one also asking for log-probabilities), two free asking for log-probabilities, two
+    free: the held ones and those asking for log-probabilities in the step batch, the others in transformers'
+    continuous batch beside it; each valid, and each the answer (and log-probabilities) it gets alone."""
     demo.engine.start_batching(8)
     try:
         schemas = [{**PERSON, "required": [key]} for key in ("name", "age", "pets", "kind")]
         formats = [AnswerFormat("json_schema", s) for s in schemas] + [None] * 4
+        logprobs = [2, None, None, None, 2, 0, None, None]
         requests = [
-            Request(f"Tell me about person {i}.", Sampling(ANSWER_TOKENS, temperature=0.0), answer_format=f)
-            for i, f in enumerate(formats)
+            Request(
+                f"Tell me about person {i}.", Sampling(ANSWER_TOKENS, temperature=0.0), answer_format=f, logprobs=n
+            )  # fmt: skip
+            for i, (f, n) in enumerate(zip(formats, logprobs))
         ]
-        alone = [collect(demo.engine.stream(r)) for r in requests]
+        alone = [with_logprobs(demo.engine, r) for r in requests]
+        stepped = demo.engine.batcher.stepped.answers
         together: list = [None] * 8
 
         def answer(i: int) -> None:
-            together[i] = collect(demo.engine.stream(requests[i]))
+            together[i] = with_logprobs(demo.engine, requests[i])
 
         threads = [threading.Thread(target=answer, args=(i,)) for i in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        assert demo.engine.batcher.stepped.answers - stepped >= 5  # the first may begin alone: it joins
     finally:
         demo.engine.stop_batching()
     for i, schema in enumerate(schemas):
-        jsonschema.validate(json.loads(together[i].text), schema)
-    assert [a.text for a in together[4:]] == [a.text for a in alone[4:]]
+        jsonschema.validate(json.loads(together[i][0].text), schema)
+    assert [a.text for a, _ in together] == [a.text for a, _ in alone]
+    for i, count in enumerate(logprobs):
+        (_, batched), (_, single) = together[i], alone[i]
+        assert len(batched) == (0 if count is None else together[i][0].end.completion_tokens)
+        assert [(lp.token_id, [t for t, _ in lp.top]) for lp in batched] == [
+            (lp.token_id, [t for t, _ in lp.top]) for lp in single
+        ]
+        assert [lp.logprob for lp in batched] == pytest.approx([lp.logprob for lp in single], abs=1e-3)
+
+
+def with_logprobs(engine, request: Request) -> tuple:
+    """The answer to `request`, and the log-probabilities its pieces carried."""
+    events = list(engine.stream(request))
+    return collect(iter(events)), [lp for event in events if not isinstance(event, End) for lp in event.logprobs]
 
 
 def test_stop_ends_a_constrained_answer_within_two_steps(demo):

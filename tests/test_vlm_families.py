@@ -7,6 +7,8 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from PIL import Image
 from transformers import DynamicCache
 
 from fixtures import vlm_families
-from fixtures.app_server import launched, serve
+from fixtures.app_server import ForwardCounter, launched, serve
 from local_chat.engine.process import model_facts
 from local_chat.errors import UserError
 from local_chat.model.generation import prefill
@@ -464,3 +466,44 @@ def test_glm4v_answers_about_an_image_its_reasoning_and_answer_tags_apart(family
     request = Request(messages=messages, sampling=Sampling(max_new_tokens=1))
     rendered = next(iter(ChatEngine(model.engine, "chat_template").stream(request)))
     assert rendered.text.startswith("[gMASK]<sop><|system|>\nBe brief.<|user|>\n<|begin_of_image|>")
+
+
+@pytest.mark.parametrize("family", WITH_TEMPLATE, indirect=True)
+def test_an_answer_about_an_image_in_the_step_batch_is_the_answer_alone(family):
+    """Beside long answers of text in the step batch, a greedy answer about an image runs there too (prefilled alone
+    with its pixels, then a row like any other: Qwen2-VL's 3-D positions beside the text rows') and is the answer it
+    gets alone; a family whose decode steps take more than a token (Mllama's cross-attention mask) runs it alone, and
+    the model panel says so."""
+    from local_chat.engine import Request, Sampling, collect
+
+    name, _, model = family
+    engine = model.engine
+    asked = chat_prompt(engine, default_template(engine), SYSTEM, [], FIRST, 8, RED)
+    request = Request(asked.text, Sampling(8, temperature=0.0), tuple(asked.stop_symbols), images=asked.images)
+    alone = collect(engine.stream(request))
+    said = engine.start_batching(4)
+    long = Request("Tell a story.", Sampling(150, temperature=1.0, seed=1))  # a seed: a row of the step batch
+    keepers = [threading.Thread(target=lambda: collect(engine.stream(long))) for _ in range(2)]
+    slow = ForwardCounter(model, delay=0.01)  # the long answers last seconds
+    try:
+        assert engine.batcher is not None and engine.batcher.stepped is not None, said
+        before = engine.batcher.stepped.answers
+        engine.eos_ids = lambda stop_symbols=(): set()  # and run to their length...
+        for keeper in keepers:  # the first begins alone (a family with per-token inputs keeps it there)
+            keeper.start()
+            time.sleep(0.2)
+        del engine.eos_ids  # ...the one about the image stops where it does alone
+        assert all(keeper.is_alive() for keeper in keepers)
+        beside = collect(engine.stream(request))
+        joined = engine.batcher.stepped.answers - before
+    finally:
+        for keeper in keepers:
+            if keeper.is_alive():
+                keeper.join()
+        slow.restore()
+        engine.stop_batching()
+    assert beside.end.token_ids == alone.end.token_ids and beside.text == alone.text
+    if name == "mllama":
+        assert "answers about an image run on their own" in said
+    else:
+        assert joined >= 2, said  # the second long answer and the one about the image, at least

@@ -22,7 +22,8 @@ class AnswerStream:
     `text` is what may be shown: it never holds a stop string nor ends with the start of one, and it only grows.
     It starts at the answer's first visible character: the space or newline a model puts after the template's
     "Response:" is not part of the answer (sentencepiece's decode drops that space too; byte-level tokenizers
-    keep it).
+    keep it). The step batch pushes tokens on its own thread while the answer's reader reads: a lock keeps each
+    push, and each read, whole.
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class AnswerStream:
         self.cached_tokens = 0  # prompt tokens a session's cache held (set where a batch prefilled the prompt)
         self.detokenize_time = 0.0
         self._delivered = (0, 0)  # the characters of `text` and the tokens `next_delta` gave so far
+        self._lock = threading.RLock()
 
     @property
     def done(self) -> bool:
@@ -65,11 +67,19 @@ class AnswerStream:
         self._stopped = True
 
     def finish(self, reason: FinishReason) -> None:
-        self.finish_reason = reason
-        self.finished_at = time.perf_counter()
+        with self._lock:
+            if self.finish_reason is None:
+                self.finish_reason = reason
+                self.finished_at = time.perf_counter()
 
     def push(self, token_id: int) -> None:
-        """Take the next sampled token; sets `finish_reason` when the answer is complete."""
+        """Take the next sampled token; sets `finish_reason` when the answer is complete (a token after that is
+        not taken)."""
+        with self._lock:
+            if not self.done:
+                self._take(token_id)
+
+    def _take(self, token_id: int) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if self.cancelled():
@@ -101,12 +111,13 @@ class AnswerStream:
     def next_delta(self, with_logprobs: bool) -> Delta | None:
         """What `text` shows since the last call (and, `with_logprobs`, the log-probabilities of the tokens it came
         from: `sent_tokens`), as one `Delta`; None where nothing is new."""
-        characters, tokens = self._delivered
-        shown_tokens = self.sent_tokens() if with_logprobs else 0
-        if len(self.text) <= characters and shown_tokens <= tokens:
-            return None
-        self._delivered = (len(self.text), shown_tokens)
-        return Delta(self.text[characters:], self.logprobs[tokens:shown_tokens])
+        with self._lock:
+            characters, tokens = self._delivered
+            shown_tokens = self.sent_tokens() if with_logprobs else 0
+            if len(self.text) <= characters and shown_tokens <= tokens:
+                return None
+            self._delivered = (len(self.text), shown_tokens)
+            return Delta(self.text[characters:], self.logprobs[tokens:shown_tokens])
 
     def summary(self, prompt_tokens: int) -> dict:
         """Token counts and timings for the last piece of a stream."""

@@ -2,16 +2,17 @@
 
 transformers' `ContinuousBatchingManager` does the batching (a paged KV cache, its scheduler, prefix sharing between
 requests and across a conversation's turns); this module only feeds it and reads it. It is a second source of tokens
-for `LocalEngine.answer_steps`, not a second generation path: each token it makes goes to the answer's `AnswerStream`,
-which takes every stop decision (EOS, stop strings, cancel, length) as it does for the one-at-a-time path, and a
-stop cancels the request in the batch.
+for `LocalEngine.answer_steps`, not a second generation path: each token it makes is settled by the answer's
+`TokenChoice` (model/token_choice.py), whose `AnswerStream` takes every stop decision (EOS, stop strings, cancel,
+length) as it does for the one-at-a-time path, and a stop cancels the request in the batch.
 
-Which answers it takes (`LocalEngine.answer_steps`, `LocalEngine._batchable`): only those that start while another is in
-flight (an answer alone runs the one-at-a-time path, which is faster for one sequence and keeps its session's
-cache), and only those the batch can give exactly. The manager has one sampler for the whole batch, without seeds,
-repetition penalty or the alternatives' log-probabilities, and takes token ids only, so an answer that asks for one
-of those, or whose prompt carries more than token ids (an image, a family's per-token inputs), runs the one-at-a-
-time path beside the batch, and the terminal says why (`why_unbatchable`).
+Which answers it takes (`LocalEngine.answer_steps`, `Batches.take` in model/step_batch.py): only those that start
+while another is in flight (an answer alone runs the one-at-a-time path, which is faster for one sequence and keeps
+its session's cache), and only those the batch can give exactly. The manager has one sampler for the whole batch,
+without seeds, repetition penalty, grammars or the alternatives' log-probabilities, and takes token ids only, so an
+answer that asks for one of those, or whose prompt carries more than token ids (an image, a family's per-token
+inputs), goes to the step batch beside it (model/step_batch.py), which decides each row's tokens as the
+one-at-a-time path does (`why_unbatchable` says why).
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import torch
 
 from local_chat.engine.interface import FinishReason, Sampling
 
-from .answer_stream import AnswerStream
+from .answer_stream import AnswerStream, batch_decider
 from .cpu_threads import hand_back_workers
+from .generation import ModelInputs
+from .token_choice import TokenChoice
 
 PAGE_TOKENS = 64  # tokens a page of the paged cache holds: a conversation's history is reused in whole pages
 MAX_BATCH_TOKENS = 2048  # tokens one forward pass runs at most (longer prompts are prefilled in chunks)
@@ -37,16 +41,47 @@ class BatchFailed(RuntimeError):
     """The batch could not finish a request (the manager said why)."""
 
 
-def why_unbatchable(sampling: Sampling, logprobs: int | None, extra_inputs: bool) -> str | None:
-    """Why an answer cannot be computed in the batch (what it asks for that the batch cannot give), or None."""
-    if extra_inputs:
+@dataclass(frozen=True)
+class AnswerRow:
+    """One answer as a batch takes it: its prompt (one row), how its tokens are decided (`choice`, which the
+    answer's one-at-a-time steps used before, if it began there), its stream, its end-of-answer tokens and its
+    session's cache (where it has one)."""
+
+    inputs: ModelInputs
+    choice: TokenChoice
+    stream: AnswerStream
+    eos_ids: set[int]
+    session: object = None
+
+    @classmethod
+    def of_prompt(cls, prompt_ids: list[int], sampling: Sampling, stream: AnswerStream, device) -> AnswerRow:
+        """A row for `prompt_ids` alone (no grammar, no log-probabilities, no session)."""
+        ids = torch.tensor([prompt_ids], device=device)
+        return cls(ModelInputs(ids, torch.ones_like(ids)), TokenChoice(sampling, ids, batch_decider([stream])),
+                   stream, set())  # fmt: skip
+
+    def going_on(self) -> AnswerRow:
+        """The row whose prompt holds the tokens its stream took already (it began on the one-at-a-time path)."""
+        if not self.stream.token_ids:
+            return self
+        ids = self.inputs.input_ids.new_tensor([self.inputs.input_ids[0].tolist() + self.stream.token_ids])
+        return replace(self, inputs=ModelInputs(ids, torch.ones_like(ids)))
+
+
+def why_unbatchable(row: AnswerRow) -> str | None:
+    """Why transformers' continuous batch cannot compute an answer (what it asks for that its sampler cannot give),
+    or None."""
+    choice = row.choice
+    if row.inputs.family:
         return "its prompt carries more than token ids (an image, or this model's per-token inputs)"
-    if sampling.seed is not None:
+    if choice.sampling.seed is not None:
         return "it asks for a seed (the batch samples from one random stream)"
-    if sampling.repetition_penalty != 1.0:
+    if choice.sampling.repetition_penalty != 1.0:
         return "it asks for a repetition penalty"
-    if logprobs is not None:
+    if choice.observe is not None:
         return "it asks for log-probabilities"
+    if choice.mask is not None:
+        return "it is held to a grammar (a response_format, or a tool call it must make)"
     return None
 
 
@@ -76,7 +111,8 @@ def _free_memory(device: torch.device) -> int:
 
 
 def forwards_take_turns(llma) -> Callable[[], None]:
-    """Make forward passes on `llma` run one at a time; returns what undoes it.
+    """Make forward passes on `llma` run one at a time (where they do already, nothing changes); returns what undoes
+    it.
 
     transformers' forward sets the shared `config.is_causal` for the length of a call (the batch's steps set it to
     False) and puts the old value back after. A step of the one-at-a-time path that overlapped a batch's step ran
@@ -84,11 +120,14 @@ def forwards_take_turns(llma) -> Callable[[], None]:
     Taking turns costs nothing the two did not already share (the device, the CPU's threads)."""
     lock = threading.Lock()
     forward = llma.forward
+    if getattr(forward, "takes_turns", False):  # a batch beside another: the first one's turns serve both
+        return lambda: None
 
     def in_turn(*args, **kwargs):
         with lock:
             return forward(*args, **kwargs)
 
+    in_turn.takes_turns = True
     llma.forward = in_turn
 
     def undo() -> None:
@@ -98,9 +137,9 @@ def forwards_take_turns(llma) -> Callable[[], None]:
     return undo
 
 
-def answer_once(batcher, prompt_ids: list[int], stream: AnswerStream) -> None:
+def answer_once(batcher, prompt_ids: list[int], stream: AnswerStream, device) -> None:
     """One short greedy answer (`stream`) through `batcher`, so that a model it cannot run is found at start-up."""
-    for _ in batcher.tokens(prompt_ids, Sampling(temperature=0.0), set(), stream):
+    for _ in batcher.tokens(AnswerRow.of_prompt(prompt_ids, Sampling(temperature=0.0), stream, device)):
         pass
     if not stream.done:
         raise RuntimeError("the batch ended the answer without its tokens")
@@ -187,14 +226,13 @@ class ContinuousBatcher:
         self._forwards_alone_again()
         self._results.put(None)  # the routing thread ends too
 
-    def tokens(
-        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream, session=None
-    ) -> Iterator[int]:
-        """Push the answer's tokens to `stream` one at a time, yielding each after it, until the stream is done (it
-        takes every stop decision) or cancelled while no token comes; the request then leaves the batch.
-        `prompt_ids` ends with the tokens `stream` holds already (an answer begun on the one-at-a-time path). The
-        paged cache finds a conversation's earlier turns by itself: `session` is not used.
+    def tokens(self, row: AnswerRow) -> Iterator[int]:
+        """Settle the answer's tokens (`row.choice`) one at a time, yielding each after it, until its stream is done
+        (it takes every stop decision) or cancelled while no token comes; the request then leaves the batch. The
+        row's prompt ends with the tokens its stream holds already (an answer begun on the one-at-a-time path). The
+        paged cache finds a conversation's earlier turns by itself: `row.session` is not used.
         Raises `BatchFailed` if the batch fails it."""
+        stream, prompt_ids = row.stream, row.inputs.input_ids[0].tolist()
         with self._lock:
             request_id = f"answer-{next(self._numbers)}"
             self._outputs[request_id] = outputs = queue.Queue()
@@ -204,8 +242,8 @@ class ContinuousBatcher:
             request_id=request_id,
             max_new_tokens=stream.max_new_tokens - len(stream.token_ids),
             streaming=True,
-            eos_token_id=sorted(eos_ids) or -1,
-            **self._sampler_settings(sampling),
+            eos_token_id=sorted(row.eos_ids) or -1,
+            **self._sampler_settings(row.choice.sampling),
         )
         seen, ended_in_batch = 0, False
         try:
@@ -219,7 +257,7 @@ class ContinuousBatcher:
                 ended_in_batch = output.is_finished()
                 for token in output.generated_tokens[seen:]:
                     seen += 1
-                    stream.push(token)
+                    row.choice.settle(torch.tensor([token]))
                     yield token
                     if stream.done:
                         return

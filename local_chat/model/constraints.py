@@ -159,15 +159,6 @@ class TokenMask:
                 self.matchers[row].consume_token(token)
 
 
-def decided_within(decide, tokens: torch.Tensor, grammar_mask: TokenMask | None) -> bool:
-    """`decide(tokens)` (whether the answer is finished), and the grammar, if any, moved past the tokens as `decide`
-    leaves them (in lockstep, rank 0's) where the answer goes on."""
-    finished = decide(tokens)
-    if grammar_mask is not None and not finished:
-        grammar_mask.advance(tokens)
-    return finished
-
-
 NO_GRAMMARS = (
     "This model's tokenizer (an Accessory or Meta checkpoint's sentencepiece tokenizer) cannot be held to a "
     "response_format; load the model as a Hugging Face folder, or ask without response_format."

@@ -1,7 +1,8 @@
 """The one generation path every front end stands on.
 
-Short steps in the style of gpt-fast: `prefill` the prompt, `decode_one` token, `sample_next`, and
-`generate_tokens`, a loop that yields each step's tokens and asks one `decide` callback whether to stop.
+Short steps in the style of gpt-fast: `prefill` the prompt, `decode_one` token, and `generate_tokens`, a loop that
+yields each step's tokens, chosen and settled by a `TokenChoice` (model/token_choice.py), which asks one `decide`
+callback whether to stop.
 `AnswerStream` (model/answer_stream.py) turns one row's tokens into answer text and is where every stop decision
 for that row is taken (EOS, stop string, cancel, length); a tensor-parallel runner can take it on one rank and share
 it. The decode steps over a static cache (`--compile`'s, and on CUDA the CUDA graphs') are model/compiled.py's.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import secrets
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -19,42 +19,11 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
-from transformers.generation.logits_process import (
-    LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
-
-from local_chat.engine.interface import Sampling
 
 from .compiled import StaticDecoding
-from .constraints import TokenMask, decided_within
 from .speculative import speculative_loop, why_no_speculation
+from .token_choice import TokenChoice
 from .vision_inputs import FamilyInputs
-
-
-def logits_processors(sampling: Sampling) -> LogitsProcessorList:
-    processors = LogitsProcessorList()
-    if sampling.repetition_penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty))
-    if not sampling.greedy:
-        processors.append(TemperatureLogitsWarper(sampling.temperature))
-        if sampling.top_k > 0:
-            processors.append(TopKLogitsWarper(sampling.top_k))
-        if sampling.top_p < 1.0:
-            processors.append(TopPLogitsWarper(sampling.top_p))
-    return processors
-
-
-def random_generator(sampling: Sampling, device: torch.device) -> torch.Generator | None:
-    """A generator seeded per request, so every rank (and every rerun with the same seed) samples alike."""
-    if sampling.greedy:
-        return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
-    return generator
 
 
 @dataclass
@@ -134,15 +103,6 @@ def decode_one(
     return _last_logits(forward, tokens[:, None], attention_mask, cache, keyword, positions, **extra)
 
 
-def sample_next(logits, seen_ids, sampling: Sampling, processors, generator) -> torch.Tensor:
-    """Pick one token per row from the last logits."""
-    scores = processors(seen_ids, logits.float()) if processors else logits
-    if sampling.greedy:
-        return scores.argmax(dim=-1)
-    probs = torch.softmax(scores.float(), dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
-
-
 def growing_masks(attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
     """The attention mask of each decode step over a dynamic cache: one more column per step."""
     ones = attention_mask.new_ones((attention_mask.shape[0], 1))
@@ -155,29 +115,24 @@ def growing_masks(attention_mask: torch.Tensor) -> Iterator[torch.Tensor]:
 def generate_tokens(
     model,
     inputs: ModelInputs,
-    sampling: Sampling,
-    decide: Callable[[torch.Tensor], bool],
+    choice: TokenChoice,
     cache=None,
     static: StaticDecoding | None = None,
     max_new_tokens: int | None = None,
-    observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-    mask: TokenMask | None = None,
     guesses: dict | None = None,
     draft=None,
 ) -> Iterator[torch.Tensor]:
-    """Yield the sampled tokens of every row, one step at a time, until `decide(tokens)` returns True.
+    """Yield the tokens of every row, one step at a time, chosen by `choice` (model/token_choice.py: its grammar,
+    sampling and seed, its log-probabilities), until `choice.settle(tokens)` says the rows are finished.
 
-    `decide` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
+    `choice.settle` sees each step's tokens before the model computes anything more, so a stop (EOS, stop string,
     cancel, length) costs no further forward pass. Closing this generator also stops the model. `cache`, a
     session's dynamic cache, holds the prompt's first `inputs.cached` tokens and, after, every token fed.
     With `static` the decode steps run through its forward (compiled, or replayed from CUDA graphs) over a pooled
     static cache sized for `max_new_tokens` (None: the longest); on CUDA each is queued before the tokens it
-    follows are read back (the GPU never waits for `decide`; a stop costs that one queued step, whose token is fed
-    too, and `decide` must not change the tokens, so no lockstep). Where the GPU has no room left for the CUDA
-    graphs' static cache, the answer decodes eagerly over its dynamic cache. `observe(logits, tokens)`, if given,
-    sees each step's logits and the tokens sampled from them, before `decide` does (log-probabilities are computed
-    there). `mask`, where an answer must follow a grammar (model/constraints.py), masks each step's logits before
-    anything else sees them, and takes each step's tokens as `decide` leaves them (in lockstep, rank 0's).
+    follows are read back (the GPU never waits for `settle`; a stop costs that one queued step, whose token is fed
+    too, and `settle` must not change the tokens, so no lockstep). Where the GPU has no room left for the CUDA
+    graphs' static cache, the answer decodes eagerly over its dynamic cache.
     `guesses`, where given (--speculative ngram), lets an answer guess several tokens per forward pass
     (model/speculative.py: the same tokens, or for a sampled answer the same distribution) and counts them into it:
     "guessed", "accepted"; `draft`: a small model of the same tokenizer that guesses instead (--draft_model).
@@ -197,24 +152,11 @@ def generate_tokens(
             static = None
             forward, masks = model, growing_masks(inputs.attention_mask)
         rows = inputs.input_ids.shape[0]
-        if guesses is not None and why_no_speculation(model, sampling, static, rows, inputs) is None:
-            yield from speculative_loop(
-                model, logits, inputs, sampling, decide, cache, cache_keyword(model), observe, guesses, draft, mask
-            )
+        if guesses is not None and why_no_speculation(model, choice.sampling, static, rows, inputs) is None:
+            yield from speculative_loop(model, logits, inputs, choice, cache, cache_keyword(model), guesses, draft)
             return
-        yield from _token_loop(
-            forward,
-            logits,
-            inputs,
-            sampling,
-            decide,
-            cache,
-            cache_keyword(model),
-            masks,
-            static is not None and static.queues_ahead,
-            observe,
-            mask,
-        )
+        queue_ahead = static is not None and static.queues_ahead
+        yield from _token_loop(forward, logits, inputs, choice, cache, cache_keyword(model), masks, queue_ahead)
 
 
 def _static_cache(stack: ExitStack, static: StaticDecoding, prefilled, length: int, copy_back: bool):
@@ -253,14 +195,11 @@ def start_host_copy(tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
 
 
 def _token_loop(
-    forward, logits, inputs, sampling, decide, cache, keyword, masks, queue_ahead, observe, grammar_mask
+    forward, logits, inputs, choice: TokenChoice, cache, keyword, masks, queue_ahead
 ) -> Iterator[torch.Tensor]:
-    """From the prefill's `logits`, sample and decode a step at a time. With `queue_ahead`, each step's forward pass
-    is queued on the device before that step's tokens are read back for `decide`: the device never waits for Python
-    between steps, and a stop costs the one step already queued."""
-    processors = logits_processors(sampling)
-    generator = random_generator(sampling, inputs.input_ids.device)
-    seen_ids = inputs.input_ids
+    """From the prefill's `logits`, decide (`choice`) and decode a step at a time. With `queue_ahead`, each step's
+    forward pass is queued on the device before that step's tokens are read back for `choice.settle`: the device
+    never waits for Python between steps, and a stop costs the one step already queued."""
     positions = inputs.attention_mask.long().sum(dim=-1, keepdim=True)  # where each row's next token goes
     step_extra = inputs.family.decode()
 
@@ -273,21 +212,15 @@ def _token_loop(
         return logits
 
     while True:
-        if grammar_mask is not None:
-            grammar_mask.apply(logits)
-        tokens = sample_next(logits, seen_ids, sampling, processors, generator)
-        if observe is not None:
-            observe(logits, tokens)
+        tokens = choice.choose(logits)
         shown = tokens
         if queue_ahead:
             read_back = start_host_copy(tokens)  # queued before the next step, so it waits for this one alone
             logits = forward_pass(tokens)
             shown = read_back()
-        # in lockstep (never queued ahead: `shown` is `tokens`), `decide` may put rank 0's in it
-        finished = decided_within(decide, shown, grammar_mask)
-        if processors:
-            seen_ids = torch.cat([seen_ids, tokens[:, None]], dim=-1)
-        yield shown  # after `decide`, so the consumer sees this step's text before the next forward pass
+        # in lockstep (never queued ahead: `shown` is `tokens`), `settle` may put rank 0's in it
+        finished = choice.settle(shown)
+        yield shown  # after `settle`, so the consumer sees this step's text before the next forward pass
         if finished:
             return
         if not queue_ahead:

@@ -2,7 +2,8 @@
 
 It is built with its parts: the `PromptEncoder` (prompts and images in, tensors out), the `SessionCaches` (the KV
 caches kept between a conversation's turns), the `Decoding` (--compile, CUDA graphs) and, once `start_batching` ran,
-the `ContinuousBatcher`. `MetaModel` (model/meta.py) holds one and keeps LLaMA2-Accessory's API over it."""
+the `Batches` (transformers' continuous batch and our step batch). `MetaModel` (model/meta.py) holds one and keeps
+LLaMA2-Accessory's API over it."""
 
 from __future__ import annotations
 
@@ -31,17 +32,18 @@ from local_chat.errors import UserError, described, failure_sentence
 
 from .adapters import Adapters, Cancelled, adapter_session, holding
 from .answer_stream import AnswersInFlight, AnswerStream, answer_room, batch_decider, logprob_recorder
-from .batching import answer_once, paged_cache_tokens
+from .batching import AnswerRow, answer_once, paged_cache_tokens
 from .constraints import Grammars, grammars_for, token_mask
 from .cpu_threads import hand_back_workers
 from .encoding import PromptEncoder
 from .footprint import weight_bytes
-from .generation import ModelInputs, generate_tokens
+from .generation import generate_tokens
 from .parallel import Lockstep, announced
 from .prefix_cache import image_key
 from .session_cache import SessionCaches
 from .speedups import Decoding, compile_decode_steps, why_no_batching
-from .step_batch import start_batcher
+from .step_batch import Batches, start_batcher
+from .token_choice import TokenChoice
 from .vision_inputs import image_marker
 
 OUT_OF_MEMORY = (
@@ -74,7 +76,7 @@ class LocalEngine:
         self.llma, self.tokenizer, self.encoder, self.sessions = llma, tokenizer, encoder, sessions
         self.decoding, self.max_seq_len, self.lockstep, self.followers = decoding, max_seq_len, lockstep, followers
         self.info = {**info, **decoding.info, "batching": "off"}
-        self.batcher = None  # see `start_batching`: a ContinuousBatcher or a StepBatcher
+        self.batcher: Batches | None = None  # see `start_batching`
         self.in_flight = AnswersInFlight()
         self.adapters = adapters
 
@@ -186,7 +188,7 @@ class LocalEngine:
                 )
             if reason is None:
                 hello = self.tokenizer.encode("Hello", bos=True, eos=False)
-                check = lambda batcher: answer_once(batcher, hello, *self._streams(1, [], 2, None))  # noqa: E731
+                check = lambda batcher: answer_once(batcher, hello, *self._streams(1, [], 2, None), self.device)  # noqa: E731
                 self.batcher, reason = start_batcher(self.llma, self.sessions, places, tokens, check)
         except Exception as error:  # any failure here: one answer at a time, never an app that does not start
             reason = f"batching failed on this model ({described(error)})"
@@ -290,44 +292,45 @@ class LocalEngine:
             prompt_tokens = inputs.input_ids.shape[1]
             max_new = self.answer_room(prompt_tokens, sampling.max_new_tokens)
             [stream] = self._streams(1, list(stop), max_new, cancel, special_tokens)
-            mask = token_mask(self.grammars, [answer_format])
-            prompt_ids = inputs.input_ids[0].tolist()
-            batchable = mask is None and self._batchable(inputs, sampling, logprobs, beside_others=others > 0)
-            in_batch = bool(others) and batchable
-            if not in_batch:
-                in_batch = yield from self._answer_alone(inputs, sampling, stream, session, logprobs, batchable, mask)
+            observe = None if logprobs is None else logprob_recorder(stream, logprobs, self.tokenizer.decode)
+            choice = TokenChoice(sampling, inputs.input_ids, self._decider([stream]),
+                                 token_mask(self.grammars, [answer_format]), observe)  # fmt: skip
+            row = AnswerRow(inputs, choice, stream, self.eos_ids(stop), session)
+            batch = self._batch_for(row, beside_others=others > 0)
+            in_batch = bool(others) and batch is not None
+            if not in_batch:  # an answer about an image stays on its path: its inputs are its prompt's
+                can_join = batch is not None and not inputs.family
+                in_batch = yield from self._answer_alone(row, can_join)
             if in_batch:  # from the start, or from when others came
-                ids, eos_ids = prompt_ids + stream.token_ids, self.eos_ids(stop)
-                for _ in self.batcher.tokens(ids, sampling, eos_ids, stream, session):
+                for _ in batch.tokens(row.going_on()):
                     yield stream
             if not stream.done:  # a follower's, in tensor parallel: rank 0 ended the answer where its own did not
                 stream.finish(FinishReason.CANCELLED)
             yield End(**stream.summary(prompt_tokens), cached_tokens=inputs.cached or stream.cached_tokens)
 
-    def _batchable(self, inputs: ModelInputs, sampling: Sampling, logprobs: int | None, beside_others: bool) -> bool:
-        """Whether the batch can compute this answer (see model/batching.py); the terminal says why not when it runs
-        `beside_others` in the batch."""
+    def _batch_for(self, row: AnswerRow, beside_others: bool):
+        """The batch that can compute this answer (see model/step_batch.py's `Batches`), or None; the terminal says
+        why none can when it runs `beside_others` in a batch."""
         if self.batcher is None:
-            return False
-        why = self.batcher.why_not(sampling, logprobs, bool(inputs.family))
+            return None
+        batch, why = self.batcher.take(row)
         if why is not None and beside_others:
             print(f"note: an answer runs on its own beside the batch: {why}.", file=sys.stderr, flush=True)
-        return why is None
+        return batch
 
-    def _answer_alone(
-        self, inputs: ModelInputs, sampling: Sampling, stream: AnswerStream, session, logprobs, can_join: bool, mask
-    ) -> Generator[AnswerStream, None, bool]:
+    def _answer_alone(self, row: AnswerRow, can_join: bool) -> Generator[AnswerStream, None, bool]:
         """The one-at-a-time path: `generate_tokens` over the session's cache, until the answer is done, or, if it
-        `can_join` the batch, until another answer runs (the rest of it is computed in the batch: one answer on
-        its own beside the batch would take turns with it at every step). Returns whether it left for the batch."""
+        `can_join` a batch, until another answer runs (the rest of it is computed in the batch, decided by the same
+        `TokenChoice`: one answer on its own beside the batch would take turns with it at every step). Returns
+        whether it left for the batch."""
+        inputs, stream, session = row.inputs, row.stream, row.session
         pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
         cache, session = self.sessions.take(session, inputs, pixels_key, self.static)
         sampled: list[int] = []
         joins_batch = False
-        observe = None if logprobs is None else logprob_recorder(stream, logprobs, self.tokenizer.decode)
         guesses = stream.guesses if self.decoding.speculative != "off" else None  # counted there
-        steps = generate_tokens(self.llma, inputs, sampling, self._decider([stream]), cache, self.static,
-                                stream.max_new_tokens, observe, mask, guesses, self.decoding.draft)  # fmt: skip
+        steps = generate_tokens(self.llma, inputs, row.choice, cache, self.static, stream.max_new_tokens, guesses,
+                                self.decoding.draft)  # fmt: skip
         try:
             if stream.cancelled() and self.lockstep is None:  # in lockstep the first step's decision says so
                 stream.finish(FinishReason.CANCELLED)
@@ -377,9 +380,7 @@ class LocalEngine:
             max_new = self.answer_room(inputs.input_ids.shape[1], sampling.max_new_tokens)
             streams = self._streams(len(prompts), list(stop), max_new, cancel, special_tokens)
             mask = token_mask(self.grammars, answer_formats or [None] * len(prompts))
-            decide = self._decider(streams)
-            for _ in generate_tokens(
-                self.llma, inputs, sampling, decide, static=self.static, max_new_tokens=max_new, mask=mask
-            ):
+            choice = TokenChoice(sampling, inputs.input_ids, self._decider(streams), mask)
+            for _ in generate_tokens(self.llma, inputs, choice, static=self.static, max_new_tokens=max_new):
                 pass
             return [{"text": s.text, **s.summary(n), "encode_time": encode_time} for s, n in zip(streams, lengths)]

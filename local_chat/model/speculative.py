@@ -21,13 +21,13 @@ family's decode inputs and layers that cannot be cut back keep plain decoding: `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from transformers import DynamicCache
 
-from .constraints import decided_within
 from .prefix_cache import common_prefix_length
+from .token_choice import TokenChoice
 
 NGRAM_SIZES = (4, 3)  # the n-grams looked up, longest first (a 2-gram recurs by chance too often)
 FIRST_GUESS, MAX_GUESS = 4, 16  # tokens guessed per step: at first, and at most (each step: 2 more after a guess
@@ -125,12 +125,9 @@ class Checker:
     is taken with the probability the model gives it there, and where one is refused the next token is drawn from the
     model's distribution without it, so every token is distributed as plain sampling's."""
 
-    def __init__(self, sampling, device):
-        from .generation import logits_processors, random_generator
-
-        self.greedy = sampling.greedy
-        self.processors = logits_processors(sampling)
-        self.generator = random_generator(sampling, device)
+    def __init__(self, choice: TokenChoice):
+        self.greedy = choice.sampling.greedy
+        self.processors, self.generator = choice.processors, choice.generator  # the answer's own, as plain decoding's
 
     def first(self, logits: torch.Tensor) -> torch.Tensor:
         """The token chosen from one position's `logits` ([1, vocabulary])."""
@@ -162,17 +159,18 @@ class Checker:
 
 @torch.inference_mode()
 def speculative_loop(
-    forward, logits, inputs, sampling, decide: Callable, cache, keyword: str, observe=None, figures: dict | None = None,
-    draft=None, grammar_mask=None,
-) -> Iterator[torch.Tensor]:  # fmt: skip
+    forward, logits, inputs, choice: TokenChoice, cache, keyword: str, figures: dict | None = None, draft=None
+) -> Iterator[torch.Tensor]:
     """`_token_loop`'s steps (model/generation.py), each feeding the decided token and its guess at once (the
-    prompt's n-grams', or the `draft` model's), checked by the `Checker` of `sampling`. `figures`, if given, counts
-    the guessed tokens ("guessed") and those taken ("accepted"). With a `grammar_mask` (one row's), the guess is the
-    tokens the grammar forces, else the guess cut to what the grammar takes, and each place's logits are masked as
-    the grammar stands there."""
+    prompt's n-grams', or the `draft` model's), checked by a `Checker` over `choice`'s processors and generator, and
+    each token taken settled by `choice` as plain decoding's are. `figures`, if given, counts the guessed tokens
+    ("guessed") and those taken ("accepted"). With a grammar (`choice.mask`, one row's), the guess is the tokens the
+    grammar forces, else the guess cut to what the grammar takes, and each place's logits are masked as the grammar
+    stands there."""
     ids = inputs.input_ids[0].tolist()
     guesser = DraftGuesser(draft, ids) if draft is not None else NgramGuesser(ids)
-    checker = Checker(sampling, logits.device)
+    checker = Checker(choice)
+    grammar_mask, observe = choice.mask, choice.observe
     most = FIRST_GUESS
     mask = inputs.attention_mask
     position = int(mask.sum())
@@ -185,7 +183,7 @@ def speculative_loop(
     while True:
         if observe is not None:
             observe(logits, token)
-        finished = decided_within(decide, token, grammar_mask)
+        finished = choice.settle(token)
         yield token
         if finished:
             return
@@ -211,7 +209,7 @@ def speculative_loop(
             token = fed[0, 1 + index : 2 + index]
             if observe is not None:
                 observe(step_logits[index : index + 1], token)
-            finished = decided_within(decide, token, grammar_mask)
+            finished = choice.settle(token)
             try:
                 yield token
             except GeneratorExit:  # the reader left (for the batch, say): the cache keeps the tokens before this one

@@ -15,6 +15,7 @@ from .generation import generate_tokens
 from .graphs import GraphedDecoding
 from .parallel import Lockstep
 from .prefix_cache import keeps_states
+from .token_choice import TokenChoice
 
 
 @dataclass
@@ -126,11 +127,11 @@ def compile_decode_steps(
         inputs = encoder.prepare_inputs(["Hello"] * batch_size)
         tokens = answer_room(inputs.input_ids.shape[1], 5)  # 4 decode steps: compiled, recorded, replayed
         count = iter(range(1, tokens))
+        decide = lambda _: next(count, None) is None  # noqa: B023, E731 (used within this iteration)
         for _ in generate_tokens(
             llma,
             inputs,
-            Sampling(temperature=0.0),
-            lambda _: next(count, None) is None,  # noqa: B023 (used within this iteration)
+            TokenChoice(Sampling(temperature=0.0), inputs.input_ids, decide),
             static=compiled,
             max_new_tokens=tokens,
         ):

@@ -1,18 +1,21 @@
-"""A batch of our own, for the models transformers' continuous batching cannot run: multi-head latent attention
-(DeepSeek V3, Kimi K2, GLM-4.7-Flash: their cache holds latents whose keys and values differ in width), hybrid
-models whose layers keep a running state (Mamba's, linear attention's, LFM2's convolutions: Granite 4, Nemotron-H,
-Qwen3.5, LFM2) and models whose layers differ in head size (Gemma 4).
+"""A batch of our own, whose rows each decide their tokens as the one-at-a-time path does (a `TokenChoice` per row,
+model/token_choice.py: its own grammar, seed, repetition penalty and log-probabilities). It runs the answers
+transformers' continuous batch cannot give (held to a grammar, with log-probabilities, a seed or a penalty, about an
+image) beside it, and every answer of the models that batch cannot run: multi-head latent attention (DeepSeek V3,
+Kimi K2, GLM-4.7-Flash: their cache holds latents whose keys and values differ in width), hybrid models whose layers
+keep a running state (Mamba's, linear attention's, LFM2's convolutions: Granite 4, Nemotron-H, Qwen3.5, LFM2) and
+models whose layers differ in head size (Gemma 4).
 
 It runs over the model's own cache (transformers' `DynamicCache` and its layers, as the one-at-a-time path does):
-each answer that joins is prefilled alone, from its session's cache where it has one (so a conversation's earlier
-turns are not computed again), and its cache becomes one more row of the batch's, left-padded to the longest row
-(a running state has no length: its rows are simply stacked). Every step then feeds one token per row, each at its
-own position, with a mask over the padding, through the model's ordinary forward. A row leaves at a step boundary:
-when its answer ends in the batch (an end-of-answer token, its length), or when the answer's reader says so (a stop
-string, Stop, a closed connection); its cache goes back to its session, and the padding no row needs is dropped.
-
-Like model/batching.py's `ContinuousBatcher`, it is a second source of tokens for `LocalEngine.answer_steps`: each
-token goes to the answer's `AnswerStream` on the answer's own thread, which takes every stop decision.
+each answer that joins is prefilled alone (with its image, where it has one), from its session's cache where it
+has one (so a conversation's earlier turns are not computed again), and its cache becomes one more row of the
+batch's, left-padded to the longest row (a running state has no length: its rows are simply stacked). Every step
+then feeds one token per row, each at its own position (Qwen2-VL's 3-D positions too), with a mask over the padding,
+through the model's ordinary forward. Each row's token is settled on the batch's thread by its `TokenChoice`, whose
+`AnswerStream` takes every stop decision (an end-of-answer token, a stop string, Stop, the length); a row leaves at
+the step boundary after its answer ended, or once its reader left (a closed connection); its cache goes back to its
+session, and the padding no row needs is dropped. A family whose decode steps take more than a token and a position
+(Mllama's cross-attention mask) keeps the one-at-a-time path.
 """
 
 from __future__ import annotations
@@ -26,22 +29,13 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 
-from local_chat.engine.interface import FinishReason, Sampling
+from local_chat.engine.interface import FinishReason
 from local_chat.errors import described
 
-from .answer_stream import AnswerStream
-from .batching import BatchFailed, forwards_take_turns, next_output, why_unbatchable
+from .batching import AnswerRow, BatchFailed, forwards_take_turns, next_output
 from .cpu_threads import hand_back_workers
-from .generation import (
-    ModelInputs,
-    cache_keyword,
-    decode_one,
-    logits_processors,
-    prefill,
-    random_generator,
-    sample_next,
-)
-from .prefix_cache import keeps_states
+from .generation import cache_keyword, decode_one, prefill
+from .prefix_cache import image_key, keeps_states
 from .session_cache import SessionCaches
 
 
@@ -60,23 +54,24 @@ def why_no_step_batch(llma) -> str | None:
 class _Row:
     """One answer in the batch: what the batch thread keeps of it."""
 
-    inputs: ModelInputs  # its prompt (to keep its cache under its session after)
-    sampling: Sampling
-    eos_ids: set[int]
-    max_new_tokens: int
-    session: object
+    answer: AnswerRow
     outputs: queue.Queue  # its tokens, then `_Left` once it left the batch, or the exception that failed it
-    cancelled: Callable[[], bool]  # its Stop (read at every step boundary)
-    processors: object = None
-    generator: torch.Generator | None = None
-    seen: torch.Tensor | None = None  # prompt and answer ids, for a repetition penalty
+    session: object = None  # the key its cache is kept under after (`SessionCaches.take` gives it)
+    pixels_key: str | None = None  # its image's, for its session's cache
     sampled: list[int] = field(default_factory=list)
     length: int = 0  # tokens its cache holds
-    leaving: bool = False  # its reader is done with it
+    leaving: bool = False  # its answer ended, or its reader is done with it
+
+    @property
+    def inputs(self):
+        return self.answer.inputs
 
     @property
     def next_token(self) -> int:
         return self.sampled[-1]
+
+    def gone(self) -> bool:
+        return self.leaving or self.answer.stream.cancelled()
 
 
 class StepBatcher:
@@ -100,13 +95,22 @@ class StepBatcher:
         return (
             f"a step batch over the model's own cache, up to {self.places} answers per step, {self.cache_tokens} "
             f"tokens of cache (transformers' continuous batching cannot run this model: {self.why_not_paged})"
+            + self.images_note()
         )
 
+    def images_note(self) -> str:
+        """What the model panel says of answers about an image, where they cannot join ("" where they can)."""
+        if not self.sessions.cross_attention_layers:
+            return ""
+        return "; answers about an image run on their own (this family's decode steps take a cross-attention mask)"
+
     @staticmethod
-    def why_not(sampling: Sampling, logprobs: int | None, extra_inputs: bool) -> str | None:
-        """Why an answer cannot be computed in this batch (each row samples on its own: seeds and penalties are
-        its own), or None."""
-        return why_unbatchable(Sampling(), logprobs, extra_inputs)
+    def why_not(row: AnswerRow) -> str | None:
+        """Why an answer cannot be computed in this batch (each row decides its tokens on its own: grammars, seeds,
+        penalties and log-probabilities are its own), or None."""
+        if extra := row.inputs.family.decode():
+            return f"this family's decode steps take its {', '.join(sorted(extra))} too"
+        return None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -114,22 +118,11 @@ class StepBatcher:
         self._thread.join(timeout=10.0)
         self._forwards_alone_again()
 
-    def tokens(
-        self, prompt_ids: list[int], sampling: Sampling, eos_ids: set[int], stream: AnswerStream, session=None
-    ) -> Iterator[int]:
-        """Push the answer's tokens to `stream` one at a time, yielding each after it, until the stream is done or
-        cancelled; the row then leaves the batch. `session`: the conversation's cache to start from, and to keep
-        the answer's in after. Raises `BatchFailed` if the batch fails it."""
-        ids = torch.tensor([prompt_ids], device=self.llma.device)
-        row = _Row(
-            ModelInputs(ids, torch.ones_like(ids)),
-            sampling,
-            eos_ids,
-            stream.max_new_tokens - len(stream.token_ids),
-            session,
-            queue.Queue(),
-            stream.cancelled,
-        )
+    def tokens(self, answer: AnswerRow) -> Iterator[int]:
+        """Yield the answer's tokens as the batch settles them (`answer.choice`, on the batch's thread), until its
+        stream is done or cancelled; the row then leaves the batch. `answer.session`: the conversation's cache to
+        start from, and to keep the answer's in after. Raises `BatchFailed` if the batch fails it."""
+        row, stream = _Row(answer, queue.Queue()), answer.stream
         self._joining.put(row)
         try:
             while not stream.done:
@@ -139,9 +132,6 @@ class StepBatcher:
                     return
                 if isinstance(token, BaseException):
                     raise BatchFailed(f"{type(token).__name__}: {token}") from token
-                if not stream.token_ids:  # in the batch from its start: its prompt's tokens its session's cache held
-                    stream.cached_tokens = row.inputs.cached
-                stream.push(token)
                 yield token
         finally:
             row.leaving = True
@@ -178,7 +168,7 @@ class StepBatcher:
                 return
             if row is None:  # `stop`
                 return
-            if row.leaving or row.cancelled():
+            if row.gone():
                 continue
             try:
                 self._join(row)
@@ -192,13 +182,16 @@ class StepBatcher:
 
     def _join(self, row: _Row) -> None:
         """Prefill `row` alone (over its session's cache) and add its cache to the batch's."""
-        cache, row.session = self.sessions.take(row.session, row.inputs, None)
+        inputs, stream = row.inputs, row.answer.stream
+        if row.answer.session is not None:
+            row.pixels_key = image_key(inputs.family.images)
+        cache, row.session = self.sessions.take(row.answer.session, inputs, row.pixels_key)
         if cache is None:
             cache = self.sessions.new_cache()
-        logits = prefill(self.llma, row.inputs, cache)
-        row.length = row.inputs.input_ids.shape[1]
-        row.processors, row.generator = logits_processors(row.sampling), random_generator(row.sampling, logits.device)
-        row.seen = row.inputs.input_ids
+        logits = prefill(self.llma, inputs, cache)
+        if not stream.token_ids:  # in the batch from its start: its prompt's tokens its session's cache held
+            stream.cached_tokens = inputs.cached
+        row.length = inputs.input_ids.shape[1]
         self._rows.append(row)
         self.answers += 1
         if self._cache is None:
@@ -218,7 +211,7 @@ class StepBatcher:
             self.llma,
             torch.tensor([row.next_token for row in rows], device=device),
             mask.to(device),
-            torch.tensor([[row.length] for row in rows], device=device),
+            _positions(rows, device),
             self._cache,
             self._keyword,
         )
@@ -228,24 +221,24 @@ class StepBatcher:
             self._sample(row, logits[i : i + 1])
 
     def _sample(self, row: _Row, logits: torch.Tensor) -> None:
-        token = int(sample_next(logits, row.seen, row.sampling, row.processors, row.generator)[0])
-        row.sampled.append(token)
-        if row.processors:
-            row.seen = torch.cat([row.seen, row.seen.new_tensor([[token]])], dim=-1)
-        row.outputs.put(token)
-        if token in row.eos_ids or len(row.sampled) >= row.max_new_tokens:
-            row.leaving = True  # its reader is done once it has this token
+        """The row's next token, chosen and settled by its `TokenChoice` (its stream takes every stop decision)."""
+        choice = row.answer.choice
+        tokens = choice.choose(logits)
+        row.sampled.append(int(tokens[0]))
+        if choice.settle(tokens):
+            row.leaving = True  # its answer ended: it leaves at the step boundary
+        row.outputs.put(row.next_token)
 
     def _leave(self) -> None:
         """Take the rows whose answers are done out of the batch, their caches back to their sessions."""
-        leaving = [row for row in self._rows if row.leaving or row.cancelled()]
+        leaving = [row for row in self._rows if row.gone()]
         if not leaving:
             return
         for row in leaving:
             row.outputs.put(_Left())  # a reader waiting for a token after Stop wakes now
             if row.session is not None:
                 kept = row_cache(self._cache, self._rows.index(row), self._length - row.length)
-                self.sessions.keep(row.session, row.inputs, kept, row.sampled, None)
+                self.sessions.keep(row.session, row.inputs, kept, row.sampled, row.pixels_key)
         staying = [i for i, row in enumerate(self._rows) if row not in leaving]
         self._rows = [self._rows[i] for i in staying]
         if not self._rows:
@@ -258,6 +251,15 @@ class StepBatcher:
 
 class _Left:
     """The row left the batch (read only by a reader still waiting for a token: one whose answer was stopped)."""
+
+
+def _positions(rows: list[_Row], device) -> torch.Tensor:
+    """Each row's position for its next token ([rows, 1]); [3, rows, 1] where a row's family counts positions in
+    three dimensions (Qwen2-VL's: a row of text has the same position in each)."""
+    each = [row.inputs.family.decode_positions(torch.tensor([[row.length]], device=device)) for row in rows]
+    if all(position.dim() == 2 for position in each):
+        return torch.cat(each)
+    return torch.cat([p if p.dim() == 3 else p[None].expand(3, -1, -1) for p in each], dim=1)
 
 
 # ----- the cache's rows (the layers of transformers' DynamicCache) -----
@@ -349,25 +351,69 @@ def why_not_paged(llma) -> str | None:
     return None
 
 
+class Batches:
+    """A model's batches: transformers' continuous batch (`paged`) where it runs the model, with the step batch
+    (`stepped`) beside it for the answers its sampler cannot give; else the step batch alone. `beside_why_not`: why
+    no step batch runs beside the continuous one ("" where one does)."""
+
+    def __init__(self, paged, stepped: StepBatcher | None, beside_why_not: str = ""):
+        self.paged, self.stepped, self.beside_why_not = paged, stepped, beside_why_not
+
+    def take(self, row: AnswerRow) -> tuple[object | None, str | None]:
+        """(the batch that computes `row`, None), or (None, why no batch can)."""
+        why = None
+        for batcher in (self.paged, self.stepped):
+            if batcher is not None:
+                why = batcher.why_not(row)
+                if why is None:
+                    return batcher, None
+        return None, why
+
+    @property
+    def answers(self) -> int:
+        """How many answers the batches took."""
+        return sum(batcher.answers for batcher in (self.paged, self.stepped) if batcher is not None)
+
+    def describe(self) -> str:
+        if self.paged is None:
+            return self.stepped.describe()
+        if self.stepped is None:
+            return f"{self.paged.describe()}; the answers it cannot give run on their own ({self.beside_why_not})"
+        return (
+            f"{self.paged.describe()}, and beside it a step batch over the model's own cache for the answers held to "
+            "a grammar, with log-probabilities, a seed or a repetition penalty, or about an image"
+            + self.stepped.images_note()
+        )
+
+    def stop(self) -> None:
+        for batcher in (self.stepped, self.paged):  # the first started makes the forward passes take turns
+            if batcher is not None:
+                batcher.stop()
+
+
 def start_batcher(llma, sessions: SessionCaches, places: int, cache_tokens: int, check: Callable) -> tuple:
-    """(batcher, None), or (None, why there is none): transformers' continuous batching where it can run the model,
-    else the step batch; `check(batcher)` runs one answer through it first."""
+    """(Batches, None), or (None, why there is none): transformers' continuous batching where it can run the model,
+    and the step batch beside it or instead of it; `check(batcher)` runs one answer through each first."""
     from .batching import ContinuousBatcher
 
+    paged = stepped = None
     why_paged = why_not_paged(llma)
     if why_paged is None:
         try:
-            return _checked(ContinuousBatcher(llma, places, cache_tokens), check), None
+            paged = _checked(ContinuousBatcher(llma, places, cache_tokens), check)
         except Exception as error:  # any failure here: the step batch, or one answer at a time
             why_paged = f"it failed: {described(error)}"
-    not_paged = f"transformers' continuous batching cannot run this model ({why_paged})"
     why_step = why_no_step_batch(llma)
-    if why_step is not None:
-        return None, f"{not_paged}, nor the step batch ({why_step})"
-    try:
-        return _checked(StepBatcher(llma, sessions, places, cache_tokens, why_paged), check), None
-    except Exception as error:
-        return None, f"{not_paged}, and the step batch failed ({described(error)})"
+    failed = ""
+    if why_step is None:
+        try:
+            stepped = _checked(StepBatcher(llma, sessions, places, cache_tokens, why_paged or ""), check)
+        except Exception as error:
+            failed = f"the step batch failed ({described(error)})"
+    if paged is None and stepped is None:
+        not_paged = f"transformers' continuous batching cannot run this model ({why_paged})"
+        return None, f"{not_paged}, {'and ' + failed if failed else f'nor the step batch ({why_step})'}"
+    return Batches(paged, stepped, failed or f"the step batch cannot run this model: {why_step}"), None
 
 
 def _checked(batcher, check: Callable):
