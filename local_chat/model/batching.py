@@ -145,6 +145,17 @@ def answer_once(batcher, prompt_ids: list[int], stream: AnswerStream, device) ->
         raise RuntimeError("the batch ended the answer without its tokens")
 
 
+def outputs_until_done(outputs: queue.Queue, stream: AnswerStream, stopped: Callable[[], str | None]) -> Iterator:
+    """What a batch gives an answer (`outputs`), one at a time, until its `stream` is done; a Stop seen while
+    waiting ends the stream as cancelled. Raises `BatchFailed` as `next_output` does."""
+    while not stream.done:
+        output = next_output(outputs, stream.cancelled, stopped)
+        if output is None:
+            stream.finish(FinishReason.CANCELLED)
+            return
+        yield output
+
+
 def next_output(outputs: queue.Queue, cancelled: Callable[[], bool], stopped: Callable[[], str | None]):
     """An answer's next output from the batch; None once `cancelled()` while waiting for it. Raises `BatchFailed`
     once `stopped()` says why the batch stopped, or when no output came for `START_TIMEOUT_S`."""
@@ -247,11 +258,7 @@ class ContinuousBatcher:
         )
         seen, ended_in_batch = 0, False
         try:
-            while not stream.done:
-                output = next_output(outputs, stream.cancelled, self._stopped)
-                if output is None:
-                    stream.finish(FinishReason.CANCELLED)
-                    return
+            for output in outputs_until_done(outputs, stream, self._stopped):
                 if output.error is not None:
                     raise BatchFailed(output.error)
                 ended_in_batch = output.is_finished()

@@ -159,6 +159,18 @@ class TokenMask:
                 self.matchers[row].consume_token(token)
 
 
+def apply_together(logits: torch.Tensor, masks: list[TokenMask | None]) -> None:
+    """Mask each row of `logits` ([rows, vocab]) by its own one-row `TokenMask` (None: a row left free), in one pass
+    over the rows held to a grammar (the step batch's: unpacking each row's bits alone cost it 0.1 ms a row)."""
+    held = [i for i, mask in enumerate(masks) if mask is not None]
+    if not held:
+        return
+    index = torch.tensor(held, device=logits.device)
+    rows = logits.index_select(0, index)
+    TokenMask([masks[i].matchers[0] for i in held], set()).apply(rows)
+    logits.index_copy_(0, index, rows)
+
+
 NO_GRAMMARS = (
     "This model's tokenizer (an Accessory or Meta checkpoint's sentencepiece tokenizer) cannot be held to a "
     "response_format; load the model as a Hugging Face folder, or ask without response_format."

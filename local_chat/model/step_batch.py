@@ -32,7 +32,8 @@ from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixi
 from local_chat.engine.interface import FinishReason
 from local_chat.errors import described
 
-from .batching import AnswerRow, BatchFailed, forwards_take_turns, next_output
+from .batching import AnswerRow, BatchFailed, forwards_take_turns, outputs_until_done
+from .constraints import apply_together
 from .cpu_threads import hand_back_workers
 from .generation import cache_keyword, decode_one, prefill
 from .prefix_cache import image_key, keeps_states
@@ -125,9 +126,8 @@ class StepBatcher:
         row, stream = _Row(answer, queue.Queue()), answer.stream
         self._joining.put(row)
         try:
-            while not stream.done:
-                token = next_output(row.outputs, stream.cancelled, self._stopped)
-                if token is None or isinstance(token, _Left):  # Stop, seen by the reader or by the batch
+            for token in outputs_until_done(row.outputs, stream, self._stopped):
+                if isinstance(token, _Left):  # Stop, seen by the batch
                     stream.finish(FinishReason.CANCELLED)
                     return
                 if isinstance(token, BaseException):
@@ -216,14 +216,16 @@ class StepBatcher:
             self._keyword,
         )
         self._length = length
+        apply_together(logits, [row.answer.choice.mask for row in rows])
         for i, row in enumerate(rows):
             row.length += 1
-            self._sample(row, logits[i : i + 1])
+            self._sample(row, logits[i : i + 1], masked=True)
 
-    def _sample(self, row: _Row, logits: torch.Tensor) -> None:
-        """The row's next token, chosen and settled by its `TokenChoice` (its stream takes every stop decision)."""
+    def _sample(self, row: _Row, logits: torch.Tensor, masked: bool = False) -> None:
+        """The row's next token, chosen and settled by its `TokenChoice` (its stream takes every stop decision);
+        `masked`: its grammar's mask is applied already."""
         choice = row.answer.choice
-        tokens = choice.choose(logits)
+        tokens = choice.choose(logits, masked)
         row.sampled.append(int(tokens[0]))
         if choice.settle(tokens):
             row.leaving = True  # its answer ended: it leaves at the step boundary

@@ -79,9 +79,10 @@ class TokenChoice:
         self.generator = random_generator(sampling, prompt_ids.device)
         self.seen_ids = prompt_ids if sampling.repetition_penalty != 1.0 else None
 
-    def choose(self, logits: torch.Tensor) -> torch.Tensor:
-        """Each row's token from its next-token `logits` ([rows, vocabulary]; masked in place)."""
-        if self.mask is not None:
+    def choose(self, logits: torch.Tensor, masked: bool = False) -> torch.Tensor:
+        """Each row's token from its next-token `logits` ([rows, vocabulary]; masked in place, unless `masked`
+        already: the step batch masks its rows together, `apply_together`)."""
+        if self.mask is not None and not masked:
             self.mask.apply(logits)
         tokens = sample_next(logits, self.seen_ids, self.sampling, self.processors, self.generator)
         if self.observe is not None:
