@@ -241,6 +241,14 @@ def test_batch_generate_is_left_padded_and_matches_single_prompts(byte_model):
     assert [d["text"] for d in details] == batch and all(d["completion_tokens"] <= 12 for d in details)
 
 
+def test_a_seeded_batch_row_draws_what_it_draws_alone(byte_model):
+    prompts = ["Hello", "What is the capital of France? The capital", "Hello"]
+    sampled = dict(max_gen_len=16, temperature=1.0, top_p=0.95, seed=5)
+    batch = byte_model.generate(prompts, **sampled)
+    assert batch == [byte_model.generate([p], **sampled)[0] for p in prompts]
+    assert batch[0] == batch[2]  # the same seed and prompt: the same draws, whatever row
+
+
 def test_stream_and_generate_agree(byte_model):
     assert stream(byte_model, "Hello", max_gen_len=15)[-1]["text"] == byte_model.generate(["Hello"], max_gen_len=15)[0]
 

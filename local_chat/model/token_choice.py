@@ -51,13 +51,16 @@ def random_generator(sampling: Sampling, device: torch.device) -> torch.Generato
     return generator
 
 
-def sample_next(logits, seen_ids, sampling: Sampling, processors, generator) -> torch.Tensor:
-    """Pick one token per row from the last logits."""
+def sample_next(logits, seen_ids, sampling: Sampling, processors, generators: list) -> torch.Tensor:
+    """Pick one token per row from the last logits, each row drawn with its own generator of `generators` (so that
+    a seeded row draws in a batch what it draws alone)."""
     scores = processors(seen_ids, logits.float()) if processors else logits
     if sampling.greedy:
         return scores.argmax(dim=-1)
     probs = torch.softmax(scores.float(), dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+    if len(generators) == 1:
+        return torch.multinomial(probs, num_samples=1, generator=generators[0]).squeeze(1)
+    return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generators)])[:, 0]
 
 
 class TokenChoice:
@@ -76,7 +79,9 @@ class TokenChoice:
     ):
         self.sampling, self.decide, self.mask, self.observe = sampling, decide, mask, observe
         self.processors = logits_processors(sampling)
-        self.generator = random_generator(sampling, prompt_ids.device)
+        # one per row, each seeded alike where the request has a seed (a row draws what it would draw alone)
+        self.generators = [random_generator(sampling, prompt_ids.device) for _ in range(prompt_ids.shape[0])]
+        self.generator = self.generators[0]  # a single row's (speculative decoding's checker draws with it)
         self.seen_ids = prompt_ids if sampling.repetition_penalty != 1.0 else None
 
     def choose(self, logits: torch.Tensor, masked: bool = False) -> torch.Tensor:
@@ -84,7 +89,7 @@ class TokenChoice:
         already: the step batch masks its rows together, `apply_together`)."""
         if self.mask is not None and not masked:
             self.mask.apply(logits)
-        tokens = sample_next(logits, self.seen_ids, self.sampling, self.processors, self.generator)
+        tokens = sample_next(logits, self.seen_ids, self.sampling, self.processors, self.generators)
         if self.observe is not None:
             self.observe(logits, tokens)
         return tokens
