@@ -36,7 +36,7 @@ class AnswerStream:
     ):
         self._detokenizer = IncrementalDetokenizer(decode)
         self._stops = StopStrings(stop_strings)
-        self._eos_ids = eos_ids
+        self.eos_ids = eos_ids  # the tokens that end it (a batch that stops rows itself is told them too)
         self.max_new_tokens = max_new_tokens
         self._cancel = cancel
         self.guesses: dict[str, int] = {}  # speculative decoding's counts (model/speculative.py), where it guessed
@@ -84,7 +84,7 @@ class AnswerStream:
             self.first_token_at = time.perf_counter()
         if self.cancelled():
             return self.finish(FinishReason.CANCELLED)
-        if token_id in self._eos_ids:
+        if token_id in self.eos_ids:
             return self.finish(FinishReason.STOP)
         self.token_ids.append(token_id)
         detokenize_started = time.perf_counter()

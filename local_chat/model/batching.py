@@ -44,21 +44,19 @@ class BatchFailed(RuntimeError):
 @dataclass(frozen=True)
 class AnswerRow:
     """One answer as a batch takes it: its prompt (one row), how its tokens are decided (`choice`, which the
-    answer's one-at-a-time steps used before, if it began there), its stream, its end-of-answer tokens and its
-    session's cache (where it has one)."""
+    answer's one-at-a-time steps used before, if it began there), its stream and its session's cache (where it has
+    one)."""
 
     inputs: ModelInputs
     choice: TokenChoice
     stream: AnswerStream
-    eos_ids: set[int]
     session: object = None
 
     @classmethod
     def of_prompt(cls, prompt_ids: list[int], sampling: Sampling, stream: AnswerStream, device) -> AnswerRow:
         """A row for `prompt_ids` alone (no grammar, no log-probabilities, no session)."""
         ids = torch.tensor([prompt_ids], device=device)
-        return cls(ModelInputs(ids, torch.ones_like(ids)), TokenChoice(sampling, ids, batch_decider([stream])),
-                   stream, set())  # fmt: skip
+        return cls(ModelInputs(ids, torch.ones_like(ids)), TokenChoice(sampling, ids, batch_decider([stream])), stream)
 
     def going_on(self) -> AnswerRow:
         """The row whose prompt holds the tokens its stream took already (it began on the one-at-a-time path)."""
@@ -253,7 +251,7 @@ class ContinuousBatcher:
             request_id=request_id,
             max_new_tokens=stream.max_new_tokens - len(stream.token_ids),
             streaming=True,
-            eos_token_id=sorted(row.eos_ids) or -1,
+            eos_token_id=sorted(stream.eos_ids) or -1,
             **self._sampler_settings(row.choice.sampling),
         )
         seen, ended_in_batch = 0, False

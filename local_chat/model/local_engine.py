@@ -295,7 +295,7 @@ class LocalEngine:
             observe = None if logprobs is None else logprob_recorder(stream, logprobs, self.tokenizer.decode)
             choice = TokenChoice(sampling, inputs.input_ids, self._decider([stream]),
                                  token_mask(self.grammars, [answer_format]), observe)  # fmt: skip
-            row = AnswerRow(inputs, choice, stream, self.eos_ids(stop), session)
+            row = AnswerRow(inputs, choice, stream, session)
             batch = self._batch_for(row, beside_others=others > 0)
             in_batch = bool(others) and batch is not None
             if not in_batch:  # an answer about an image stays on its path: its inputs are its prompt's

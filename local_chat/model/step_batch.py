@@ -258,9 +258,10 @@ class _Left:
 def _positions(rows: list[_Row], device) -> torch.Tensor:
     """Each row's position for its next token ([rows, 1]); [3, rows, 1] where a row's family counts positions in
     three dimensions (Qwen2-VL's: a row of text has the same position in each)."""
-    each = [row.inputs.family.decode_positions(torch.tensor([[row.length]], device=device)) for row in rows]
+    plain = torch.tensor([[row.length] for row in rows], device=device)
+    each = [row.inputs.family.decode_positions(plain[i : i + 1]) for i, row in enumerate(rows)]
     if all(position.dim() == 2 for position in each):
-        return torch.cat(each)
+        return plain
     return torch.cat([p if p.dim() == 3 else p[None].expand(3, -1, -1) for p in each], dim=1)
 
 

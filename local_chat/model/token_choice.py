@@ -81,8 +81,12 @@ class TokenChoice:
         self.processors = logits_processors(sampling)
         # one per row, each seeded alike where the request has a seed (a row draws what it would draw alone)
         self.generators = [random_generator(sampling, prompt_ids.device) for _ in range(prompt_ids.shape[0])]
-        self.generator = self.generators[0]  # a single row's (speculative decoding's checker draws with it)
         self.seen_ids = prompt_ids if sampling.repetition_penalty != 1.0 else None
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """A single row's (speculative decoding's checker draws with it)."""
+        return self.generators[0]
 
     def choose(self, logits: torch.Tensor, masked: bool = False) -> torch.Tensor:
         """Each row's token from its next-token `logits` ([rows, vocabulary]; masked in place, unless `masked`
