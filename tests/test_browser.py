@@ -142,6 +142,36 @@ def test_stop_mid_answer(browser, demo):
         assert wait_for_answer(page, lambda t: "Cairo" in t)
 
 
+def test_stop_shows_while_the_next_answer_streams(browser, demo, monkeypatch):
+    """A message sent as the answer before ends: that answer's Send comes back (its `finished`, held here for 2 s)
+    after the new answer began, and the new answer still shows Stop, which stops it."""
+    import functools
+
+    from local_chat.ui.chat_tab import ChatTab
+
+    finished, came_late = ChatTab.finished, threading.Event()
+
+    @functools.wraps(finished)
+    def finished_late(self, *args, **kwargs):
+        if not came_late.is_set():
+            time.sleep(2)
+            came_late.set()
+        return finished(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatTab, "finished", finished_late)
+    with serve(demo, delay=0.05) as (url, counter):
+        page = open_page(browser, url)
+        send(page, "What is the capital of France?")
+        wait_for_answer(page, lambda t: t.endswith("Paris."))
+        counter.delay = 0.3
+        send(page, "Who are you?")
+        assert came_late.wait(10)
+        page.get_by_role("button", name="Stop", exact=True).first.click(timeout=5000)
+        at_stop = counter.calls
+        assert counter.settled(quiet=0.6) - at_stop <= 2
+        assert not last_bot_text(page).endswith("/path/to/checkpoint.")
+
+
 def test_stop_touches_only_its_own_session(browser, demo):
     with serve(demo, delay=0.03) as (url, _):
         alice, bob = open_page(browser, url), open_page(browser, url)

@@ -67,7 +67,8 @@ class Answering(NamedTuple):
 
 
 class Sent(NamedTuple):
-    """What Send updates: `Answering`'s, and the message box (emptied once; given back on an error)."""
+    """What Send updates: `Answering`'s, and the message box (emptied once; given back on an error). Every answer's
+    run updates this (`keeping_stop`): its box shows Stop at each piece."""
 
     chat: list | object
     box: dict | None | object
@@ -510,14 +511,14 @@ class ChatTab:
         quiet = dict(api_visibility=UI_ONLY)
         toggle = dict(queue=False, show_progress="hidden", **quiet)
 
-        def answering(handler, record=Answering):
-            return updating(taking_settings(handler), record, named)
+        def answering(handler):
+            return updating(taking_settings(keeping_stop(handler)), Sent, named)
 
         def sent_after(event):
             """The message box sent after `event` (Enter, an example's click). A message sent while an answer
             streams is not dropped: it first stops that answer, then is answered."""
             return event(self.stop, None, None, trigger_mode="multiple", **toggle).then(
-                **answering(self.submit, Sent), inputs=[box, parts.chat, *settings], trigger_mode="multiple", **common
+                **answering(self.submit), inputs=[box, parts.chat, *settings], trigger_mode="multiple", **common
             )
 
         # while an answer streams, Send becomes Stop (and Escape presses it: ui/static/page.js); wired before the
@@ -559,3 +560,18 @@ class ChatTab:
             inputs=[parts.conversation_id, parts.browser_id, parts.model],
             api_visibility=UI_ONLY,
         )
+
+
+def keeping_stop(handler):
+    """`handler`'s results as `Sent`, the message box showing Stop at each piece. The answer before this one puts
+    Send back when it ends (`ChatTab.finished`), which can come after this answer began (a message sent as that one
+    ends): its next piece shows Stop again."""
+
+    @functools.wraps(handler)
+    async def streaming(*args, **kwargs):
+        async for shown in handler(*args, **kwargs):
+            box = shown.box if isinstance(shown, Sent) else gr.skip()
+            update = box if isinstance(box, dict) and box.get("__type__") == "update" else gr.update(value=box)
+            yield Sent(shown.chat, {**update, **busy_box()}, shown.prompt, shown.conversation_id, shown.listed)
+
+    return streaming
