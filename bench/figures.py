@@ -230,6 +230,26 @@ FIGURES = {
         "ms to rank the passages of 50 fetched pages for a question (BM25) and keep the best within the budget",
         ("<=", 100),
     ),
+    "voice_first_sentence_to_audio_ms": (
+        "Speak answers: ms from the page's update whose answer first holds a whole sentence to the update that "
+        "carries its clip (espeak-ng, demo model)",
+        ("<=", 300),
+    ),
+    "voice_espeak_sentence_ms": ("espeak-ng speaking that sentence alone, ms", None),
+    "voice_whisper_tiny_rtf": (
+        "transcription's real-time factor (seconds over the recording's), a random Whisper of openai/whisper-tiny's "
+        "shape (30 s window), greedy",
+        None,
+    ),
+    "voice_pipeline_whisper_tiny_rtf": ("the same through transformers' pipeline, greedy", None),
+    "voice_transcribe_over_pipeline": (
+        "transformers' pipeline's seconds over ours, both greedy (>1: ours faster)",
+        None,
+    ),
+    "voice_transcribe_over_pipeline_default": (
+        "the pipeline's seconds with its default (five beams) over ours (greedy)",
+        None,
+    ),
     "history_fill_s": ("seconds to save those conversations (three turns each, one at a time)", None),
     "history_search_ms": (
         "the sidebar's search over 10,000 saved conversations of one login (three turns each): ms, the median of the "

@@ -55,6 +55,7 @@ BENCHMARKS = {
     "speculative": ("speculative", True),
     "cpu": ("cpu", False),
     "gguf": ("gguf", False),
+    "voice": ("voice", True),
 }
 
 

@@ -49,6 +49,9 @@ class Settings:
     cpu_tokens: int = 161
     cpu_repeats: int = 3
     cpu_prompt_tokens: int = 1000
+    voice_whisper_tiny: bool = (
+        True  # bench/voice.py: a Whisper of openai/whisper-tiny's shape (else the tests' 1-layer)
+    )
 
 
 QUICK = Settings(
@@ -108,6 +111,7 @@ SMOKE = Settings(
     cpu_tokens=8,
     cpu_repeats=1,
     cpu_prompt_tokens=100,
+    voice_whisper_tiny=False,
 )
 
 # name: (what it is, goal as (comparison, value) or None for a figure reported beside a goal)

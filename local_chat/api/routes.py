@@ -32,8 +32,10 @@ from local_chat.engine.interface import SessionKey
 from local_chat.engine.openai_wire import Reply, sse
 from local_chat.engine.threaded import in_own_thread
 from local_chat.errors import UserError
+from local_chat.voice import Voice
 from local_chat.web import WebTools
 
+from .audio import AudioAPI
 from .documents import with_file_parts
 from .requests import APIError, Call, bad, chat_messages, chat_options, completion_prompt, parse_call, parse_json
 from .web import NO_WEB, searched, with_web_rounds
@@ -92,6 +94,7 @@ class OpenAIAPI:
         self.created = int(time.time())
         self.shelf = Shelf()  # the documents of file parts, read once (documents/context.py)
         self.web = None  # `web_search_options`' search (web/context.py's WebResearch, --web_search), where there is one
+        self.voice = Voice()  # /v1/audio's speech and transcription (voice/: --tts_model, --stt_model)
 
     def routes(self) -> list[Route]:
         return [
@@ -100,6 +103,7 @@ class OpenAIAPI:
             Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            *AudioAPI(self.voice, self._authorize, self.max_upload_mb).routes(),
             Route("/v1/{rest:path}", self.not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
         ]
 
@@ -161,7 +165,8 @@ class OpenAIAPI:
             APIError(
                 404,
                 f"There is no {http.method} {http.url.path} here; the API has POST /v1/chat/completions, "
-                "POST /v1/completions, GET /v1/models, GET /v1/models/ID and POST /tokenize.",
+                "POST /v1/completions, GET /v1/models, GET /v1/models/ID, POST /v1/audio/speech, "
+                "POST /v1/audio/transcriptions and POST /tokenize.",
             )
         )
 

@@ -168,10 +168,11 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
     admins = args.admins
     retrieval = retrieval_models(args)
     web = web_research(args, reranker=retrieval[1])
+    voice = voice_of_flags(args)
     tools = Toolbox.of(tool_servers(args), WebTools(web) if web is not None else None)
     app = build_app(
         queue, tabs, template, args.image_transform, description, args.max_upload_mb, store.store, admins=admins,
-        tool_servers=tools, max_tool_rounds=args.max_tool_rounds, retrieval=retrieval, web=web,
+        tool_servers=tools, max_tool_rounds=args.max_tool_rounds, retrieval=retrieval, web=web, voice=voice,
     )  # fmt: skip
     app.queue(default_concurrency_limit=args.concurrency)
     poll_less(app)
@@ -182,6 +183,7 @@ def serve(engine, description: str, tabs: tuple[str, ...], template: str, args, 
         api = OpenAIAPI(queue, template, args.image_transform, args.max_upload_mb, keys, name, models, not admins)
         api.shelf = Shelf(":memory:", *retrieval)  # its file parts' documents, searched as the page's are
         api.web = web  # web_search_options
+        api.voice = voice  # /v1/audio
     routes = [*(api.routes() if api is not None else []), *([store.route()] if store.on else [])]
     if store.on:
         print(f"Conversations are kept in {store.store.path}.", file=sys.stderr, flush=True)
@@ -245,6 +247,18 @@ def web_research(args, reranker=None):
     private = " (private addresses allowed: --web_allow_private)" if args.web_allow_private else ""
     print(f"Web search: {provider}{private}.", file=sys.stderr, flush=True)
     return WebResearch(provider, FetchLimits(allow_private=args.web_allow_private), reranker=reranker)
+
+
+def voice_of_flags(args):
+    """--stt_model's and --tts_model's `Voice` (voice/), loaded now and told in the terminal."""
+    from local_chat.voice import voice_of
+
+    voice = voice_of(args.stt_model, args.tts_model)
+    if voice.hears:
+        print(f"Speech in: {voice.transcriber.name} (the message box's microphone).", file=sys.stderr, flush=True)
+    said = voice.note or (f"Speech out: {voice.speaker.name}." if voice.speaks else "Speech out: off.")
+    print(said, file=sys.stderr, flush=True)
+    return voice
 
 
 def tool_servers(args):

@@ -152,7 +152,27 @@ def parser(description: str) -> argparse.ArgumentParser:
         metavar="PATH",
         help="a local cross-encoder folder that orders the passages found for a question (default: none)",
     )
+    add_voice_flags(p)
     return p
+
+
+def add_voice_flags(p: argparse.ArgumentParser) -> None:
+    """Speech in and out, on the page and /v1/audio."""
+    p.add_argument(
+        "--stt_model",
+        default=None,
+        metavar="DIR",
+        help="a Whisper folder (transformers): the message box's microphone turns a recording into text, and "
+        "/v1/audio/transcriptions answers (default: no speech in)",
+    )
+    p.add_argument(
+        "--tts_model",
+        default=None,
+        metavar="DIR|espeak-ng|off",
+        help="what reads answers aloud (the page's Speak answers switch and read-aloud button, /v1/audio/speech): "
+        "a transformers text-to-speech folder (VITS, such as facebook/mms-tts-eng), espeak-ng, or off (default: "
+        "espeak-ng where it is installed)",
+    )
 
 
 def add_tool_flags(p: argparse.ArgumentParser) -> None:

@@ -75,6 +75,8 @@ class LaunchSettings:
     web_allow_private: bool = False
     embedding_model: str | None = None
     reranker: str | None = None
+    stt_model: str | None = None
+    tts_model: str | None = None
     # the command line (demos/generate.py)
     prompts: tuple[str, ...] | None = None
     data: Path | None = None

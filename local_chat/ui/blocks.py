@@ -39,6 +39,7 @@ def build_app(
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
     retrieval: tuple = (None, None),
     web=None,
+    voice=None,
 ) -> gr.Blocks:
     """The app over `model`: the chat ("chat"; images where the model sees them, kept in `store`'s saved
     conversations when one is given), single questions about an image ("chat_single"), and the Single-turn tab
@@ -47,7 +48,8 @@ def build_app(
     picker (--models_dir), `admins`: the only logins that load models (None: everyone). `tool_servers`: the tools the
     model may call on the chat (tools/servers.py's `ToolServers`, --mcp_config), at most `max_tool_rounds` rounds a
     question. `retrieval`: the documents' embedding model and reranker (documents/vectors.py), where given. `web`:
-    the web search of the chat's Search the web switch (web/context.py's `WebResearch`, --web_search), or None."""
+    the web search of the chat's Search the web switch (web/context.py's `WebResearch`, --web_search), or None.
+    `voice`: the chat's microphone and speech (voice/'s `Voice`, --stt_model and --tts_model), or None."""
     template = default_template(engine, template)
     cancels = Cancels()
     saved = SavedChats(store, max_upload_mb, retrieval)
@@ -72,6 +74,7 @@ def build_app(
                 tool_servers,
                 max_tool_rounds,
                 web,
+                voice,
             )  # fmt: skip
             for tab in tabs
             if tab.startswith("chat")

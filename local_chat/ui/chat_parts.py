@@ -40,6 +40,8 @@ class ChatParts:
     tools: Component
     pdf_pictures: Component
     web_search: Component
+    speak_answers: Component  # the Speak answers switch, where the app speaks (ui/voice.py)
+    speech: Component  # the answers' speech, played by the page's script (ui/voice.py)
 
     def named(self) -> dict[str, Component]:
         """Each component by its name (not `dataclasses.asdict`, which would copy them)."""

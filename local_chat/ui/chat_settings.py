@@ -31,6 +31,7 @@ class ChatSettings:
     tools: list[str] | None = None  # the tools switched on, where the page has tools (ui/tool_rounds.py)
     pdf_pictures: bool = False  # a PDF's pages go to a model that sees images as pictures (ui/documents.py)
     web_search: bool = False  # the Search the web switch, where the page has a web search (web/context.py)
+    speak_answers: bool = False  # the Speak answers switch, where the app speaks (ui/voice.py)
 
     @property
     def sampling(self) -> Sampling:

@@ -28,6 +28,7 @@ from local_chat.history.kinds import Kind
 from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
 from local_chat.tools import Toolbox
+from local_chat.voice import Voice
 from local_chat.web import put_web_in_prompt, standalone_query
 from local_chat.web.tools import SERVER as WEB_SERVER
 
@@ -52,6 +53,7 @@ from .layout import (
 from .thinking import EFFORTS, EngineThinking, thinking_choices, thinking_control, thinking_kwargs, thinking_switch
 from .tool_rounds import NOT_ANSWERED, ToolRounds
 from .turns import kind_of, model_view, unanswered_calls, up_to_last_question, with_calls_closed
+from .voice import PageVoice
 from .wiring import GENERATION, UI_ONLY, taking_settings, updating
 
 WEB_TITLE = "Web search"
@@ -67,14 +69,25 @@ class Answering(NamedTuple):
 
 
 class Sent(NamedTuple):
-    """What Send updates: `Answering`'s, and the message box (emptied once; given back on an error). Every answer's
-    run updates this (`keeping_stop`): its box shows Stop at each piece."""
+    """What Send updates: `Answering`'s, and the message box (emptied once; given back on an error)."""
 
     chat: list | object
     box: dict | None | object
     prompt: str | object
     conversation_id: str | None
     listed: object
+
+
+class Streamed(NamedTuple):
+    """What every answer's run updates on the page (`ChatTab.on_page`): `Sent`'s, the box showing Stop at each piece,
+    and the answer spoken (ui/voice.py's value)."""
+
+    chat: list | object
+    box: dict | object
+    prompt: str | object
+    conversation_id: str | None
+    listed: object
+    speech: object
 
 
 class Saved(NamedTuple):
@@ -125,6 +138,7 @@ class ChatTab:
         tool_servers=None,
         max_tool_rounds: int = MAX_TOOL_ROUNDS,
         web=None,
+        voice: Voice | None = None,
     ):
         self.engine = ChatEngine.over(engine, template, max_upload_mb)  # chat messages rendered, answers parsed
         self.picker = picker  # --models_dir: each session's model (ui/model_picker.py)
@@ -137,6 +151,7 @@ class ChatTab:
             servers = servers.leaving_out(WEB_SERVER)  # the web's tools only where the model can call them
         self.tools = ToolRounds(servers, max_tool_rounds, saved, self.saving)
         self.web = web  # --web_search: the Search the web switch's search (web/context.py's WebResearch)
+        self.voice = PageVoice(voice or Voice(), max_upload_mb)  # the microphone, Speak answers, read aloud
         self.sidebar = Sidebar(saved, self.stop, picker) if self.saving else None  # with its branches
         self.parts: ChatParts | None = None  # once built
         self.runs: list = []  # the events that answer, which Stop cancels
@@ -454,10 +469,11 @@ class ChatTab:
         where there is one. The sidebar, where there is one, was built before (it is the page's)."""
         engine = self.engine
         conversation_id = gr.State(None)
-        chatbot, box = chat_box(engine, interactive=not self.saving)
+        chatbot, box = chat_box(engine, interactive=not self.saving, hears=self.voice.voice.hears)
         web_search = (
             gr.Checkbox(False, label="Search the web", elem_classes="web-switch") if self.web else gr.State(False)
         )
+        speech, speak_answers = self.voice.build()
         tools, always = self.tools.build(engine)  # --mcp_config: the tools switched on for this conversation
         thinking = gr.State(None) if self.single_turn else thinking_control(engine, self.picker is not None)
         examples = gr.Examples(  # a click sends the example, as Enter does
@@ -499,6 +515,8 @@ class ChatTab:
             tools=tools,
             pdf_pictures=pictures,
             web_search=web_search,
+            speak_answers=speak_answers,
+            speech=speech,
         )
         self._wire(self.parts, examples.load_input_event.then)  # once an example is in the message box
         return self.parts
@@ -512,7 +530,7 @@ class ChatTab:
         toggle = dict(queue=False, show_progress="hidden", **quiet)
 
         def answering(handler):
-            return updating(taking_settings(keeping_stop(handler)), Sent, named)
+            return updating(taking_settings(self.on_page(handler)), Streamed, named)
 
         def sent_after(event):
             """The message box sent after `event` (Enter, an example's click). A message sent while an answer
@@ -551,6 +569,30 @@ class ChatTab:
             **quiet,
         )
         self.tools.wire(parts, runs[-1])  # this login's always-allowed tools: shown after a choice, and revoked
+        self.voice.wire(box, parts.speech)
+
+    def on_page(self, handler):
+        """`handler`'s results (an answer's run) as `Streamed`: the message box showing Stop at each piece, and the
+        answer spoken where Speak answers is on (its last sentences after its last piece). The answer before this one
+        puts Send back when it ends (`finished`), which can come after this answer began (a message sent as that one
+        ends): the next piece shows Stop again."""
+
+        @functools.wraps(handler)
+        async def streaming(*args, **kwargs):
+            speech = self.voice.answer_speech(args[-1].speak_answers)  # the settings come last
+            shown = None
+            try:
+                async for shown in handler(*args, **kwargs):
+                    said = speech.heard(shown.chat) if speech and isinstance(shown.chat, list) else gr.skip()
+                    yield streamed(shown, said)
+                if speech and shown is not None and isinstance(shown.chat, list):
+                    async for said in speech.rest(shown.chat):
+                        yield Streamed(gr.skip(), busy_box(), gr.skip(), gr.skip(), gr.skip(), said)
+            finally:
+                if speech:
+                    speech.close()
+
+        return streaming
 
     def restore_step(self) -> dict:
         """The event step that sets the open conversation's switches and draws its controls again (`restore_of`)."""
@@ -562,16 +604,8 @@ class ChatTab:
         )
 
 
-def keeping_stop(handler):
-    """`handler`'s results as `Sent`, the message box showing Stop at each piece. The answer before this one puts
-    Send back when it ends (`ChatTab.finished`), which can come after this answer began (a message sent as that one
-    ends): its next piece shows Stop again."""
-
-    @functools.wraps(handler)
-    async def streaming(*args, **kwargs):
-        async for shown in handler(*args, **kwargs):
-            box = shown.box if isinstance(shown, Sent) else gr.skip()
-            update = box if isinstance(box, dict) and box.get("__type__") == "update" else gr.update(value=box)
-            yield Sent(shown.chat, {**update, **busy_box()}, shown.prompt, shown.conversation_id, shown.listed)
-
-    return streaming
+def streamed(shown: Sent | Answering, said) -> Streamed:
+    """`shown` as the page shows it: its box showing Stop, `said` its speech."""
+    box = shown.box if isinstance(shown, Sent) else gr.skip()
+    update = box if isinstance(box, dict) and box.get("__type__") == "update" else gr.update(value=box)
+    return Streamed(shown.chat, {**update, **busy_box()}, shown.prompt, shown.conversation_id, shown.listed, said)

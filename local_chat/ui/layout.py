@@ -59,9 +59,9 @@ def model_panel(engine: Engine) -> str:
     return f"<details><summary>{summary}</summary><div class='model-details'>{details}</div></details>"
 
 
-def chat_box(engine: Engine, interactive: bool) -> tuple[gr.Chatbot, gr.MultimodalTextbox]:
+def chat_box(engine: Engine, interactive: bool, hears: bool = False) -> tuple[gr.Chatbot, gr.MultimodalTextbox]:
     """The chat and its message box; `interactive`: the box takes text at once (with saved conversations, only once
-    the page's first load gave it its id)."""
+    the page's first load gave it its id); `hears`: it has a microphone (--stt_model), and takes sound files."""
     chatbot = gr.Chatbot(
         label="Conversation",
         height="58vh",
@@ -73,7 +73,7 @@ def chat_box(engine: Engine, interactive: bool) -> tuple[gr.Chatbot, gr.Multimod
     )
     message = gr.MultimodalTextbox(
         show_label=False,
-        **message_box_images(engine.sees_images),
+        **message_box_images(engine.sees_images, hears),
         file_count="multiple",
         max_lines=6,
         autofocus=True,
@@ -85,14 +85,15 @@ def chat_box(engine: Engine, interactive: bool) -> tuple[gr.Chatbot, gr.Multimod
     return chatbot, message
 
 
-def message_box_images(sees_images: bool) -> dict:
-    """The message box's settings that depend on whether the model sees images: attachments, and the placeholder
-    that says so."""
+def message_box_images(sees_images: bool, hears: bool = False) -> dict:
+    """The message box's settings that depend on whether the model sees images and the app hears: attachments, the
+    microphone, and the placeholder that says so."""
     attach = "images and documents" if sees_images else "documents (PDF, Word, text, code)"
+    record = ", or record a question" if hears else ""
     return {
-        "placeholder": f"Type a message and press Enter (attach, drop or paste {attach})",
-        "file_types": (["image"] if sees_images else []) + list(DOCUMENT_SUFFIXES),
-        "sources": ["upload"],
+        "placeholder": f"Type a message and press Enter (attach, drop or paste {attach}{record})",
+        "file_types": (["image"] if sees_images else []) + list(DOCUMENT_SUFFIXES) + (["audio"] if hears else []),
+        "sources": ["upload", "microphone"] if hears else ["upload"],
     }
 
 

@@ -1,0 +1,141 @@
+"""Voice on the page (voice/ does the work): the message box's microphone, whose recording becomes text in the box
+(--stt_model; the user edits it before Send), the Speak answers switch (each answer spoken sentence by sentence while
+it streams), and a read-aloud button under each answer.
+
+The clips reach the browser as the value of one `gr.HTML` (`SPEECH_JS`): {"round", "clips"}, the clips as WAV data
+addresses, in order. The script plays a round's clips one after the other, drops them when a new round comes, stops
+with Stop or Escape, and draws the read-aloud buttons, whose click sends the answer's text back ("read" event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+from pathlib import Path
+
+import gradio as gr
+
+from local_chat.errors import UserError
+from local_chat.history.kinds import Kind
+from local_chat.voice import SpokenAnswer, Voice
+from local_chat.voice.clips import Clip, read_clip, wav_bytes
+
+from .layout import static_text
+from .turns import kind_of
+from .wiring import UI_ONLY
+
+SPEECH_JS = static_text("speech.js")
+AUDIO_SUFFIXES = (".wav", ".mp3", ".flac", ".ogg", ".oga", ".opus")
+SILENT = {"round": None, "clips": []}
+MAX_READ_CHARS = 20_000  # what one read-aloud click speaks
+
+
+def clip_address(clip: Clip) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(clip)).decode()
+
+
+def answer_text(entries: list[dict]) -> str:
+    """The text of the answers after the last question (an answer's parts around its tool calls, one after the
+    other): what Speak answers reads."""
+    texts: list[str] = []
+    for entry in entries:
+        kind = kind_of(entry)
+        if kind == Kind.QUESTION:
+            texts = []
+        elif kind == Kind.ANSWER and isinstance(entry.get("content"), str):
+            texts.append(entry["content"])
+    return "\n\n".join(texts)
+
+
+def is_recording(path: str) -> bool:
+    return Path(path).suffix.lower() in AUDIO_SUFFIXES
+
+
+class AnswerSpeech:
+    """One answer spoken as it streams: `heard(entries)` with the chat as shown gives the speech component's next
+    value (or `gr.skip()` while no new sentence was spoken), `rest(entries)` the values until the last sentence is
+    spoken; a speaker's failure is one warning, the text untouched."""
+
+    def __init__(self, speaker):
+        self.spoken = SpokenAnswer(speaker)
+        self.round, self.given, self.warned = secrets.token_hex(6), 0, False
+
+    def _value(self):
+        clips = self.spoken.ready()
+        if self.spoken.failure and not self.warned:
+            self.warned = True
+            gr.Warning(self.spoken.failure + " The answer's text is as it was.")
+        if len(clips) == self.given:
+            return gr.skip()
+        self.given = len(clips)
+        return {"round": self.round, "clips": [clip_address(clip) for clip in clips]}
+
+    def heard(self, entries: list[dict]):
+        self.spoken.hear(answer_text(entries))
+        return self._value()
+
+    async def rest(self, entries: list[dict]):
+        """Each value once the sentence after the last given is spoken (the answer has ended)."""
+        self.spoken.end(answer_text(entries))
+        while self.given < len(self.spoken.pending) and not self.spoken.failure:
+            await asyncio.wait([asyncio.wrap_future(self.spoken.pending[self.given])])
+            value = self._value()
+            if "round" in value:
+                yield value
+
+    def close(self) -> None:
+        self.spoken.close()
+
+
+class PageVoice:
+    """The chat tab's voice controls over `voice` (the app's `Voice`); `max_upload_mb`: a recording's cap."""
+
+    def __init__(self, voice: Voice, max_upload_mb: float):
+        self.voice, self.max_upload_mb = voice, max_upload_mb
+
+    def build(self):
+        """(the speech component, the Speak answers switch): placeholders where the app speaks nothing."""
+        if not self.voice.speaks:
+            return gr.State(None), gr.State(False)
+        speech = gr.HTML(SILENT, html_template="", js_on_load=SPEECH_JS, visible="hidden", elem_classes="speech")
+        switch = gr.Checkbox(False, label="Speak answers", elem_classes="speak-switch")
+        return speech, switch
+
+    def answer_speech(self, speak: bool) -> AnswerSpeech | None:
+        return AnswerSpeech(self.voice.speaker) if speak and self.voice.speaks else None
+
+    def wire(self, box, speech) -> None:
+        if self.voice.hears:  # a recording, or an audio file attached: its text in the box
+            box.change(self.transcribed, box, box, show_progress="hidden", api_visibility=UI_ONLY)
+        if self.voice.speaks:
+            speech.read(self.read_aloud, speech, speech, show_progress="hidden", api_visibility=UI_ONLY)
+
+    async def transcribed(self, message):
+        """The message box with its recordings' text after what was typed, the recordings taken out (a recording
+        that cannot be heard: a warning, and it is taken out)."""
+        files = [f if isinstance(f, str) else f.get("path") for f in (message or {}).get("files") or []]
+        recordings = [path for path in files if path and is_recording(path)]
+        if not recordings:
+            return gr.skip()
+        heard, failed = [], []
+        for path in recordings:
+            try:
+                clip = read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)
+                heard.append(await asyncio.to_thread(self.voice.transcriber.transcribe, clip))
+            except UserError as error:
+                failed.append(str(error))
+        if failed:
+            gr.Warning(" ".join(failed))
+        text = " ".join(part for part in [(message.get("text") or "").rstrip(), *heard] if part)
+        return {"text": text, "files": [path for path in files if path not in recordings]}
+
+    async def read_aloud(self, value):
+        """The text the read-aloud button sent, spoken sentence by sentence: a value for each clip."""
+        text = ((value or {}).get("read") or "")[:MAX_READ_CHARS]
+        speech = AnswerSpeech(self.voice.speaker)
+        try:
+            async for shown in speech.rest([{"role": "assistant", "content": text}]):
+                yield shown
+        finally:
+            speech.close()

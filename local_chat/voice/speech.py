@@ -1,0 +1,246 @@
+"""Speech out: text spoken by a `Speaker`, an answer sentence by sentence as it streams.
+
+- `Espeak`: espeak-ng (Debian's `apt-get install -y espeak-ng`), which needs no weights; its WAV read from stdout.
+- `TransformersSpeaker`: `--tts_model DIR`, a transformers text-to-speech folder (VITS, as Meta's MMS-TTS voices),
+  run on the CPU of the web server's process.
+- `Sentences` cuts a text that grows piece by piece (an answer streaming) into sentences as each one ends, with the
+  markdown that is not spoken taken out; `SpokenAnswer` speaks them on a thread of its own while the answer goes on.
+
+A speaker that fails raises a `UserError` (one sentence); the text it was given is never touched.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+import threading
+import wave
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from local_chat.errors import UserError, described
+
+from .clips import Clip
+
+ESPEAK = "espeak-ng"
+ESPEAK_WPM = 175  # espeak-ng's own default speed, OpenAI's `speed` 1.0
+# OpenAI's voice names, each one of espeak-ng's English voices (any espeak-ng voice name is taken as it is)
+OPENAI_VOICES = {
+    "alloy": "en-us", "ash": "en-us+m3", "ballad": "en-gb+m4", "coral": "en-us+f2", "echo": "en-us+m2",
+    "fable": "en-gb", "nova": "en-us+f3", "onyx": "en-us+m7", "sage": "en-us+f4", "shimmer": "en-us+f5",
+    "verse": "en-us+m5", "marin": "en-us+f1", "cedar": "en-us+m1",
+}  # fmt: skip
+MAX_SPOKEN_CHARS = 4096  # OpenAI's limit on /v1/audio/speech's input
+SPEAK_TIMEOUT_S = 60.0
+_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\n+")
+_NOT_AN_END = re.compile(r"(?:^|\s)(?:[A-Za-z]|\d+|e\.g|i\.e|etc|vs|Mr|Mrs|Ms|Dr|St|No)\.$")
+_CODE_BLOCK = re.compile(r"```.*?```", re.S)
+_UNSPOKEN = [
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # links and images: their text
+    (re.compile(r"(\*\*|__|[*`~])"), ""),  # emphasis, code
+    (re.compile(r"[#>|]+"), " "),  # headings, quotes, tables
+    (re.compile(r"^\s*[-+]\s+", re.M), ""),  # list bullets
+    (re.compile(r"\s+"), " "),
+]
+
+
+def spoken(text: str) -> str:
+    """`text` as it is read aloud: markdown's marks and code blocks left out."""
+    for pattern, replacement in _UNSPOKEN:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
+class Sentences:
+    """The sentences of a text given whole each time, growing (an answer as it streams): `more(text)` gives the
+    sentences that ended since the last call, `rest(text)` the last one once the text is complete."""
+
+    def __init__(self):
+        self.done = 0  # characters of the text already given as sentences
+
+    def more(self, text: str) -> list[str]:
+        text, found = _readable(text), []
+        for end in _SENTENCE_END.finditer(text, self.done):
+            piece = text[self.done : end.start()]
+            if piece.strip() and _NOT_AN_END.search(piece.strip()) and "\n" not in end.group():
+                continue  # "e.g. ", "1. ", "Dr. ": the sentence goes on
+            self.done = end.end()
+            if sentence := spoken(piece):
+                found.append(sentence)
+        return found
+
+    def rest(self, text: str) -> list[str]:
+        found, text = self.more(text), _readable(text)
+        last, self.done = spoken(text[self.done :]), len(text)
+        return found + ([last] if last else [])
+
+
+def _readable(text: str) -> str:
+    """`text` with its code blocks blanked out (their length kept, so places in it stay), up to a block still open."""
+    text = _CODE_BLOCK.sub(lambda block: "\n" + " " * (len(block.group()) - 1), text)
+    return text.split("```", 1)[0]
+
+
+def sentences_of(text: str) -> list[str]:
+    return Sentences().rest(text)
+
+
+def _wav_clip(data: bytes) -> Clip:
+    with wave.open(io.BytesIO(data)) as file:
+        rate, width = file.getframerate(), file.getsampwidth()
+        frames = file.readframes(2**31)  # espeak-ng's header on a pipe says no length: read what there is
+    if width != 2:
+        raise UserError(f"{ESPEAK} wrote {8 * width}-bit sound; this app reads 16-bit.")
+    return Clip(np.frombuffer(frames, "<i2").astype(np.float32) / 32768, rate)
+
+
+class Espeak:
+    """espeak-ng: any of its voices (`espeak-ng --voices`), or OpenAI's names for a few English ones."""
+
+    name = ESPEAK
+
+    def __init__(self, program: str = ESPEAK):
+        found = shutil.which(program)
+        if found is None:
+            raise UserError(
+                f"{ESPEAK} is not installed; install it (apt-get install -y {ESPEAK}) or give --tts_model DIR."
+            )
+        self.program = found
+        self.languages, self.variants = self._listed(), self._listed("=variant")
+
+    def _listed(self, which: str = "") -> set[str]:
+        """The names `espeak-ng --voices` lists (its languages, voice names and files), lower case; of its variants
+        ("+f3") with "=variant"."""
+        try:
+            listed = subprocess.run([self.program, f"--voices{which}"], capture_output=True, timeout=SPEAK_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise UserError(
+                f"{ESPEAK} does not run ({described(error)}); reinstall it or give --tts_model DIR."
+            ) from None
+        names = set()
+        for line in listed.stdout.decode(errors="replace").splitlines()[1:]:
+            columns = line.split()
+            if len(columns) >= 5:
+                names |= {columns[1].lower(), columns[3].lower(), columns[4].lower().rsplit("/", 1)[-1]}
+        return names
+
+    def voices(self) -> list[str]:
+        return list(OPENAI_VOICES)
+
+    def speak(self, text: str, voice: str | None = None, speed: float = 1.0) -> Clip:
+        voice = OPENAI_VOICES.get(voice or "alloy", voice)
+        language, _, variant = voice.lower().partition("+")
+        if language not in self.languages or (variant and variant not in self.variants):
+            raise UserError(
+                f"There is no voice {voice!r}; give one of {', '.join(OPENAI_VOICES)} or one of {ESPEAK}'s voices "
+                "(espeak-ng --voices), a variant after + (en-us+f3)."
+            )
+        command = [self.program, "--stdout", "--stdin", "-v", voice, "-s", str(round(ESPEAK_WPM * speed))]
+        try:
+            done = subprocess.run(command, input=text.encode(), capture_output=True, timeout=SPEAK_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise UserError(f"{ESPEAK} failed ({described(error)}); see that it runs (espeak-ng 'hello').") from None
+        if done.returncode != 0 or not done.stdout:
+            why = done.stderr.decode(errors="replace").strip().splitlines()[:1] or [f"exit code {done.returncode}"]
+            raise UserError(f"{ESPEAK} failed ({why[0]}); see that it runs (espeak-ng 'hello').")
+        return _wav_clip(done.stdout)
+
+
+class TransformersSpeaker:
+    """A transformers text-to-waveform folder (`--tts_model DIR`: VITS, such as facebook/mms-tts-eng): one voice."""
+
+    def __init__(self, folder: str):
+        if not Path(folder, "config.json").is_file():
+            raise UserError(
+                f"--tts_model {folder} has no config.json; give a transformers text-to-speech folder (VITS)."
+            )
+        from transformers import AutoModelForTextToWaveform, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(folder)
+            self.model = AutoModelForTextToWaveform.from_pretrained(folder).eval()
+        except (OSError, ValueError, KeyError) as error:
+            raise UserError(
+                f"--tts_model {folder} cannot be loaded ({described(error)}); give a VITS folder."
+            ) from None
+        self.name = Path(folder).name
+        self._lock = threading.Lock()
+
+    def voices(self) -> list[str]:
+        return [self.name]
+
+    def speak(self, text: str, voice: str | None = None, speed: float = 1.0) -> Clip:
+        import torch
+
+        inputs = self.tokenizer(text, return_tensors="pt")
+        if inputs["input_ids"].shape[-1] == 0:
+            raise UserError(f"The voice {self.name} has no sounds for this text; give text in its language.")
+        with self._lock, torch.inference_mode():
+            before, self.model.speaking_rate = getattr(self.model, "speaking_rate", 1.0), speed
+            try:
+                waveform = self.model(**inputs).waveform[0]
+            except RuntimeError as error:
+                raise UserError(f"The voice {self.name} failed ({described(error)}).") from None
+            finally:
+                self.model.speaking_rate = before
+        return Clip(waveform.float().numpy(), self.model.config.sampling_rate)
+
+
+def speaker_of(tts_model: str | None):
+    """--tts_model's speaker: a folder, espeak-ng (the default), or none ("off")."""
+    if tts_model in (None, ESPEAK):
+        return Espeak()
+    if tts_model == "off":
+        return None
+    return TransformersSpeaker(tts_model)
+
+
+class SpokenAnswer:
+    """An answer spoken as it streams: `hear(text)` with the answer so far (its sentences that ended go to the
+    speaker, one at a time, on a thread of its own), `ready()` the clips spoken so far, in order; `end(text)` with
+    the whole answer speaks its last sentence. `close()` drops what is left (Stop)."""
+
+    def __init__(self, speaker, voice: str | None = None, speed: float = 1.0):
+        self.speaker, self.voice, self.speed = speaker, voice, speed
+        self.sentences = Sentences()
+        self.pending: list[Future] = []
+        self.failure: str | None = None
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speech")
+
+    def _say(self, sentences: list[str]) -> None:
+        for sentence in sentences:
+            self.pending.append(self.worker.submit(self.speaker.speak, sentence, self.voice, self.speed))
+
+    def hear(self, text: str) -> None:
+        self._say(self.sentences.more(text))
+
+    def end(self, text: str) -> None:
+        self._say(self.sentences.rest(text))
+
+    def ready(self) -> list[Clip]:
+        """The clips of the sentences spoken so far, in order, up to the first not yet spoken or failed (then
+        `failure` holds its sentence)."""
+        clips = []
+        for future in self.pending:
+            if not future.done():
+                break
+            if (error := future.exception()) is not None:
+                self.failure = str(error) if isinstance(error, UserError) else f"Speech failed ({described(error)})."
+                break
+            clips.append(future.result())
+        return clips
+
+    def all(self) -> list[Clip]:
+        """`ready()` once every sentence given is spoken."""
+        for future in self.pending:
+            future.exception()
+        return self.ready()
+
+    def close(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.worker.shutdown(wait=False)
