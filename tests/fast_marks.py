@@ -4,8 +4,7 @@ A test is marked at collection when neither its body, nor the tests' own functio
 bench/ and fixtures/, theirs too), nor its fixtures name what starts one (`STARTERS`). The reading can miss a way in,
 so a test marked fast runs with those ways shut: starting a process or a Gradio server fails it with a sentence saying
 where it started and to name the starter here (or to mark the test `@pytest.mark.starts("...")`, which keeps it out
-of the fast set). The processes allowed (`ALLOWED`): the documents' reader (one worker for the whole session) and
-espeak-ng speaking a sentence."""
+of the fast set). The documents' reader is the one process allowed: one worker for the whole session (`ALLOWED`)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ STARTERS = re.compile(
     r"|compil"  # torch.compile: inductor's compile workers are processes
     r"|launchers\."  # a launcher's main: its web server's process starts first
 )
-# where a fast test may start a process: the documents' reader, and espeak-ng (some 10 ms a sentence)
-ALLOWED = ("/local_chat/documents/extract.py", "/local_chat/voice/speech.py")
+ALLOWED = ("/local_chat/documents/extract.py",)  # where a fast test may start a process (the documents' reader)
 TESTS = str(Path(__file__).resolve().parent)
 CHECKOUT = Path(__file__).resolve().parent.parent
 HELPERS = (TESTS, str(CHECKOUT / "bench"), str(CHECKOUT / "fixtures"))  # where the tests' own code is

@@ -23,7 +23,7 @@ from .requests import APIError, bad, parse_json
 
 SPEEDS = (0.25, 4.0)
 TRANSCRIPT_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
-NO_SPEAKER = "This server speaks no text: espeak-ng is not installed and no --tts_model was given."
+NO_SPEAKER = "This server speaks no text: espeak-ng is not installed (the voice extra) and no --tts_model was given."
 NO_TRANSCRIBER = "This server transcribes nothing: start it with --stt_model DIR (a Whisper folder)."
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .speech import ESPEAK, SpokenAnswer, sentences_of, spoken
+from .espeak import ESPEAK
+from .speech import SpokenAnswer, sentences_of, spoken
 
 __all__ = ["ESPEAK", "SpokenAnswer", "Voice", "sentences_of", "spoken", "voice_of"]
 

@@ -1,6 +1,6 @@
 """Speech out: text spoken by a `Speaker`, an answer sentence by sentence as it streams.
 
-- `Espeak`: espeak-ng (Debian's `apt-get install -y espeak-ng`), which needs no weights; its WAV read from stdout.
+- `Espeak` (voice/espeak.py): espeak-ng, which needs no weights, the default.
 - `TransformersSpeaker`: `--tts_model DIR`, a transformers text-to-speech folder (VITS, as Meta's MMS-TTS voices),
   run on the CPU of the web server's process.
 - `Sentences` cuts a text that grows piece by piece (an answer streaming) into sentences as each one ends, with the
@@ -11,31 +11,17 @@ A speaker that fails raises a `UserError` (one sentence); the text it was given 
 
 from __future__ import annotations
 
-import io
 import re
-import shutil
-import subprocess
 import threading
-import wave
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-
-import numpy as np
 
 from local_chat.errors import UserError, described
 
 from .clips import Clip
+from .espeak import ESPEAK, Espeak
 
-ESPEAK = "espeak-ng"
-ESPEAK_WPM = 175  # espeak-ng's own default speed, OpenAI's `speed` 1.0
-# OpenAI's voice names, each one of espeak-ng's English voices (any espeak-ng voice name is taken as it is)
-OPENAI_VOICES = {
-    "alloy": "en-us", "ash": "en-us+m3", "ballad": "en-gb+m4", "coral": "en-us+f2", "echo": "en-us+m2",
-    "fable": "en-gb", "nova": "en-us+f3", "onyx": "en-us+m7", "sage": "en-us+f4", "shimmer": "en-us+f5",
-    "verse": "en-us+m5", "marin": "en-us+f1", "cedar": "en-us+m1",
-}  # fmt: skip
 MAX_SPOKEN_CHARS = 4096  # OpenAI's limit on /v1/audio/speech's input
-SPEAK_TIMEOUT_S = 60.0
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\n+")
 _NOT_AN_END = re.compile(r"(?:^|\s)(?:[A-Za-z]|\d+|e\.g|i\.e|etc|vs|Mr|Mrs|Ms|Dr|St|No)\.$")
 _CODE_BLOCK = re.compile(r"```.*?```", re.S)
@@ -87,67 +73,6 @@ def _readable(text: str) -> str:
 
 def sentences_of(text: str) -> list[str]:
     return Sentences().rest(text)
-
-
-def _wav_clip(data: bytes) -> Clip:
-    with wave.open(io.BytesIO(data)) as file:
-        rate, width = file.getframerate(), file.getsampwidth()
-        frames = file.readframes(2**31)  # espeak-ng's header on a pipe says no length: read what there is
-    if width != 2:
-        raise UserError(f"{ESPEAK} wrote {8 * width}-bit sound; this app reads 16-bit.")
-    return Clip(np.frombuffer(frames, "<i2").astype(np.float32) / 32768, rate)
-
-
-class Espeak:
-    """espeak-ng: any of its voices (`espeak-ng --voices`), or OpenAI's names for a few English ones."""
-
-    name = ESPEAK
-
-    def __init__(self, program: str = ESPEAK):
-        found = shutil.which(program)
-        if found is None:
-            raise UserError(
-                f"{ESPEAK} is not installed; install it (apt-get install -y {ESPEAK}) or give --tts_model DIR."
-            )
-        self.program = found
-        self.languages, self.variants = self._listed(), self._listed("=variant")
-
-    def _listed(self, which: str = "") -> set[str]:
-        """The names `espeak-ng --voices` lists (its languages, voice names and files), lower case; of its variants
-        ("+f3") with "=variant"."""
-        try:
-            listed = subprocess.run([self.program, f"--voices{which}"], capture_output=True, timeout=SPEAK_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise UserError(
-                f"{ESPEAK} does not run ({described(error)}); reinstall it or give --tts_model DIR."
-            ) from None
-        names = set()
-        for line in listed.stdout.decode(errors="replace").splitlines()[1:]:
-            columns = line.split()
-            if len(columns) >= 5:
-                names |= {columns[1].lower(), columns[3].lower(), columns[4].lower().rsplit("/", 1)[-1]}
-        return names
-
-    def voices(self) -> list[str]:
-        return list(OPENAI_VOICES)
-
-    def speak(self, text: str, voice: str | None = None, speed: float = 1.0) -> Clip:
-        voice = OPENAI_VOICES.get(voice or "alloy", voice)
-        language, _, variant = voice.lower().partition("+")
-        if language not in self.languages or (variant and variant not in self.variants):
-            raise UserError(
-                f"There is no voice {voice!r}; give one of {', '.join(OPENAI_VOICES)} or one of {ESPEAK}'s voices "
-                "(espeak-ng --voices), a variant after + (en-us+f3)."
-            )
-        command = [self.program, "--stdout", "--stdin", "-v", voice, "-s", str(round(ESPEAK_WPM * speed))]
-        try:
-            done = subprocess.run(command, input=text.encode(), capture_output=True, timeout=SPEAK_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise UserError(f"{ESPEAK} failed ({described(error)}); see that it runs (espeak-ng 'hello').") from None
-        if done.returncode != 0 or not done.stdout:
-            why = done.stderr.decode(errors="replace").strip().splitlines()[:1] or [f"exit code {done.returncode}"]
-            raise UserError(f"{ESPEAK} failed ({why[0]}); see that it runs (espeak-ng 'hello').")
-        return _wav_clip(done.stdout)
 
 
 class TransformersSpeaker:
