@@ -60,6 +60,7 @@ class AnswerSpeech:
     def __init__(self, speaker):
         self.spoken = SpokenAnswer(speaker)
         self.round, self.given, self.warned = secrets.token_hex(6), 0, False
+        self.addresses: list[str] = []
 
     def _value(self):
         clips = self.spoken.ready()
@@ -68,8 +69,9 @@ class AnswerSpeech:
             gr.Warning(self.spoken.failure + " The answer's text is as it was.")
         if len(clips) == self.given:
             return gr.skip()
+        self.addresses += [clip_address(clip) for clip in clips[self.given :]]  # each clip encoded once
         self.given = len(clips)
-        return {"round": self.round, "clips": [clip_address(clip) for clip in clips]}
+        return {"round": self.round, "clips": list(self.addresses)}  # Gradio sends the page the clips added
 
     def heard(self, entries: list[dict]):
         self.spoken.hear(answer_text(entries))
