@@ -124,6 +124,27 @@ def test_recordings_that_cannot_be_heard_are_one_sentence_each(folders):
         Transcriber(str(folders.vits))
 
 
+def test_the_message_box_gets_a_recordings_text_and_a_bad_one_says_why(folders, transcriber, tmp_path, monkeypatch):
+    from local_chat.ui.voice import PageVoice
+
+    warned = []
+    monkeypatch.setattr("gradio.Warning", lambda message, *args, **kwargs: warned.append(message))
+    page = PageVoice(Voice(transcriber, None), max_upload_mb=20)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not sound")
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF....WAVEfmt ")
+    document = tmp_path / "paper.pdf"
+    box = {"text": "Please answer: ", "files": [str(folders.question), str(broken), str(document)]}
+    heard = asyncio.run(page.transcribed(box))
+    expected = transcriber.transcribe(clip_of(folders.question))
+    assert heard == {"text": "Please answer: " + expected, "files": [str(document)]}  # the document stays
+    assert warned == ["Taken out of the message (your text is still there): The file broken.wav cannot be read as "
+                      "sound (Error in WAV file. No 'data' chunk marker); send WAV, FLAC, MP3 or Ogg."]  # fmt: skip
+    for files in ([], [str(notes), str(document)]):  # no recording among them: the box as it is
+        assert asyncio.run(page.transcribed({"text": "typed", "files": files})) == {"__type__": "update"}
+
+
 # ----- speech out -----
 
 

@@ -21,6 +21,7 @@ from local_chat.history.kinds import Kind
 from local_chat.voice import SpokenAnswer, Voice
 from local_chat.voice.clips import Clip, read_clip, wav_bytes
 
+from .chat_settings import taken_out
 from .layout import static_text
 from .turns import kind_of
 from .wiring import UI_ONLY
@@ -114,8 +115,8 @@ class PageVoice:
             speech.read(self.read_aloud, speech, speech, show_progress="hidden", api_visibility=UI_ONLY)
 
     async def transcribed(self, message):
-        """The message box with its recordings' text after what was typed, the recordings taken out (a recording
-        that cannot be heard: a warning, and it is taken out)."""
+        """The message box with its recordings' text after what was typed, the recordings taken out (one that cannot
+        be heard: taken out too, with a warning that says why; the text stays)."""
         files = [f if isinstance(f, str) else f.get("path") for f in (message or {}).get("files") or []]
         recordings = [path for path in files if path and is_recording(path)]
         if not recordings:
@@ -128,7 +129,7 @@ class PageVoice:
             except UserError as error:
                 failed.append(str(error))
         if failed:
-            gr.Warning(" ".join(failed))
+            gr.Warning(taken_out(failed))
         text = " ".join(part for part in [(message.get("text") or "").rstrip(), *heard] if part)
         return {"text": text, "files": [path for path in files if path not in recordings]}
 
