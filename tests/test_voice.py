@@ -95,6 +95,9 @@ def test_the_transcript_is_transformers_pipelines_own(folders, transcriber):
     assert texts[0] != texts[1]  # the sound makes the text
     languages = {transcriber.transcribe(clip_of(folders.question), language=code) for code in ("en", "de", "fr")}
     assert len(languages) > 1  # the language's token is given
+    raw = {"raw": resampled(clip_of(folders.question), 16_000).samples, "sampling_rate": 16_000}
+    translated = asr(raw, generate_kwargs={"num_beams": 1, "task": "translate"})["text"].strip()
+    assert transcriber.transcribe(clip_of(folders.question), task="translate") == translated
     with pytest.raises(UserError, match="cannot transcribe"):
         transcriber.transcribe(clip_of(folders.question), language="xx")
 
@@ -307,6 +310,9 @@ def test_v1_audio_transcriptions_through_the_openai_client(server, folders, tran
     assert srt.startswith("1\n00:00:00,000 --> 00:00:0") and expected in srt
     with pytest.raises(BadRequestError, match="cannot be read as sound"):
         client.audio.transcriptions.create(model="whisper-1", file=("notes.txt", b"not sound"))
+    with folders.question.open("rb") as file:  # Whisper's translation into English
+        english = client.audio.translations.create(model="whisper-1", file=file).text
+    assert english == transcriber.transcribe(clip_of(folders.question), task="translate") != expected
 
 
 def test_v1_audio_without_a_voice_says_so(demo):

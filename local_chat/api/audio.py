@@ -1,7 +1,8 @@
-"""/v1/audio/speech and /v1/audio/transcriptions in OpenAI's shape, over the app's `Voice` (voice/): the text spoken
-sentence by sentence (streamed as each is spoken for `pcm` and `wav`, or as `speech.audio.delta` events with
-`stream_format: "sse"`), and a recording's text (`json`, `text`, `verbose_json`, `srt`, `vtt`). Either endpoint answers
-one sentence where the app has no speech engine or no --stt_model."""
+"""/v1/audio/speech, /v1/audio/transcriptions and /v1/audio/translations in OpenAI's shape, over the app's `Voice`
+(voice/): the text spoken sentence by sentence (streamed as each is spoken for `pcm` and `wav`, or as
+`speech.audio.delta` events with `stream_format: "sse"`), and a recording's text (`json`, `text`, `verbose_json`,
+`srt`, `vtt`), or its text in English (Whisper's translation). Each endpoint answers one sentence where the app has
+no speech engine or no --stt_model."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _timestamp(seconds: float, comma: bool) -> str:
     return text.replace(".", ",") if comma else text
 
 
-def transcript_body(text: str, clip: Clip, response_format: str, language: str | None) -> Response:
+def transcript_body(text: str, clip: Clip, response_format: str, language: str | None, task: str) -> Response:
     if response_format == "text":
         return PlainTextResponse(text + "\n")
     if response_format in ("srt", "vtt"):  # one cue over the recording
@@ -47,8 +48,8 @@ def transcript_body(text: str, clip: Clip, response_format: str, language: str |
     if response_format == "verbose_json":
         segment = {"id": 0, "seek": 0, "start": 0.0, "end": round(clip.seconds, 3), "text": text, "tokens": [],
                    "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0}  # fmt: skip
-        return JSONResponse({"task": "transcribe", "language": language or "", "duration": round(clip.seconds, 3),
-                             "text": text, "segments": [segment]})  # fmt: skip
+        return JSONResponse({"task": task, "language": language or ("english" if task == "translate" else ""),
+                             "duration": round(clip.seconds, 3), "text": text, "segments": [segment]})  # fmt: skip
     return JSONResponse({"text": text, "usage": {"type": "duration", "seconds": round(clip.seconds)}})
 
 
@@ -71,6 +72,7 @@ class AudioAPI:
         return [
             Route("/v1/audio/speech", self.speech, methods=["POST"]),
             Route("/v1/audio/transcriptions", self.transcriptions, methods=["POST"]),
+            Route("/v1/audio/translations", self.translations, methods=["POST"]),
         ]
 
     # ----- speech -----
@@ -151,6 +153,13 @@ class AudioAPI:
     # ----- transcriptions -----
 
     async def transcriptions(self, http: HTTPRequest) -> Response:
+        return await self._heard(http, "transcribe")
+
+    async def translations(self, http: HTTPRequest) -> Response:
+        """The recording's text in English (Whisper's own translation; OpenAI's endpoint takes no `language`)."""
+        return await self._heard(http, "translate")
+
+    async def _heard(self, http: HTTPRequest, task: str) -> Response:
         try:
             self.authorize(http)
             if not self.voice.hears:
@@ -162,10 +171,10 @@ class AudioAPI:
             response_format = form.get("response_format") or "json"
             if response_format not in TRANSCRIPT_FORMATS:
                 raise bad(f"`response_format` must be one of {', '.join(TRANSCRIPT_FORMATS)}.", "response_format")
-            language, prompt = form.get("language") or None, form.get("prompt") or None
-            data = await upload.read()
+            language = (form.get("language") or None) if task == "transcribe" else None
+            prompt, data = form.get("prompt") or None, await upload.read()
             clip = await run_in_threadpool(read_clip, data, upload.filename or "file", self.max_upload_mb)
-            text = await run_in_threadpool(self.voice.transcriber.transcribe, clip, language, prompt)
+            text = await run_in_threadpool(self.voice.transcriber.transcribe, clip, language, prompt, task)
         except UserError as error:
             return _error(bad(str(error), "file"))
         except APIError as error:
@@ -173,7 +182,7 @@ class AudioAPI:
         if str(form.get("stream", "")).lower() == "true":  # the whole text as one delta, then done
             events = [{"type": "transcript.text.delta", "delta": text}, {"type": "transcript.text.done", "text": text}]
             return Response("".join(f"data: {json.dumps(e)}\n\n" for e in events), media_type="text/event-stream")
-        return transcript_body(text, clip, response_format, language)
+        return transcript_body(text, clip, response_format, language, task)
 
     async def _form(self, http: HTTPRequest):
         if not http.headers.get("content-type", "").startswith("multipart/form-data"):

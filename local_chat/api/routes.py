@@ -166,7 +166,7 @@ class OpenAIAPI:
                 404,
                 f"There is no {http.method} {http.url.path} here; the API has POST /v1/chat/completions, "
                 "POST /v1/completions, GET /v1/models, GET /v1/models/ID, POST /v1/audio/speech, "
-                "POST /v1/audio/transcriptions and POST /tokenize.",
+                "POST /v1/audio/transcriptions, POST /v1/audio/translations and POST /tokenize.",
             )
         )
 

@@ -39,19 +39,22 @@ class Transcriber:
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
         self._lock = threading.Lock()
 
-    def transcribe(self, clip: Clip, language: str | None = None, prompt: str | None = None) -> str:
+    def transcribe(
+        self, clip: Clip, language: str | None = None, prompt: str | None = None, task: str = "transcribe"
+    ) -> str:
         """The clip's text; `language` (ISO 639-1, multilingual models) is else detected; `prompt` (words the
-        recording holds: names, terms) guides the spelling."""
+        recording holds: names, terms) guides the spelling; `task` "translate": its text in English (Whisper's
+        translation, multilingual models)."""
         import torch
 
-        if language and not self.multilingual:
-            raise UserError(f"{self.name} hears English only; leave the language out.")
+        if (language or task != "transcribe") and not self.multilingual:
+            raise UserError(f"{self.name} hears English only; leave the language out, and it does not translate.")
         samples = resampled(clip, self.rate).samples
         features = self.processor(samples, sampling_rate=self.rate, return_tensors="pt", return_attention_mask=True)
         if len(samples) > self.processor.feature_extractor.n_samples:  # past one window
             features = self.processor(samples, sampling_rate=self.rate, return_tensors="pt", truncation=False,
                                       padding="longest", return_attention_mask=True)  # fmt: skip
-        options = {"language": language, "task": "transcribe"} if self.multilingual else {}
+        options = {"language": language, "task": task} if self.multilingual else {}
         options["num_beams"] = 1  # greedy: transformers' pipeline searches 5 beams, 3-5x the time on a CPU
         if prompt:
             options["prompt_ids"] = torch.tensor(self.processor.get_prompt_ids(prompt))
