@@ -89,10 +89,10 @@ def _transcription(repeats: int, tiny_shape: bool) -> dict[str, float]:
         for round_ in range(repeats + 1):
             for name in list(runs)[round_ % 2 :] + list(runs)[: round_ % 2]:
                 started = time.perf_counter()
-                text = runs[name]()
+                runs[name]()
                 if round_:
                     seconds[name].append(time.perf_counter() - started)
-        assert ours.transcribe(clip) == runs["pipeline"]().strip() and text is not None
+        assert ours.transcribe(clip) == runs["pipeline"]().strip()  # the same work: the same text
     took = {name: statistics.median(times) for name, times in seconds.items()}
     return {
         "voice_whisper_tiny_rtf": took["ours"] / clip.seconds,

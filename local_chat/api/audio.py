@@ -19,6 +19,7 @@ from starlette.routing import Route
 from local_chat.errors import UserError
 from local_chat.voice import Voice, sentences_of
 from local_chat.voice.clips import MEDIA_TYPES, PCM_RATE, Clip, encoded, joined, pcm16, read_clip, resampled
+from local_chat.voice.speech import MAX_SPOKEN_CHARS
 
 from .requests import APIError, bad, parse_json
 
@@ -105,8 +106,8 @@ class AudioAPI:
         text = body.get("input")
         if not isinstance(text, str) or not text.strip():
             raise bad("`input` must be the text to speak.", "input")
-        if len(text) > 4096:
-            raise bad(f"`input` is {len(text)} characters, over 4096; send shorter text.", "input")
+        if len(text) > MAX_SPOKEN_CHARS:
+            raise bad(f"`input` is {len(text)} characters, over {MAX_SPOKEN_CHARS}; send shorter text.", "input")
         voice = body.get("voice")
         if voice is not None and not isinstance(voice, str):
             raise bad("`voice` must be a voice's name.", "voice")
@@ -135,14 +136,13 @@ class AudioAPI:
             yield await run_in_threadpool(self.voice.speaker.speak, sentence, voice, speed)
 
     async def _raw(self, pieces: AsyncIterator[Clip], kind: str) -> AsyncIterator[bytes]:
+        """pcm: each clip at OpenAI's 24 kHz; wav: a header at the speaker's rate, then each clip as it is."""
         async for clip in pieces:
             if kind == "pcm":
                 yield pcm16(resampled(clip, PCM_RATE))
                 continue
-            if kind == "wav":  # the header once, at the speaker's rate
-                yield _wav_header(clip.rate)
-                kind = "wav-data"
-            yield pcm16(clip)
+            header, kind = _wav_header(clip.rate) if kind == "wav" else b"", "wav data"
+            yield header + pcm16(clip)
 
     async def _events(self, pieces: AsyncIterator[Clip], kind: str) -> AsyncIterator[str]:
         async for clip in pieces:

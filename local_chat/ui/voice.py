@@ -21,7 +21,7 @@ from local_chat.history.kinds import Kind
 from local_chat.voice import SpokenAnswer, Voice
 from local_chat.voice.clips import Clip, read_clip, wav_bytes
 
-from .chat_settings import taken_out
+from .chat_settings import message_parts, taken_out
 from .layout import static_text
 from .turns import kind_of
 from .wiring import UI_ONLY
@@ -117,21 +117,25 @@ class PageVoice:
     async def transcribed(self, message):
         """The message box with its recordings' text after what was typed, the recordings taken out (one that cannot
         be heard: taken out too, with a warning that says why; the text stays)."""
-        files = [f if isinstance(f, str) else f.get("path") for f in (message or {}).get("files") or []]
-        recordings = [path for path in files if path and is_recording(path)]
+        typed, files = message_parts(message)
+        recordings = [path for path in files if is_recording(path)]
         if not recordings:
             return gr.skip()
         heard, failed = [], []
         for path in recordings:
             try:
-                clip = read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)
-                heard.append(await asyncio.to_thread(self.voice.transcriber.transcribe, clip))
+                heard.append(await asyncio.to_thread(self._heard, path))
             except UserError as error:
                 failed.append(str(error))
         if failed:
             gr.Warning(taken_out(failed))
-        text = " ".join(part for part in [(message.get("text") or "").rstrip(), *heard] if part)
+        text = " ".join(part for part in [typed.rstrip(), *heard] if part)
         return {"text": text, "files": [path for path in files if path not in recordings]}
+
+    def _heard(self, path: str) -> str:
+        """The recording's text: read, checked and transcribed (on a thread: it takes a while)."""
+        clip = read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)
+        return self.voice.transcriber.transcribe(clip)
 
     async def read_aloud(self, value):
         """The text the read-aloud button sent, spoken sentence by sentence: a value for each clip."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .espeak import ESPEAK
-from .speech import SpokenAnswer, sentences_of, spoken
+from .speech import SpokenAnswer, sentences_of
 
-__all__ = ["ESPEAK", "SpokenAnswer", "Voice", "sentences_of", "spoken", "voice_of"]
+__all__ = ["ESPEAK", "SpokenAnswer", "Voice", "sentences_of", "voice_of"]
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,7 @@ class Espeak:
                                           ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
         self.named = self._voices()
         self._pieces: list[np.ndarray] = []
-        self._callback = _CALLBACK(self._heard)  # kept: the library calls it for as long as it lives
-        self.lib.espeak_SetSynthCallback(self._callback)
+        self._callback = _CALLBACK(self._heard)  # kept: the library calls it for as long as it lives (`speak` sets it)
 
     def _heard(self, wav, count, events) -> int:
         if count > 0:
@@ -106,9 +105,6 @@ class Espeak:
             for language in _languages(voice):
                 named.setdefault(language, voice.identifier)
         return named
-
-    def voices(self) -> list[str]:
-        return list(OPENAI_VOICES)
 
     def speak(self, text: str, voice: str | None = None, speed: float = 1.0) -> Clip:
         voice = OPENAI_VOICES.get(voice or "alloy", voice)

@@ -95,9 +95,6 @@ class TransformersSpeaker:
         self.name = Path(folder).name
         self._lock = threading.Lock()
 
-    def voices(self) -> list[str]:
-        return [self.name]
-
     def speak(self, text: str, voice: str | None = None, speed: float = 1.0) -> Clip:
         import torch
 
@@ -158,12 +155,6 @@ class SpokenAnswer:
                 break
             clips.append(future.result())
         return clips
-
-    def all(self) -> list[Clip]:
-        """`ready()` once every sentence given is spoken."""
-        for future in self.pending:
-            future.exception()
-        return self.ready()
 
     def close(self) -> None:
         for future in self.pending:

@@ -50,10 +50,10 @@ class Transcriber:
         if (language or task != "transcribe") and not self.multilingual:
             raise UserError(f"{self.name} hears English only; leave the language out, and it does not translate.")
         samples = resampled(clip, self.rate).samples
-        features = self.processor(samples, sampling_rate=self.rate, return_tensors="pt", return_attention_mask=True)
-        if len(samples) > self.processor.feature_extractor.n_samples:  # past one window
-            features = self.processor(samples, sampling_rate=self.rate, return_tensors="pt", truncation=False,
-                                      padding="longest", return_attention_mask=True)  # fmt: skip
+        past_one_window = len(samples) > self.processor.feature_extractor.n_samples  # long-form: not cut, not padded
+        whole = dict(truncation=False, padding="longest") if past_one_window else {}
+        features = self.processor(samples, sampling_rate=self.rate, return_tensors="pt", return_attention_mask=True,
+                                  **whole)  # fmt: skip
         options = {"language": language, "task": task} if self.multilingual else {}
         options["num_beams"] = 1  # greedy: transformers' pipeline searches 5 beams, 3-5x the time on a CPU
         if prompt:
