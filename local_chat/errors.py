@@ -4,6 +4,11 @@ other error is told in a sentence. Imports nothing: every layer may raise and de
 __all__ = ["UserError", "described", "failure_sentence"]
 
 
+NO_HEARING = (
+    "This model cannot hear recordings; send the message without one, or load a model that hears (Qwen2-Audio, say)."
+)
+
+
 class UserError(ValueError):
     """A problem the user caused and can fix; its message is one sentence naming the problem and the fix.
 

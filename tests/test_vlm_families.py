@@ -336,7 +336,7 @@ def test_several_images_each_in_the_turn_it_was_given(family):
     from local_chat.templates.multi_turn import get_conversation
 
     name, _, model = family
-    conv = get_conversation("chat_template", model.engine.chat_renderer, SYSTEM, sees_images=True)
+    conv = get_conversation("chat_template", model.engine.chat_renderer, SYSTEM, takes_media=True)
     conv.load_qas([[(FIRST, [RED]), "A red square."], [(SECOND, [BLUE]), None]])
     prompt = conv.get_prompt()
     messages = [

@@ -235,14 +235,28 @@ def chat_messages(body: dict) -> list[dict]:
             raise bad("A message's `content` must be a string or a list of parts.", "messages")
         for part in content if isinstance(content, list) else []:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in ("text", "image_url", "image", "file"):
+            if kind not in ("text", "image_url", "image", "file", "input_audio"):
                 raise bad(
-                    f'A message part has type {json.dumps(kind)}; send "text", "image_url" or "file" parts.', "messages"
+                    f'A message part has type {json.dumps(kind)}; send "text", "image_url", "input_audio" or "file" '
+                    "parts.",
+                    "messages",
                 )
             if kind == "file":
                 _check_file(part, message)
+            if kind == "input_audio":
+                _check_audio(part, message)
         _check_tool_calls(message)
     return messages
+
+
+def _check_audio(part: dict, message: dict) -> None:
+    """A recording in a user message: OpenAI's {"type": "input_audio", "input_audio": {"data": BASE64, "format":
+    "wav" or "mp3"}} (any format the app reads: WAV, FLAC, MP3, Ogg)."""
+    audio = part.get("input_audio")
+    if message.get("role") != "user":
+        raise bad("An input_audio part can only be in a user message.", "messages")
+    if not isinstance(audio, dict) or not isinstance(audio.get("data"), str):
+        raise bad('An input_audio part needs {"input_audio": {"data": BASE64, "format": "wav"}}.', "messages")
 
 
 def _check_file(part: dict, message: dict) -> None:

@@ -22,11 +22,12 @@ from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.errors import UserError
 from local_chat.model.detokenize import StopCutter
 from local_chat.prompting.answer_grammars import held_answer
-from local_chat.prompting.chat import IMAGE_PART_TYPES, image_parts
+from local_chat.prompting.chat import IMAGE_PART_TYPES, audio_parts, image_parts
 from local_chat.prompting.families import ChatFormat, chat_format
 from local_chat.prompting.messages import answerable, fitted, kept_turns, messages_prompt, with_data_urls
 from local_chat.prompting.response_formats import Region, response_parser, text_events
 from local_chat.templates.multi_turn import CHAT_TEMPLATE
+from local_chat.voice.clips import Clip
 
 from .interface import (
     Answer,
@@ -139,7 +140,8 @@ class ChatEngine:
             cancel=request.cancel or threading.Event(),
         )
         parser = AnswerParser(self.response_style, built.text, options)
-        return Rendered(built.text, built.dropped_turns, built.tokens, len(built.images)), sent, parser
+        images = sum(not isinstance(m, Clip) for m in built.images)
+        return Rendered(built.text, built.dropped_turns, built.tokens, images), sent, parser
 
     def _held_format(self, asked: AnswerFormat | None, options: ChatOptions, prompt: str) -> AnswerFormat | None:
         """What the answer to `prompt` is held to: `asked` (a JSON format), or one call of the allowed tools where
@@ -211,17 +213,22 @@ class ChatEngine:
 
 
 def shown_messages(messages: list[dict]) -> str:
-    """Messages as "Prompt sent to the model" shows them: JSON, each image as `<image N>`."""
-    count = 0
+    """Messages as "Prompt sent to the model" shows them: JSON, each image as `<image N>`, each recording's data as
+    `<recording N>`."""
+    counts = {"image": 0, "recording": 0}
 
     def shown(part):
-        nonlocal count
-        if not (isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES):
-            return part
-        count += 1
-        return {"type": "image_url", "image_url": {"url": f"<image {count}>"}}
+        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+            counts["image"] += 1
+            return {"type": "image_url", "image_url": {"url": f"<image {counts['image']}>"}}
+        if isinstance(part, dict) and part.get("type") == "input_audio":
+            counts["recording"] += 1
+            return {**part, "input_audio": {**part["input_audio"], "data": f"<recording {counts['recording']}>"}}
+        return part
 
-    out = [{**m, "content": [shown(p) for p in m["content"]]} if image_parts(m) else m for m in messages]
+    out = [
+        {**m, "content": [shown(p) for p in m["content"]]} if image_parts(m) or audio_parts(m) else m for m in messages
+    ]
     return json.dumps(out, ensure_ascii=False, indent=1)
 
 

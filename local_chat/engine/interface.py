@@ -322,6 +322,7 @@ class EngineSummary:
     context: int  # tokens, prompt and answer
     sees_images: bool
     engine_url: str | None = None
+    hears: bool = False  # it takes sound clips (a model that hears: Qwen2-Audio, say)
     context_known: bool = True  # False: a remote engine that does not say its context
     architecture: str = ""
     model_type: str | None = None  # the config's: picks the family's response format

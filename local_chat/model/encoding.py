@@ -8,11 +8,12 @@ from collections.abc import Sequence
 import torch
 from PIL import Image
 
-from local_chat.errors import UserError
+from local_chat.errors import NO_HEARING, UserError
+from local_chat.voice.clips import Clip
 
 from .generation import ModelInputs
 from .image import shape_image
-from .vision_inputs import as_image_list, batch_inputs
+from .vision_inputs import as_image_list, batch_inputs, sound_extractor
 from .vision_inputs import encode as encode_with_processor
 
 
@@ -33,7 +34,17 @@ class PromptEncoder:
 
     @property
     def sees_images(self) -> bool:
-        return self.processor is not None
+        return self.processor is not None and "image_processor" in self.processor.get_attributes()
+
+    @property
+    def hears(self) -> bool:
+        """Whether the model takes sound clips (its processor makes audio features and has an audio marker)."""
+        processor = self.processor
+        return (
+            processor is not None
+            and sound_extractor(processor) is not None
+            and bool(getattr(processor, "audio_token", None))
+        )
 
     @property
     def image_size(self) -> int:
@@ -95,18 +106,23 @@ class PromptEncoder:
         """One prompt's token ids and its processor's other outputs."""
         if isinstance(images, torch.Tensor):
             return self._encode_with_tensor(prompt, images)
-        images = as_image_list(images)
-        if images and not self.sees_images:
+        media = as_image_list(images)
+        if any(isinstance(m, Clip) for m in media) and not self.hears:
+            raise UserError(NO_HEARING)
+        if any(not isinstance(m, Clip) for m in media) and not self.sees_images:
             raise UserError(
                 "This model cannot see images; send the message without an image, or load a vision model "
                 "(a Hugging Face vision-language folder with --pretrained_path)."
             )
-        if not self.sees_images:
+        if self.processor is None:
             return self.tokenizer.encode(prompt, bos=True, eos=False), {}
         transform = image_transform if image_transform not in (None, "auto") else self.image_transform
-        if transform is not None:  # an Accessory transform: the image squared to the model's input first
+        if (
+            transform is not None and self.sees_images
+        ):  # an Accessory transform: each image squared to the model's input
             mean = getattr(self.processor.image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
-            images = [shape_image(image, transform, self.image_size, mean) for image in images]
+            media = [m if isinstance(m, Clip) else shape_image(m, transform, self.image_size, mean) for m in media]
+        images = media
         return encode_with_processor(self.processor, prompt, images, self.llma.dtype, self.llma.device)
 
     def _encode_with_tensor(self, prompt: str, pixels: torch.Tensor) -> tuple[list[int], dict]:

@@ -276,7 +276,7 @@ def _hf_error(folder: Path, exc: Exception) -> UserError:
 def _load_hf(
     folder: Path, *, with_visual, dtype, device, bits, max_seq_len, tokenizer_path, tp_size, trust_remote_code
 ) -> Loaded:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForMultimodalLM
 
     # Always an explicit True or False: left at None, transformers asks on the terminal whether to run the code.
     remote = dict(trust_remote_code=trust_remote_code)
@@ -290,7 +290,10 @@ def _load_hf(
             f"{folder} holds a text-only model ({config.model_type}), but a vision model was asked for; "
             "use a LLaVA-style folder for image chat, or a text launcher for this model."
         )
-    model_class = AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
+    hears = hasattr(config, "audio_config")  # Qwen2-Audio's, and the other models that take sound clips
+    model_class = (
+        AutoModelForMultimodalLM if hears else AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
+    )
     if tp_size > 1 and not has_tensor_parallel_plan(config):
         raise UserError(
             f"{folder} holds a {config.model_type} model, which transformers cannot split over ranks "
@@ -302,7 +305,7 @@ def _load_hf(
         # The processor first: one that cannot load says so before the weights are read. PIL image processors: our
         # transforms are PIL too, and torchvision is not a dependency (its wheel on PyPI does not load beside the CPU
         # build of torch; image processors that need it, Llama 4's, say so in a sentence).
-        processor = load_processor(folder, config, remote) if sees_images else None
+        processor = load_processor(folder, config, remote) if sees_images or hears else None
         model = model_class.from_pretrained(
             folder,
             dtype=dtype,

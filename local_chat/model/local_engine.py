@@ -39,7 +39,7 @@ from .encoding import PromptEncoder
 from .footprint import weight_bytes
 from .generation import generate_tokens
 from .parallel import Lockstep, announced
-from .prefix_cache import image_key
+from .prefix_cache import media_key
 from .session_cache import SessionCaches
 from .speedups import Decoding, compile_decode_steps, why_no_batching
 from .step_batch import Batches, start_batcher
@@ -124,6 +124,7 @@ class LocalEngine:
             path=str(info.get("path", "")),
             context=self.max_seq_len,
             sees_images=self.sees_images,
+            hears=self.encoder.hears,
             architecture=str(info.get("architecture", type(self.llma).__name__)),
             model_type=getattr(getattr(self.llma, "config", None), "model_type", None),
             format=str(info.get("format", "")),
@@ -324,8 +325,8 @@ class LocalEngine:
         `TokenChoice`: one answer on its own beside the batch would take turns with it at every step). Returns
         whether it left for the batch."""
         inputs, stream, session = row.inputs, row.stream, row.session
-        pixels_key = image_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
-        cache, session = self.sessions.take(session, inputs, pixels_key, self.static)
+        media = media_key(inputs.family.images) if session is not None else None  # only a kept cache needs it
+        cache, session = self.sessions.take(session, inputs, media, self.static)
         sampled: list[int] = []
         joins_batch = False
         guesses = stream.guesses if self.decoding.speculative != "off" else None  # counted there
@@ -353,7 +354,7 @@ class LocalEngine:
             raise
         finally:
             steps.close()  # a turn over a static cache copies its keys and values back into `cache` as it closes
-            self.sessions.keep(session, inputs, cache, sampled, pixels_key)
+            self.sessions.keep(session, inputs, cache, sampled, media)
             hand_back_workers()  # the next answer may run in another thread (model/cpu_threads.py)
         return joins_batch
 

@@ -72,7 +72,7 @@ class MetaModel(torch.nn.Module):
         self.engine = LocalEngine(
             llma, tokenizer, encoder, sessions, decoding, max_seq_len, dict(info or {}), lockstep, followers, adapters
         )
-        if processor is not None:
+        if encoder.sees_images:
             llma.image_size = encoder.image_size  # the guide reads model.llma.image_size
         if self.device.type == "cuda":
             avoid_cudnn_attention()

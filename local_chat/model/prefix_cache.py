@@ -25,7 +25,7 @@ from local_chat.engine.interface import SessionKey, in_session
 class CachedPrefix:
     token_ids: list[int]  # the tokens whose keys and values `cache` holds, in order
     cache: object  # a transformers DynamicCache
-    image_key: str | None = None  # which image the image tokens among `token_ids` showed
+    media_key: str | None = None  # which images and sound clips the media tokens among `token_ids` stood for
 
     def nbytes(self) -> int:
         return sum(
@@ -53,26 +53,29 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return n
 
 
-def image_key(extra: dict) -> str | None:
-    """A fingerprint of the pixels a prompt carries (None without an image)."""
-    pixels = extra.get("pixel_values")
-    if pixels is None:
+def media_key(media: dict) -> str | None:
+    """A fingerprint of the images and sound clips a prompt carries (the processor's inputs beside its tokens: pixels,
+    grids, audio features; None without any)."""
+    if not media:
         return None
-    return hashlib.sha1(pixels.detach().float().cpu().numpy().tobytes()).hexdigest()
+    digest = hashlib.sha1()
+    for name in sorted(media):
+        digest.update(name.encode())
+        digest.update(media[name].detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
-def reusable_length(prefix: CachedPrefix, ids: list[int], key: str | None, image_token_id: int | None) -> int:
+def reusable_length(prefix: CachedPrefix, ids: list[int], key: str | None, media_token_ids: frozenset[int]) -> int:
     """How many leading tokens of `ids` the cached prefix can stand for.
 
-    At least one token is left to run (the model needs it for the next token's logits). Image tokens are run
-    together with their pixels or not at all, so a cut inside them moves back to before the first one.
+    At least one token is left to run (the model needs it for the next token's logits). Media tokens (an image's,
+    a clip's) are run together with their features or not at all, so a cut inside them moves back to before the
+    first one.
     """
-    if prefix.image_key != key:
+    if prefix.media_key != key:
         return 0
     common = min(common_prefix_length(prefix.token_ids, ids), len(ids) - 1)
-    if image_token_id is not None and image_token_id in ids[common:]:
-        common = min(common, ids.index(image_token_id))
-    return common
+    return min([common] + [ids.index(t) for t in media_token_ids if t in ids[common:]])
 
 
 class PrefixCaches:

@@ -26,7 +26,7 @@ class SessionCaches:
     def __init__(self, llma, processor, store: PrefixCaches, lockstep: Lockstep | None = None):
         self.llma, self.processor, self.store, self.lockstep = llma, processor, store, lockstep
 
-    def take(self, session: SessionKey | str | None, inputs: ModelInputs, pixels_key: str | None, static=None):
+    def take(self, session: SessionKey | str | None, inputs: ModelInputs, media: str | None, static=None):
         """(cache, key): the session's cache cut back to what this prompt shares with it (`inputs.cached` tokens), or
         a new one, and the key to keep it under after this turn (a pool's member: see `PrefixCaches.take`). `static`:
         the decoding over a static cache, if any (its `keeps_sessions`: whether it can take a session's cache)."""
@@ -35,7 +35,7 @@ class SessionCaches:
         ids = inputs.input_ids[0].tolist()
         session, prefix = self.store.take(session, ids)
         if prefix is not None:
-            inputs.cached = reusable_length(prefix, ids, pixels_key, self.image_token_id)
+            inputs.cached = reusable_length(prefix, ids, media, self.media_token_ids)
             if self.keeps_states and inputs.cached < len(prefix.token_ids):
                 inputs.cached = 0  # a running state cannot be cut back: only a whole cached prefix is reused
             if self.cross_attention_layers and self.image_token_id in ids[inputs.cached :]:
@@ -47,8 +47,8 @@ class SessionCaches:
         surplus = prefix.cache.get_seq_length() - inputs.cached
         if surplus > 0:
             self.crop(prefix.cache, inputs.cached)
-        if self.image_token_id not in ids[inputs.cached :]:
-            inputs.with_images = False  # the image tokens are in the cache already: their pixels are not needed again
+        if not self.media_token_ids.intersection(ids[inputs.cached :]):
+            inputs.with_images = False  # the media tokens are in the cache already: their features are not needed again
         return prefix.cache, session
 
     def new_cache(self) -> DynamicCache:
@@ -57,7 +57,7 @@ class SessionCaches:
         keep their state."""
         return DynamicCache(config=self.llma.config) if self.keeps_states else DynamicCache()
 
-    def keep(self, session, inputs: ModelInputs, cache, sampled: list[int], pixels_key) -> None:
+    def keep(self, session, inputs: ModelInputs, cache, sampled: list[int], media: str | None) -> None:
         """Keep `cache` as `session`'s after a turn that sampled the tokens `sampled`."""
         if session is None or cache is None:
             return
@@ -65,7 +65,7 @@ class SessionCaches:
         # after it is decided on, so the last one did not, unless its step was queued ahead (a static cache on CUDA)
         ids, held = inputs.input_ids[0].tolist() + sampled, cache.get_seq_length()
         if held <= len(ids):
-            self.store.put(session, CachedPrefix(ids[:held], cache, pixels_key))
+            self.store.put(session, CachedPrefix(ids[:held], cache, media))
 
     def drop(self, browser_session: str) -> None:
         self.store.drop(browser_session)
@@ -98,10 +98,23 @@ class SessionCaches:
     @functools.cached_property
     def image_token_id(self) -> int | None:
         """The token the image features replace (Gemma 3's soft token, not its start-of-image marker)."""
-        if self.processor is None:
-            return None
+        return self._features_token("image") if self.processor is not None else None
+
+    @functools.cached_property
+    def audio_token_id(self) -> int | None:
+        """The token a sound clip's features replace, for a model that hears (Qwen2-Audio's <|AUDIO|>)."""
+        return self._features_token("audio") if getattr(self.processor, "audio_token", None) else None
+
+    def _features_token(self, medium: str) -> int | None:
+        """The id of the token whose embeddings a `medium`'s ("image", "audio") features replace: the config's, else
+        the processor's."""
         config = self.llma.config
-        for name in ("image_token_id", "image_token_index"):
+        for name in (f"{medium}_token_id", f"{medium}_token_index"):
             if getattr(config, name, None) is not None:
                 return int(getattr(config, name))
-        return getattr(self.processor, "image_token_id", None)
+        return getattr(self.processor, f"{medium}_token_id", None)
+
+    @functools.cached_property
+    def media_token_ids(self) -> frozenset[int]:
+        """The tokens an image's or a clip's features replace."""
+        return frozenset(t for t in (self.image_token_id, self.audio_token_id) if t is not None)

@@ -36,7 +36,7 @@ from .batching import AnswerRow, BatchFailed, forwards_take_turns, outputs_until
 from .constraints import apply_together
 from .cpu_threads import hand_back_workers
 from .generation import cache_keyword, decode_one, prefill
-from .prefix_cache import image_key, keeps_states
+from .prefix_cache import keeps_states, media_key
 from .session_cache import SessionCaches
 
 
@@ -58,7 +58,7 @@ class _Row:
     answer: AnswerRow
     outputs: queue.Queue  # its tokens, then `_Left` once it left the batch, or the exception that failed it
     session: object = None  # the key its cache is kept under after (`SessionCaches.take` gives it)
-    pixels_key: str | None = None  # its image's, for its session's cache
+    media: str | None = None  # its images' and clips' key, for its session's cache
     sampled: list[int] = field(default_factory=list)
     length: int = 0  # tokens its cache holds
     leaving: bool = False  # its answer ended, or its reader is done with it
@@ -184,8 +184,8 @@ class StepBatcher:
         """Prefill `row` alone (over its session's cache) and add its cache to the batch's."""
         inputs, stream = row.inputs, row.answer.stream
         if row.answer.session is not None:
-            row.pixels_key = image_key(inputs.family.images)
-        cache, row.session = self.sessions.take(row.answer.session, inputs, row.pixels_key)
+            row.media = media_key(inputs.family.images)
+        cache, row.session = self.sessions.take(row.answer.session, inputs, row.media)
         if cache is None:
             cache = self.sessions.new_cache()
         logits = prefill(self.llma, inputs, cache)
@@ -240,7 +240,7 @@ class StepBatcher:
             row.outputs.put(_Left())  # a reader waiting for a token after Stop wakes now
             if row.session is not None:
                 kept = row_cache(self._cache, self._rows.index(row), self._length - row.length)
-                self.sessions.keep(row.session, row.inputs, kept, row.sampled, row.pixels_key)
+                self.sessions.keep(row.session, row.inputs, kept, row.sampled, row.media)
         staying = [i for i, row in enumerate(self._rows) if row not in leaving]
         self._rows = [self._rows[i] for i in staying]
         if not self._rows:

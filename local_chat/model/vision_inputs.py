@@ -1,4 +1,5 @@
-"""A vision model's inputs, made by its own processor: where the image tokens go, how many, at what resolution.
+"""A vision model's (or a model that hears) inputs, made by its own processor: where the image and audio tokens go,
+how many, at what resolution.
 
 The chat template (rendered by the processor, see `conversation.ChatTemplateConversation`) puts each image's
 marker in the turn it belongs to; the processor expands the markers into the family's image tokens and makes the
@@ -7,8 +8,9 @@ pixel inputs (tiles, dynamic resolution). What comes out is split by what each s
 - per-token inputs, aligned with the prompt's tokens (Gemma 3's and PaliGemma's `token_type_ids`, Mllama's
   `cross_attention_mask`, Qwen2-VL's `mm_token_type_ids`): the prefill takes the rows of the tokens it runs, and
   Mllama's decode steps repeat its last row;
-- image inputs (pixel values, image sizes, grids, tiles): the prefill takes them only while image tokens are among
-  the tokens it runs (a session's cache may hold them already);
+- image and sound inputs (pixel values, image sizes, grids, tiles; a clip's audio features and their mask): the
+  prefill takes them only while image or audio tokens are among the tokens it runs (a session's cache may hold them
+  already);
 - Qwen2-VL's 3-D rotary positions, computed here from the whole prompt for every request (transformers keeps them
   on the model, shared by every conversation), and their offset for the decode steps.
 """
@@ -20,11 +22,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from local_chat.errors import UserError
+from local_chat.errors import NO_HEARING, UserError
+from local_chat.voice.clips import Clip, resampled
 
 TRAINING_ONLY = ("labels",)  # processor outputs that only training uses (PaliGemma's labels, say)
 # Processors that lay out the image tokens themselves when the prompt has none (PaliGemma's "<image>... <bos>prompt\n").
 PLACE_IMAGES_THEMSELVES = ("PaliGemmaProcessor",)
+# The processors' inputs of sound clips: never per token, whatever their length (a clip's frames may equal the prompt's)
+SOUND_INPUTS = ("input_features", "feature_attention_mask", "input_features_mask", "audio_input_features",
+                "audio_embed_sizes", "audio_attention_mask")  # fmt: skip
 # Per-token inputs the decode steps need too (one more row per step: the last one repeated).
 DECODE_ROWS = ("cross_attention_mask",)
 
@@ -71,19 +77,24 @@ def as_image_list(images) -> list:
     return list(images) if isinstance(images, (list, tuple)) else [images]
 
 
-def encode(processor, prompt: str, images: Sequence, dtype: torch.dtype, device) -> tuple[list[int], dict]:
-    """Token ids and the other inputs for one prompt and its images, exactly as `processor.apply_chat_template(...,
-    tokenize=True)` makes them from the same conversation: a prompt that starts with BOS gets no second one."""
-    marker = processor.image_token
+def encode(processor, prompt: str, media: Sequence, dtype: torch.dtype, device) -> tuple[list[int], dict]:
+    """Token ids and the other inputs for one prompt and its media (images, and sound `Clip`s for a model that hears,
+    each kind in the order of its markers), exactly as `processor.apply_chat_template(..., tokenize=True)` makes
+    them from the same conversation: a prompt that starts with BOS gets no second one."""
+    images = [m for m in media if not isinstance(m, Clip)]
+    clips = [m for m in media if isinstance(m, Clip)]
+    marker = getattr(processor, "image_token", None)
     if images and marker not in prompt:
         prompt = image_marker(processor) * len(images) + prompt
     bos = getattr(processor.tokenizer, "bos_token", None)
+    sound = _sound(processor, prompt, clips)
     try:
         batch = processor(
             text=prompt,
-            images=list(images) or None,
+            images=images or None,
             return_tensors="pt",
             add_special_tokens=not (bos and prompt.startswith(bos)),
+            **sound,
         )
     except ValueError as error:
         shown = prompt.count(marker)
@@ -108,6 +119,32 @@ def encode(processor, prompt: str, images: Sequence, dtype: torch.dtype, device)
     return ids, extra
 
 
+def sound_extractor(processor):
+    """What makes a processor's audio features (its `feature_extractor`, Phi-4-multimodal's `audio_processor`), or
+    None: a processor of a model that does not hear."""
+    names = [name for name in ("feature_extractor", "audio_processor") if name in processor.get_attributes()]
+    return getattr(processor, names[0]) if names else None
+
+
+def _sound(processor, prompt: str, clips: list[Clip]) -> dict:
+    """The processor's arguments for a prompt's sound clips, resampled to its feature extractor's rate (none without
+    clips); a prompt whose audio markers do not match its clips is one sentence."""
+    if not clips:
+        return {}
+    marker = getattr(processor, "audio_token", None)
+    extractor = sound_extractor(processor)
+    if not marker or extractor is None:
+        raise UserError(NO_HEARING)
+    shown = prompt.count(marker)
+    if shown != len(clips):
+        raise UserError(
+            f"The prompt has {shown} audio marker{'s' if shown != 1 else ''} ({marker}) for {len(clips)} "
+            f"recording{'s' if len(clips) != 1 else ''}; give one recording per marker."
+        )
+    rate = extractor.sampling_rate
+    return {"audio": [resampled(clip, rate).samples for clip in clips], "sampling_rate": rate}
+
+
 def batch_inputs(
     rows: list[dict], lengths: list[int], width: int, model, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> FamilyInputs:
@@ -117,7 +154,8 @@ def batch_inputs(
     keys = dict.fromkeys(key for row in rows for key in row)
     for key in keys:
         values = [row[key] for row in rows if key in row]
-        if len(values) == len(rows) and all(v.dim() >= 2 and v.shape[1] == n for v, n in zip(values, lengths)):
+        aligned = all(v.dim() >= 2 and v.shape[1] == n for v, n in zip(values, lengths))
+        if len(values) == len(rows) and aligned and key not in SOUND_INPUTS:
             inputs.per_token[key] = torch.cat([_left_pad(v, width) for v in values])
         else:
             inputs.images[key] = torch.cat(values)

@@ -19,6 +19,7 @@ from local_chat.templates.single_turn import TEMPLATE_NAMES, format_prompt
 from .images import image_from_data_url
 
 IMAGE_PART_TYPES = ("image_url", "image")  # message parts that carry an image
+AUDIO_PART_TYPES = ("input_audio", "audio")  # message parts that carry a sound clip (OpenAI's, decoded)
 EMPTY_MESSAGE = "The message is empty; type a question first."
 ROLES = ("system", "user", "assistant")
 
@@ -30,7 +31,8 @@ def conversation_templates(engine: Engine) -> list[str]:
 def conversation(engine: Engine, template: str, system: str | None = None):
     """A fresh conversation in `template`; a chat template that cannot render is one sentence."""
     try:
-        return get_conversation(template, engine.chat_renderer, system, engine.sees_images)
+        media = engine.sees_images or engine.summary().hears  # its template reads typed parts where it can
+        return get_conversation(template, engine.chat_renderer, system, media)
     except UserError:
         raise
     except Exception as error:
@@ -79,7 +81,7 @@ def message_text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, dict):
-        if content.get("type") in IMAGE_PART_TYPES:
+        if content.get("type") in IMAGE_PART_TYPES + AUDIO_PART_TYPES:
             return ""
         return content.get("text") or content.get("content") or ""
     if isinstance(content, (list, tuple)):
@@ -87,12 +89,17 @@ def message_text(content) -> str:
     return "" if content is None else str(content)
 
 
-def image_parts(message: dict) -> list[dict]:
-    """The image parts of a message's content (none where the content is a string)."""
+def image_parts(message: dict, kinds: tuple[str, ...] = IMAGE_PART_TYPES) -> list[dict]:
+    """The image parts (or parts of `kinds`) of a message's content (none where the content is a string)."""
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [p for p in content if isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES]
+    return [p for p in content if isinstance(p, dict) and p.get("type") in kinds]
+
+
+def audio_parts(message: dict) -> list[dict]:
+    """The sound clips' parts of a message's content."""
+    return image_parts(message, AUDIO_PART_TYPES)
 
 
 def message_images(content, max_mb: float = MAX_UPLOAD_MB) -> list[Image.Image]:

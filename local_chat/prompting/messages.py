@@ -6,18 +6,22 @@ tool call and its results always stay together.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from collections.abc import Iterator
 
 from local_chat.defaults import MAX_UPLOAD_MB
 from local_chat.engine.interface import ChatOptions, Engine
-from local_chat.errors import UserError
+from local_chat.errors import NO_HEARING, UserError
 from local_chat.templates.multi_turn import CHAT_TEMPLATE
+from local_chat.voice.clips import Clip, read_clip, wav_bytes
 
 from .chat import (
+    AUDIO_PART_TYPES,
     IMAGE_PART_TYPES,
     ChatPrompt,
+    audio_parts,
     block_cuts,
     chat_prompt,
     conversation,
@@ -58,6 +62,9 @@ def messages_prompt(
     switch = thinking_switch_of(engine)
     if effort is not None and switch is not None:
         messages = switch.flagged(messages, effort)  # a switch written in the system prompt (Nemotron's /no_think)
+
+    if any(audio_parts(m) for m in messages) and not engine.summary().hears:
+        raise UserError(NO_HEARING)
 
     @functools.cache
     def render(dropped: int) -> tuple[str, tuple]:
@@ -233,8 +240,9 @@ def template_reads(engine: Engine) -> frozenset[str]:
 
 def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
     """The messages with each image part decoded (with the upload checks) as {"type": "image", "image": PIL image},
-    its text parts as {"type": "text", "text"}, and the images in order."""
-    out, images = [], []
+    each sound clip's (`input_audio`) as {"type": "audio", "audio": Clip}, its text parts as {"type": "text",
+    "text"}, and the images and clips in order."""
+    out, media = [], []
     for message in messages:
         content = message.get("content")
         if not isinstance(content, list):
@@ -244,22 +252,48 @@ def with_images(messages: list[dict], max_mb: float) -> tuple[list[dict], list]:
         for part in content:
             if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
                 image = message_images([part], max_mb)[0]
-                images.append(image)
+                media.append(image)
                 parts.append({"type": "image", "image": image})
+            elif isinstance(part, dict) and part.get("type") in AUDIO_PART_TYPES:
+                clip = part_clip(part, len([m for m in media if isinstance(m, Clip)]) + 1, max_mb)
+                media.append(clip)
+                parts.append({"type": "audio", "audio": clip})
             else:
                 parts.append({"type": "text", "text": message_text(part)})
         out.append({**message, "content": parts})
-    return out, images
+    return out, media
+
+
+def part_clip(part: dict, number: int, max_mb: float) -> Clip:
+    """The sound clip of an audio part: decoded already, or OpenAI's `{"type": "input_audio", "input_audio":
+    {"data": BASE64, "format": "wav"}}`, read with the upload checks (the `number`th recording of the
+    conversation, as its sentence names it)."""
+    if isinstance(part.get("audio"), Clip):
+        return part["audio"]
+    audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+    name = f"recording {number} ({audio.get('format') or 'sound'})"
+    try:
+        data = base64.b64decode(audio.get("data") or "", validate=True)
+    except ValueError:
+        raise UserError(f"The {name} is not base64 data; send the file's bytes as base64 in input_audio.data.")
+    return read_clip(data, name, max_mb)
 
 
 def with_data_urls(messages: list[dict], max_mb: float) -> list[dict]:
     """The messages as an engine that renders them itself is sent them: each image decoded with the upload checks
-    (`with_images`), then sent as a PNG `data:` URL part, encoded once."""
+    (`with_images`), then sent as a PNG `data:` URL part, and each sound clip as a WAV `input_audio` part, encoded
+    once."""
     decoded, _ = with_images(messages, max_mb)
-    return [{**m, "content": [_data_url_part(p) for p in m["content"]]} if image_parts(m) else m for m in decoded]
+    return [
+        {**m, "content": [_data_url_part(p) for p in m["content"]]} if image_parts(m) or audio_parts(m) else m
+        for m in decoded
+    ]
 
 
 def _data_url_part(part: dict) -> dict:
+    if part.get("type") == "audio":
+        data = base64.b64encode(wav_bytes(part["audio"])).decode()
+        return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
     if part.get("type") != "image":
         return part
     return {"type": "image_url", "image_url": {"url": png_data_url(png_bytes(part["image"]))}}

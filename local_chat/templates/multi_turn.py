@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
 from local_chat.errors import UserError
+from local_chat.voice.clips import Clip
 
 CHAT_TEMPLATE = "chat_template"
 
@@ -171,22 +172,22 @@ class ChatTemplateConversation(_Messages):
     _ANSWER = "ANSWER7f3a9"
     _NEXT = "NEXT7f3a9"
 
-    def __init__(self, renderer, system: str = "", sees_images: bool = False):
+    def __init__(self, renderer, system: str = "", takes_media: bool = False):
         if not getattr(renderer, "chat_template", None):
             raise UserError("This tokenizer has no chat template; choose one of the named templates instead.")
         self.renderer = renderer
         self.system = system
         self.messages: list = []
         self.string_roles: frozenset[str] = frozenset()  # roles whose content the template reads as a string only
-        self.typed_parts = self._reads_typed_parts(prefer=sees_images)
+        self.typed_parts = self._reads_typed_parts(prefer=takes_media)
         self.string_roles = self._string_roles() if self.typed_parts else frozenset()
         self.stop_symbols = self._derive_stop_symbols()
 
     def _content(self, message, typed_parts: bool):
-        text, images = message if isinstance(message, tuple) else (message, ())
+        text, media = message if isinstance(message, tuple) else (message, ())
         if not typed_parts:
             return text
-        return [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+        return [_media_part(m) for m in media] + [{"type": "text", "text": text}]
 
     def _chat(self, messages, typed_parts: bool, with_system: bool = True) -> list:
         system = [["system", self.system]] if self.system and with_system else []
@@ -345,10 +346,7 @@ class ChatTemplateConversation(_Messages):
             if not self._typed_role(message.get("role")):
                 content = _text(content)
             else:
-                content = [
-                    {"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
-                    for p in content
-                ]
+                content = [_typed_part(p) for p in content]
         elif self._typed_role(message.get("role")) and message.get("role") in ("system", "user"):
             content = [{"type": "text", "text": content}]
         return {**message, "content": content, **_thinking(message), **_calls_as_objects(message)}
@@ -360,6 +358,21 @@ class ChatTemplateConversation(_Messages):
     @property
     def response_end_signal(self) -> str:
         return self.stop_symbols[0]
+
+
+def _media_part(item) -> dict:
+    """The part a question's image or sound clip is to the template: {"type": "image"}, or {"type": "audio",
+    "audio": ...} (a published template looks for an "audio" key: Qwen2-Audio's `'audio' in content`)."""
+    return {"type": "audio", "audio": "clip"} if isinstance(item, Clip) else {"type": "image"}
+
+
+def _typed_part(part: dict) -> dict:
+    """A message's part as the template reads it: an image or a clip as `_media_part`'s, else its text."""
+    if part.get("type") == "image":
+        return {"type": "image"}
+    if part.get("type") == "audio":
+        return {"type": "audio", "audio": "clip"}
+    return {"type": "text", "text": part.get("text", "")}
 
 
 def _thinking(message: dict) -> dict:
@@ -423,11 +436,11 @@ def template_names(tokenizer=None) -> list[str]:
     return names
 
 
-def get_conversation(name: str, tokenizer=None, system: str | None = None, sees_images: bool = False):
+def get_conversation(name: str, tokenizer=None, system: str | None = None, takes_media: bool = False):
     """A fresh conversation for a template name (an Accessory name or `chat_template`). `tokenizer` renders the
-    chat template: a tokenizer, or a vision model's processor (`sees_images`)."""
+    chat template: a tokenizer, or the processor of a model that sees images or hears (`takes_media`)."""
     if name == CHAT_TEMPLATE and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return ChatTemplateConversation(tokenizer, system or "", sees_images)
+        return ChatTemplateConversation(tokenizer, system or "", takes_media)
     if name not in conv_templates:
         raise UserError(
             f"Unknown conversation template {name!r}; choose one of: {', '.join(template_names(tokenizer))}."
