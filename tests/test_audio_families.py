@@ -4,15 +4,27 @@ OpenAI's `input_audio` part; the prompt is the processor's rendering, the answer
 the session's KV cache holds the clip across turns."""
 
 import base64
+import json
+import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from fixtures import audio_families
-from fixtures.app_server import serve
+from fixtures.app_server import last_of, serve
 from local_chat.engine import Request, Sampling, collect
 from local_chat.engine.chats import ChatEngine
-from local_chat.errors import NO_HEARING
+from local_chat.errors import NO_HEARING, UserError
+from local_chat.history import store as store_module
+from local_chat.history.kinds import Kind
+from local_chat.history.store import Store
 from local_chat.model.meta import MetaModel
+from local_chat.ui.chat import Cancels
+from local_chat.ui.chat_settings import NOT_HEARD, ChatSettings
+from local_chat.ui.chat_tab import ChatTab
+from local_chat.ui.history import SavedChats
+from local_chat.ui.turns import kind_of
 from local_chat.voice.clips import Clip, wav_bytes
 
 pytest.importorskip("soundfile")
@@ -148,3 +160,121 @@ def test_answers_about_clips_at_once_are_those_given_alone(family):
     finally:
         model.engine.stop_batching()
     assert together == alone and len(set(map(tuple, alone))) == 4
+
+
+# ----- the page -----
+
+BROWSER = "b" * 40
+OWNER = "browser:" + BROWSER
+REQUEST = SimpleNamespace(session_hash="tab", username=None)
+
+
+def page_settings(conversation=None) -> ChatSettings:
+    return ChatSettings(conversation, BROWSER, "chat_template", SYSTEM, "padded_resize", 6, 0.0, 0.75, 0, 1.0)
+
+
+def send(tab: ChatTab, box: dict, history=(), conversation=None):
+    """The chat tab's Send as the page runs it: its last update."""
+    return last_of(tab.submit(REQUEST, box, list(history), page_settings(conversation)))
+
+
+@pytest.mark.parametrize("family", audio_families.FAMILIES[:1], indirect=True)
+def test_the_page_sends_a_recording_to_a_model_that_hears_and_keeps_it(family, tmp_path):
+    """A recording attached in the message box goes to the model as sound (the answer /v1 gives for the same
+    conversation), is kept with the saved conversation as a WAV file and shown as a player of its signed address;
+    reopened, the next turn hears it again from the store."""
+    _, model = family
+    recording = tmp_path / "question.wav"
+    recording.write_bytes(wav_bytes(LOW))
+    store = Store(tmp_path / "chats.db")
+    tab = ChatTab(model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(store))
+    sent = send(tab, {"text": FIRST, "files": [str(recording)]})
+    entries, conversation_id = sent.chat, sent.conversation_id
+    question, answered = entries[0], [e for e in entries if kind_of(e) == Kind.ANSWER][0]
+    assert question["text"] == FIRST and len(question["clips"]) == 1
+    assert '<audio controls src="/history/image/' in question["content"]
+    assert answered["content"] == answer(model, conversation(LOW))[1].text
+    saved = store.get(OWNER, conversation_id).messages[0]["content"]
+    assert [p["type"] for p in saved] == ["audio", "text"]
+    assert store.sound_path(saved[0]["sha256"]).read_bytes() == wav_bytes(LOW)
+    address = question["content"].split('src="', 1)[1].split('"', 1)[0]
+    digest, signature = address.split("/")[-1].split("?sig=")
+    assert store.image_for_owner_of(conversation_id, digest, signature) == store.sound_path(digest)
+    assert store.image_for_owner_of(conversation_id, digest, "0" * 32) is None
+
+    reopened = SavedChats(store).shown(OWNER, conversation_id, store.get(OWNER, conversation_id).messages)
+    second = send(tab, {"text": SECOND, "files": []}, reopened, conversation_id)
+    expected = answer(model, conversation(LOW, answered["content"]))[1]
+    assert [e for e in second.chat if kind_of(e) == Kind.ANSWER][-1]["content"] == expected.text
+    store.close()
+
+
+def test_a_recording_for_a_model_that_does_not_hear_is_taken_out_with_its_sentence(byte_model, tmp_path, monkeypatch):
+    warned = []
+    monkeypatch.setattr("local_chat.ui.chat_tab.gr.Warning", warned.append)
+    recording = tmp_path / "question.wav"
+    recording.write_bytes(wav_bytes(LOW))
+    tab = ChatTab(byte_model.engine, Cancels(), "chat_template", "padded_resize", SavedChats(None))
+    sent = send(tab, {"text": FIRST, "files": [str(recording)]})
+    assert warned == [NOT_HEARD] and sent.box == {"text": FIRST, "files": []}  # the text stays in the box
+
+
+def test_a_version_7_database_is_upgraded_and_the_old_app_refuses_the_new_one(tmp_path, monkeypatch):
+    path = tmp_path / "conversations.db"
+    with sqlite3.connect(path) as db:
+        db.executescript((Path(__file__).resolve().parent / "data" / "conversations-v7.sql").read_text())
+    store = Store(path)
+    found = store.get(OWNER.replace("b" * 40, "f" * 32), "conversation-seven")
+    assert [m["role"] for m in found.messages] == ["user", "assistant", "user", "assistant"]
+    assert found.messages[2]["content"][0] == {"type": "image", "sha256": "a" * 64}
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION == 8
+    store.close()
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 7)  # the app before this schema: it would drop recordings
+    with pytest.raises(UserError, match="was written by a newer version of this app"):
+        Store(path)
+
+
+@pytest.mark.parametrize("family", audio_families.FAMILIES[:1], indirect=True)
+def test_in_chromium_a_recording_goes_to_the_model_and_plays_back(family, tmp_path):
+    """The microphone (fed from a WAV file) records a question for the model that hears: it stays attached (no
+    --stt_model), goes with Send, and the saved question shows a player whose sound loads from its signed address."""
+    pytest.importorskip("playwright")
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+    from test_browser import ARTIFACTS, CHROMIUM, READY, send, wait_for_answer
+
+    _, model = family
+    question = tmp_path / "question.wav"
+    question.write_bytes(wav_bytes(Clip(audio_families.tone(440, 3.0), 48_000)))
+    fake_audio = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                  f"--use-file-for-fake-audio-capture={question}"]  # fmt: skip
+    ARTIFACTS.mkdir(exist_ok=True)
+    store = Store(tmp_path / "chats.db")
+    with sync_playwright() as p, serve(model, store=store) as (url, _):
+        executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox", *fake_audio])
+        page = browser.new_context(permissions=["microphone"]).new_page()
+        page.goto(url)
+        page.wait_for_selector(READY)
+        page.get_by_label("Record audio").click()
+        page.get_by_label("Start recording").click()
+        page.wait_for_timeout(2000)
+        page.get_by_label("Stop recording").click()
+        page.get_by_label("Attach audio").click()
+        page.wait_for_selector(".message [data-testid='file-preview'], .message .thumbnail-item")
+        send(page, FIRST)
+        wait_for_answer(page, lambda text: len(text) > 0)
+        player = page.wait_for_selector("[data-testid='user'] audio", timeout=20_000)
+        loaded = page.evaluate(
+            "a => new Promise(done => { a.onloadedmetadata = () => done(a.duration); a.onerror = () => done(-1);"
+            " a.load(); })",
+            player,
+        )
+        page.screenshot(path=str(ARTIFACTS / "audio-question.png"), full_page=True)
+        browser.close()
+    assert 1.5 < loaded < 3.5  # the recording's own length, served back
+    saved = [json.loads(entries) for (entries,) in sqlite3.connect(store.path).execute("SELECT entries FROM nodes")]
+    question_parts = saved[0][0]["content"]
+    assert [part["type"] for part in question_parts] == ["audio", "text"]  # kept as sound, not as its text
+    store.close()

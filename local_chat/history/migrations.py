@@ -117,4 +117,8 @@ MIGRATIONS: dict[int, list] = {
         "DELETE FROM nodes WHERE conversation = old.id; END",
         *INDEXES,
     ],
+    # a question may carry the recordings a model that hears was given ({"type": "audio", "sha256"}, WAV files beside
+    # the images; nothing to change in the tables): an app of schema 7, which would drop them when it saves the
+    # conversation again, refuses the database instead
+    8: [],
 }

@@ -3,7 +3,8 @@
 - Each conversation belongs to an owner (the login name with --auth, else an unguessable id kept in the browser);
   every read and write names its owner, and a conversation of another owner is refused whatever id is asked for.
 - Messages are stored as the page keeps them (ui/turns.py): {"role", "content", "metadata"?, "kind"?}, content a
-  string or a list of parts, `{"type": "text", "text"}` or `{"type": "image", "sha256"}`; a reasoning model's thought
+  string or a list of parts, `{"type": "text", "text"}`, `{"type": "image", "sha256"}` or (schema 8) a recording a
+  model that hears was given, `{"type": "audio", "sha256"}`; a reasoning model's thought
   is its own "thinking" message before its answer (schema 2; schema 1 kept it in the answer's text, and kinds in
   titles and text). An answer carries the "model" that gave it where the page picks among models (schema 4): the
   latest one is the conversation's model, which reopening it offers. A conversation's page options
@@ -17,9 +18,9 @@
   history/migrations.py): the last word as a prefix (results as the user types), titles first, then messages, each
   newest first (the index's own order: no sort of every match), one result per conversation, each with the message
   that matched and its words in their context. Conversations can be pinned to the top of their owner's list.
-- Images are PNG files named by the SHA-256 of their bytes, in a folder beside the database: the same image is never
-  stored twice. The page gets them only through `image_url`'s signed addresses (ui/history.py's route checks them
-  against the conversation's owner), never through Gradio's file serving.
+- Images are PNG files (recordings WAV files) named by the SHA-256 of their bytes, in a folder beside the database:
+  the same image is never stored twice. The page gets them only through `image_url`'s signed addresses
+  (ui/history.py's route checks them against the conversation's owner), never through Gradio's file serving.
 - The schema has a version (`PRAGMA user_version`) and migrations from the first version on. A database that is
   corrupt, locked by another process or of a newer schema is one sentence (`UserError`), never replaced or
   overwritten. Apps starting together migrate it once: each step re-reads the version inside its transaction.
@@ -51,7 +52,7 @@ from .migrations import MIGRATIONS
 from .tree import START, Node, Point, Shape, flat_entries, path_nodes, searchable, text_of
 
 APP_NAME = "local-chat"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 TITLE_CHARS = 60
 LOCK_TIMEOUT_S = 5.0
 NO_SUCH = "There is no such conversation among yours; it may have been deleted."
@@ -125,13 +126,14 @@ def title_of(messages: list[dict]) -> str:
     return "New chat"
 
 
-def image_hashes(messages: list[dict]) -> set[str]:
+def media_hashes(messages: list[dict]) -> set[str]:
+    """The digests of the images and recordings among `messages`' parts."""
     return {
         part["sha256"]
         for message in messages
         if isinstance(message.get("content"), list)
         for part in message["content"]
-        if isinstance(part, dict) and part.get("type") == "image"
+        if isinstance(part, dict) and part.get("type") in ("image", "audio")
     }
 
 
@@ -386,16 +388,26 @@ class Store:
 
     def put_image(self, png: bytes) -> str:
         """Keep a PNG (once, whoever sends it again); its SHA-256."""
-        digest = hashlib.sha256(png).hexdigest()
-        path = self.images / f"{digest}.png"
+        return self._put(png, ".png")
+
+    def put_sound(self, wav: bytes) -> str:
+        """Keep a recording as a WAV file (once); its SHA-256."""
+        return self._put(wav, ".wav")
+
+    def _put(self, data: bytes, suffix: str) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.images / f"{digest}{suffix}"
         if not path.exists():
             partial = path.with_suffix(f".{secrets.token_hex(4)}.part")
-            partial.write_bytes(png)
+            partial.write_bytes(data)
             partial.replace(path)  # whole or absent, even if the app is killed meanwhile
         return digest
 
     def image_path(self, digest: str) -> Path:
         return self.images / f"{digest}.png"
+
+    def sound_path(self, digest: str) -> Path:
+        return self.images / f"{digest}.wav"
 
     def image_signature(self, owner: str, conversation_id: str, digest: str) -> str:
         message = f"{owner}\n{conversation_id}\n{digest}".encode()
@@ -406,16 +418,15 @@ class Store:
         return hmac.compare_digest(self.image_signature(owner, conversation_id, digest), signature)
 
     def image_for_owner_of(self, conversation_id: str, digest: str, signature: str) -> Path | None:
-        """The image `digest` of conversation `conversation_id` (on any of its branches) when `signature` is the one
-        its owner was given."""
+        """The image (or recording) `digest` of conversation `conversation_id` (on any of its branches) when
+        `signature` is the one its owner was given."""
         row = self._db.execute("SELECT owner FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         rows = self._db.execute("SELECT entries FROM nodes WHERE conversation = ?", (conversation_id,))
-        if row is None or digest not in image_hashes([e for (data,) in rows for e in json.loads(data)]):
+        if row is None or digest not in media_hashes([e for (data,) in rows for e in json.loads(data)]):
             return None
         if not self.signed(row[0], conversation_id, digest, signature):
             return None
-        path = self.image_path(digest)
-        return path if path.exists() else None
+        return next((path for path in (self.image_path(digest), self.sound_path(digest)) if path.exists()), None)
 
     # ----- branches, pins and search -----
 

@@ -102,6 +102,15 @@ def audio_parts(message: dict) -> list[dict]:
     return image_parts(message, AUDIO_PART_TYPES)
 
 
+def without_images(message: dict) -> dict:
+    """A message for a model that does not see images: its images left out (its recordings kept)."""
+    if not image_parts(message):
+        return message
+    if not audio_parts(message):
+        return {**message, "content": message_text(message["content"])}
+    return {**message, "content": [p for p in message["content"] if p.get("type") not in IMAGE_PART_TYPES]}
+
+
 def message_images(content, max_mb: float = MAX_UPLOAD_MB) -> list[Image.Image]:
     """The images among a message's parts: OpenAI-style `{"type": "image_url", "image_url": {"url": "data:..."}}`
     (or `{"type": "image", "url": ...}`), decoded with the upload checks. Outside addresses are never fetched."""

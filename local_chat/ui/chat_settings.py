@@ -4,10 +4,12 @@ an edit give."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from local_chat.engine import Sampling
 from local_chat.errors import UserError
 from local_chat.prompting import open_upload
+from local_chat.voice.clips import read_clip
 
 from .gradio_api import page_sampling
 
@@ -39,10 +41,10 @@ class ChatSettings:
 
 
 def edited_question(question: dict, edited_text: str) -> dict:
-    """A user message whose text was edited: its images (saved ones, or upload files) stay, the text is the new one
-    (without the images' addresses, where the edit box showed them)."""
+    """A user message whose text was edited: its images and recordings (saved ones, or upload files) stay, the text is
+    the new one (without their addresses, where the edit box showed them)."""
     content = question["content"]
-    if question.get("images"):
+    if question.get("images") or question.get("clips"):
         addresses = content[: len(content) - len(question["text"])]
         text = edited_text.removeprefix(addresses)
         return {**question, "content": addresses + text, "text": text}
@@ -73,6 +75,26 @@ def attached_images(files, engine, max_upload_mb: float) -> tuple[list[tuple[str
         except UserError as error:
             refused.append(str(error))
     return images, taken_out(refused)
+
+
+NOT_HEARD = (
+    "This model does not hear recordings, so the recording was taken out of the message (your text is still there); "
+    "start a model that hears (Qwen2-Audio, say), or the app with --stt_model to turn recordings into text."
+)
+
+
+def attached_clips(files, engine, max_upload_mb: float) -> tuple[list[tuple[str, object]], str]:
+    """(path, checked `Clip`) of each recording attached for a model that hears, and the sentence for those that
+    cannot be read (empty when none): a model that does not hear refuses them all."""
+    if files and not engine.summary().hears:
+        return [], NOT_HEARD
+    clips, refused = [], []
+    for path in files:
+        try:
+            clips.append((path, read_clip(Path(path).read_bytes(), Path(path).name, max_upload_mb)))
+        except UserError as error:
+            refused.append(str(error))
+    return clips, taken_out(refused)
 
 
 def taken_out(refused: list[str]) -> str:

@@ -27,8 +27,10 @@ from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 from local_chat.history.tree import answered_again, with_ids
 from local_chat.prompting import EMPTY_MESSAGE, conversation_templates, default_system, message_text
+from local_chat.prompting.chat import image_parts, without_images
 from local_chat.tools import Toolbox
 from local_chat.voice import Voice
+from local_chat.voice.clips import is_sound_file
 from local_chat.web import put_web_in_prompt, standalone_query
 from local_chat.web.tools import SERVER as WEB_SERVER
 
@@ -36,7 +38,7 @@ from . import turns
 from .answer_turn import Turn
 from .chat import Cancels, answer_updates
 from .chat_parts import ChatParts
-from .chat_settings import ChatSettings, attached_images, edited_question, message_parts
+from .chat_settings import ChatSettings, attached_clips, attached_images, edited_question, message_parts
 from .conversations import Sidebar
 from .documents import PAGE_PICTURES, as_pictures, read_documents, sources_entry, split_files, with_documents
 from .history import SavedChats, new_conversation_id
@@ -213,8 +215,8 @@ class ChatTab:
             messages = messages[-1:]
         if messages[-1]["role"] == "user" and not message_text(messages[-1]["content"]).strip():
             raise UserError(EMPTY_MESSAGE)
-        if not engine.sees_images and any(isinstance(m["content"], list) for m in messages):
-            messages = [{**m, "content": message_text(m["content"])} for m in messages]
+        if not engine.sees_images and any(image_parts(m) for m in messages):
+            messages = [without_images(m) for m in messages]
             turns.with_images_left_out(history, settings.model or "This model")
         answer_tokens = settings.sampling.max_new_tokens
         system = [{"role": "system", "content": settings.system}] if settings.system is not None else []
@@ -336,21 +338,23 @@ class ChatTab:
             gr.Warning(EMPTY_MESSAGE)
             yield Sent(history, message, gr.skip(), gr.skip(), gr.skip())
             return
-        image_files, document_files = split_files(files)
-        if settings.pdf_pictures and self.engine_of(settings.model).sees_images:  # its pages, as images
+        engine = self.engine_of(settings.model)
+        image_files, document_files = split_files([f for f in files if not is_sound_file(f)])
+        if settings.pdf_pictures and engine.sees_images:  # its pages, as images
             image_files, document_files = await as_pictures(image_files, document_files)
-        images, refused = attached_images(image_files, self.engine_of(settings.model), self.max_upload_mb)
+        images, refused = attached_images(image_files, engine, self.max_upload_mb)
+        clips, unheard = attached_clips([f for f in files if is_sound_file(f)], engine, self.max_upload_mb)
         documents, unread = await read_documents(document_files, self.max_upload_mb, self.saved.shelf)
-        if refused or unread:  # the files taken out of the box, the text left in it: the next Send works
-            gr.Warning(" ".join(filter(None, [refused, unread])))
-            kept = [path for path, _ in images] + [path for path, _ in documents]
+        if refused or unheard or unread:  # the files taken out of the box, the text left in it: the next Send works
+            gr.Warning(" ".join(filter(None, [refused, unheard, unread])))
+            kept = [path for path, _ in [*images, *clips, *documents]]
             yield Sent(gr.skip(), {"text": text, "files": kept}, gr.skip(), gr.skip(), gr.skip())
             return
         try:
             owner = self._owner(settings.browser_id, request)
             if owner is not None and conversation_id is None:
                 conversation_id = settings.conversation_id = new_conversation_id()
-            question = self.saved.user_message(owner, conversation_id, text, images)
+            question = self.saved.user_message(owner, conversation_id, text, images, clips)
             question = with_documents(question, [document for _, document in documents])
             question = with_ids(question) if self.saving else question  # its place in the saved tree
         except UserError as error:
@@ -469,7 +473,8 @@ class ChatTab:
         where there is one. The sidebar, where there is one, was built before (it is the page's)."""
         engine = self.engine
         conversation_id = gr.State(None)
-        chatbot, box = chat_box(engine, interactive=not self.saving, hears=self.voice.voice.hears)
+        hears = self.voice.voice.hears or engine.summary().hears  # a microphone: for --stt_model, or the model
+        chatbot, box = chat_box(engine, interactive=not self.saving, hears=hears)
         web_search = (
             gr.Checkbox(False, label="Search the web", elem_classes="web-switch") if self.web else gr.State(False)
         )
@@ -569,7 +574,7 @@ class ChatTab:
             **quiet,
         )
         self.tools.wire(parts, runs[-1])  # this login's always-allowed tools: shown after a choice, and revoked
-        self.voice.wire(box, parts.speech)
+        self.voice.wire(box, parts.speech, parts.model, lambda model: self.engine_of(model).summary().hears)
 
     def on_page(self, handler):
         """`handler`'s results (an answer's run) as `Streamed`: the message box showing Stop at each piece, and the

@@ -4,6 +4,7 @@ and their import as a new conversation, which checks every image as an upload an
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tempfile
@@ -13,6 +14,9 @@ from local_chat.errors import UserError
 from local_chat.history.store import title_of
 from local_chat.history.tree import Node, Shape, flat_entries
 from local_chat.prompting import image_from_data_url, message_text, png_bytes, png_data_url
+from local_chat.prompting.chat import AUDIO_PART_TYPES
+from local_chat.prompting.messages import part_clip
+from local_chat.voice.clips import wav_bytes
 
 from .documents import exported_documents, imported_documents, imported_sources
 from .turns import model_view, thinking, tool_call, tool_result
@@ -74,18 +78,22 @@ class Exports:
     def _exported(self, message: dict) -> dict:
         content = message["content"]
         if isinstance(content, list):
-            content = [
-                {
-                    "type": "image_url",
-                    "image_url": {"url": png_data_url(self.store.image_path(p["sha256"]).read_bytes())},
-                }
-                if p.get("type") == "image"
-                else {"type": "text", "text": p.get("text", "")}
-                for p in content
-            ]
+            content = [self._exported_part(p) for p in content]
         if message.get("documents"):  # each whole: an import needs no reading again
             message = {**message, "documents": exported_documents(message["documents"], self.shelf)}
         return {**message, "content": content}
+
+    def _exported_part(self, part: dict) -> dict:
+        """A stored part as OpenAI's: an image as a PNG `data:` URL, a recording as a WAV `input_audio`."""
+        if part.get("type") == "image":
+            return {
+                "type": "image_url",
+                "image_url": {"url": png_data_url(self.store.image_path(part["sha256"]).read_bytes())},
+            }
+        if part.get("type") == "audio":
+            data = base64.b64encode(self.store.sound_path(part["sha256"]).read_bytes()).decode()
+            return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+        return {"type": "text", "text": part.get("text", "")}
 
     def import_file(self, owner: str, path: str) -> str:
         """A JSON or Markdown export made a new conversation of `owner` (its images checked as uploads are); its id."""
@@ -172,9 +180,19 @@ class Exports:
                 url = url.get("url") if isinstance(url, dict) else url
                 image = image_from_data_url(url, self.max_upload_mb)
                 parts.append({"type": "image", "sha256": self.store.put_image(png_bytes(image))})
+            elif isinstance(part, dict) and part.get("type") in AUDIO_PART_TYPES:
+                clip = part_clip(part, len([p for p in parts if p["type"] == "audio"]) + 1, self.max_upload_mb)
+                parts.append({"type": "audio", "sha256": self.store.put_sound(wav_bytes(clip))})
             else:
                 parts.append({"type": "text", "text": message_text(part)})
         return parts
+
+
+def _markdown_part(part: dict) -> str:
+    """An exported part in Markdown: an image as a `data:` image, a recording said (its sound stays in the JSON)."""
+    if part["type"] == "image_url":
+        return f"![image]({part['image_url']['url']})"
+    return "*(a recording)*" if part["type"] == "input_audio" else part["text"]
 
 
 def markdown_turn(message: dict) -> str:
@@ -182,9 +200,7 @@ def markdown_turn(message: dict) -> str:
     if isinstance(content, str):
         body = content
     else:
-        body = "\n\n".join(
-            f"![image]({p['image_url']['url']})" if p["type"] == "image_url" else p["text"] for p in content
-        )
+        body = "\n\n".join(_markdown_part(p) for p in content)
     if message.get("reasoning_content"):
         body = f"<details><summary>Thinking</summary>\n\n{message['reasoning_content']}\n\n</details>\n\n{body}"
     for call in message.get("tool_calls") or []:

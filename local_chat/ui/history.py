@@ -7,8 +7,9 @@ Every handler names the owner; the store refuses another owner's conversation wh
 
 Images: in the chat, an image of a saved conversation is a Markdown image whose address is signed for the
 conversation's owner (`/history/image/CONVERSATION/SHA256?sig=...`); the route serves it only when the signature is
-the owner's and the conversation holds the image. Without saved conversations (--no_history) images are Gradio's
-uploads, shown as file parts.
+the owner's and the conversation holds the image. A recording a model that hears was given is an `<audio>` player of
+such an address. Without saved conversations (--no_history) images and recordings are Gradio's uploads, shown as
+file parts.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import secrets
 import threading
+from pathlib import Path
 
 import gradio as gr
 from starlette.requests import Request as HTTPRequest
@@ -27,6 +29,7 @@ from local_chat.documents import Shelf
 from local_chat.errors import UserError
 from local_chat.history.store import SavedConversation, Store, text_of
 from local_chat.prompting import message_text, open_upload, png_bytes
+from local_chat.voice.clips import is_sound_file, read_clip, wav_bytes
 
 from .documents import with_documents
 from .exports import Exports
@@ -129,23 +132,32 @@ class SavedChats:
 
     # ----- messages: stored <-> shown -----
 
-    def user_message(self, owner: str | None, conversation_id: str | None, text: str, images: list) -> dict:
-        """A new user message as the chat keeps it: with saved conversations, each image kept in the store, listed by
-        its digest under "images" (with the message's "text"), and shown by its signed address; without, Gradio's
-        upload files."""
-        if not images:
+    def user_message(
+        self, owner: str | None, conversation_id: str | None, text: str, images: list, clips: list = ()
+    ) -> dict:
+        """A new user message as the chat keeps it: with saved conversations, each image (and each recording, `clips`'
+        (path, Clip), for a model that hears) kept in the store, listed by its digest under "images" ("clips"), with
+        the message's "text", and shown by its signed address; without, Gradio's upload files."""
+        if not images and not clips:
             return {"role": "user", "content": text}
         if not self.on:
-            return {"role": "user", "content": [*({"path": path} for path, _ in images), text]}
+            return {"role": "user", "content": [*({"path": path} for path, _ in [*images, *clips]), text]}
         digests = [self.store.put_image(png_bytes(image)) for _, image in images]
-        return self._question(owner, conversation_id, text, digests)
+        sounds = [self.store.put_sound(wav_bytes(clip)) for _, clip in clips]
+        return self._question(owner, conversation_id, text, digests, sounds)
 
-    def _question(self, owner: str, conversation_id: str, text: str, digests: list[str]) -> dict:
-        shown = self._refs(owner, conversation_id, digests) + text
-        return {"role": "user", "content": shown, "text": text, "images": digests}
+    def _question(self, owner: str, conversation_id: str, text: str, digests: list[str], sounds=()) -> dict:
+        shown = self._refs(owner, conversation_id, digests) + self._players(owner, conversation_id, sounds) + text
+        question = {"role": "user", "content": shown, "text": text, "images": digests}
+        return question | {"clips": list(sounds)} if sounds else question
 
     def _refs(self, owner: str, conversation_id: str, digests: list[str]) -> str:
         return "".join(f"![image]({self._address(owner, conversation_id, d)})\n\n" for d in digests)
+
+    def _players(self, owner: str, conversation_id: str, digests: list[str]) -> str:
+        return "".join(
+            f'<audio controls src="{self._address(owner, conversation_id, d)}"></audio>\n\n' for d in digests
+        )
 
     def _address(self, owner: str, conversation_id: str, digest: str) -> str:
         return (
@@ -166,7 +178,8 @@ class SavedChats:
             content = message["content"]
             if isinstance(content, list):
                 digests = [p["sha256"] for p in content if p.get("type") == "image"]
-                question = {**message, **self._question(owner, conversation_id, text_of(content), digests)}
+                sounds = [p["sha256"] for p in content if p.get("type") == "audio"]
+                question = {**message, **self._question(owner, conversation_id, text_of(content), digests, sounds)}
                 named = [self.shelf.get(n["sha256"]) for n in message.get("documents") or []]
                 shown.append(with_documents(question, [d for d in named if d is not None]))  # listed again
             else:
@@ -179,30 +192,38 @@ class SavedChats:
         stored = []
         for message in history:
             entry = {"role": message["role"], "content": message_text(message.get("content"))}
-            if message.get("images"):
-                entry["content"] = [{"type": "image", "sha256": d} for d in message["images"]]
+            if message.get("images") or message.get("clips"):
+                entry["content"] = [{"type": "image", "sha256": d} for d in message.get("images", ())]
+                entry["content"] += [{"type": "audio", "sha256": d} for d in message.get("clips", ())]
                 entry["content"].append({"type": "text", "text": message["text"]})
             if message.get("metadata"):
                 entry["metadata"] = {k: v for k, v in message["metadata"].items() if v is not None}
             entry |= {k: message[k] for k in KEPT_KEYS if message.get(k) is not None}
-            if message.get("documents") and not message.get("images"):  # its text apart from the documents' list
+            if message.get("documents") and not (message.get("images") or message.get("clips")):  # the text apart
                 entry["text"] = message["text"]
             stored.append(entry)
         return stored
 
     def for_the_model(self, history: list[dict]) -> list[dict]:
-        """The chat's messages (`model_view`'s) with their images decoded, as prompting/ reads them: a user message's
-        images are `{"type": "image", "image": PIL}` parts before its text."""
+        """The chat's messages (`model_view`'s) with their images and recordings decoded, as prompting/ reads them: a
+        user message's images are `{"type": "image", "image": PIL}` parts before its text, its recordings
+        `{"type": "audio", "audio": Clip}` parts."""
         messages = []
         for message in history:
             content = message.get("content")
-            images = [open_upload(path, self.max_upload_mb) for path in file_paths(content)]
-            images += [open_upload(self.store.image_path(d), self.max_upload_mb) for d in message.get("images", ())]
+            parts = [self._upload_part(path) for path in file_paths(content)]
+            parts += [self._upload_part(self.store.image_path(d)) for d in message.get("images", ())]
+            parts += [self._upload_part(self.store.sound_path(d)) for d in message.get("clips", ())]
             text = message["text"] if "text" in message else message_text(content)
-            parts = [{"type": "image", "image": image} for image in images]
-            kept = {k: v for k, v in message.items() if k not in ("text", "images")}
+            kept = {k: v for k, v in message.items() if k not in ("text", "images", "clips")}
             messages.append({**kept, "content": parts + [{"type": "text", "text": text}] if parts else text})
         return messages
+
+    def _upload_part(self, path) -> dict:
+        """An attached file's part for the model: a recording's clip, else an image (each checked as an upload)."""
+        if is_sound_file(path):
+            return {"type": "audio", "audio": read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)}
+        return {"type": "image", "image": open_upload(path, self.max_upload_mb)}
 
     # ----- saving -----
 
@@ -258,7 +279,8 @@ class SavedChats:
             )
             if found is None:
                 return Response("Not found", status_code=404)
-            return FileResponse(found, media_type="image/png", headers={"Cache-Control": "private, max-age=86400"})
+            kind = "audio/wav" if found.suffix == ".wav" else "image/png"
+            return FileResponse(found, media_type=kind, headers={"Cache-Control": "private, max-age=86400"})
 
         return Route(IMAGE_ROUTE + "/{conversation}/{digest}", image, methods=["GET"])
 

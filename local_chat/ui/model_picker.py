@@ -143,7 +143,7 @@ def chat_updates(tab, engine: ChatEngine, system: str, sampling: Sampling) -> li
     return [
         gr.update(choices=conversation_templates(engine), value=engine.template),
         system,
-        gr.update(**message_box_images(engine.sees_images, tab.voice.voice.hears)),
+        gr.update(**message_box_images(engine.sees_images, tab.voice.voice.hears or engine.summary().hears)),
         gr.skip() if tab.single_turn else thinking_update(engine),
         *sampling_values(sampling),
     ]

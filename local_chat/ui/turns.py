@@ -176,7 +176,7 @@ def model_view(entries: list[dict], for_export: bool = False) -> list[dict]:
             kept.append({"role": "tool", "tool_call_id": entry.get("tool_call_id"), "content": result})
         else:
             message = {"role": entry["role"], "content": entry["content"]}
-            message |= {k: entry[k] for k in ("text", "images", "documents") if k in entry}  # its attachments
+            message |= {k: entry[k] for k in ("text", "images", "clips", "documents") if k in entry}  # attachments
             if for_export and entry.get("model"):
                 message["model"] = entry["model"]
             if kind == Kind.ANSWER:

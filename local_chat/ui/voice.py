@@ -19,7 +19,7 @@ import gradio as gr
 from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 from local_chat.voice import SpokenAnswer, Voice
-from local_chat.voice.clips import Clip, read_clip, wav_bytes
+from local_chat.voice.clips import Clip, is_sound_file, read_clip, wav_bytes
 
 from .chat_settings import message_parts, taken_out
 from .layout import static_text
@@ -27,7 +27,6 @@ from .turns import kind_of
 from .wiring import UI_ONLY
 
 SPEECH_JS = static_text("speech.js")
-AUDIO_SUFFIXES = (".wav", ".mp3", ".flac", ".ogg", ".oga", ".opus")
 SILENT = {"round": None, "clips": []}
 MAX_READ_CHARS = 20_000  # what one read-aloud click speaks
 
@@ -47,10 +46,6 @@ def answer_text(entries: list[dict]) -> str:
         elif kind == Kind.ANSWER and isinstance(entry.get("content"), str):
             texts.append(entry["content"])
     return "\n\n".join(texts)
-
-
-def is_recording(path: str) -> bool:
-    return Path(path).suffix.lower() in AUDIO_SUFFIXES
 
 
 class AnswerSpeech:
@@ -96,6 +91,7 @@ class PageVoice:
 
     def __init__(self, voice: Voice, max_upload_mb: float):
         self.voice, self.max_upload_mb = voice, max_upload_mb
+        self.model_hears = lambda model: False  # once wired: whether the chosen model takes recordings itself
 
     def build(self):
         """(the speech component, the Speak answers switch): placeholders where the app speaks nothing."""
@@ -108,18 +104,21 @@ class PageVoice:
     def answer_speech(self, speak: bool) -> AnswerSpeech | None:
         return AnswerSpeech(self.voice.speaker) if speak and self.voice.speaks else None
 
-    def wire(self, box, speech) -> None:
+    def wire(self, box, speech, model, model_hears) -> None:
+        """`model`: the page's model picker (a placeholder without one); `model_hears(name)`: whether that model takes
+        recordings itself (they stay attached, to go to it as sound, rather than become text)."""
+        self.model_hears = model_hears
         if self.voice.hears:  # a recording, or an audio file attached: its text in the box
-            box.change(self.transcribed, box, box, show_progress="hidden", api_visibility=UI_ONLY)
+            box.change(self.transcribed, [box, model], box, show_progress="hidden", api_visibility=UI_ONLY)
         if self.voice.speaks:
             speech.read(self.read_aloud, speech, speech, show_progress="hidden", api_visibility=UI_ONLY)
 
-    async def transcribed(self, message):
+    async def transcribed(self, message, model=None):
         """The message box with its recordings' text after what was typed, the recordings taken out (one that cannot
-        be heard: taken out too, with a warning that says why; the text stays)."""
+        be heard: taken out too, with a warning that says why; the text stays); for a model that hears, as it was."""
         typed, files = message_parts(message)
-        recordings = [path for path in files if is_recording(path)]
-        if not recordings:
+        recordings = [path for path in files if is_sound_file(path)]
+        if not recordings or self.model_hears(model):
             return gr.skip()
         heard, failed = [], []
         for path in recordings:

@@ -13,6 +13,7 @@ from local_chat.errors import UserError
 
 MAX_CLIP_SECONDS = 600.0  # a recording or an upload to transcribe, or to give a model that hears
 READ_FORMATS = "WAV, FLAC, MP3 or Ogg"
+SOUND_SUFFIXES = (".wav", ".mp3", ".flac", ".ogg", ".oga", ".opus")  # a file the message box takes as a recording
 PCM_RATE = 24_000  # OpenAI's `pcm`: 24 kHz, 16-bit signed little-endian, mono, no header
 # /v1/audio/speech's `response_format`s, with their media types (OpenAI's aac is not offered: libsndfile has no AAC)
 MEDIA_TYPES = {
@@ -37,6 +38,11 @@ class Clip:
     @property
     def seconds(self) -> float:
         return len(self.samples) / self.rate if self.rate else 0.0
+
+
+def is_sound_file(path: str) -> bool:
+    """Whether a file attached to a message is a recording, by its name."""
+    return str(path).lower().endswith(SOUND_SUFFIXES)
 
 
 def _soundfile():
@@ -87,7 +93,9 @@ def joined(clips: list[Clip]) -> Clip:
 
 
 def pcm16(clip: Clip) -> bytes:
-    return (np.clip(clip.samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    """16-bit samples, scaled as soundfile reads them (x 32768), so that a clip read from a 16-bit file is written
+    back to the same bytes."""
+    return np.clip(np.round(clip.samples * 32768), -32768, 32767).astype("<i2").tobytes()
 
 
 def wav_bytes(clip: Clip) -> bytes:

@@ -1,0 +1,33 @@
+-- A history database written by the app at schema 7 (local_chat/history/store.py at 38c4794), as SQL:
+-- tests/test_audio_families.py builds the file from it (its full-text indexes as their CREATE statements, rebuilt).
+BEGIN TRANSACTION;
+CREATE TABLE conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL, options TEXT NOT NULL DEFAULT '{}', revision INTEGER NOT NULL DEFAULT 0, leaf TEXT, pinned INTEGER NOT NULL DEFAULT 0);
+INSERT INTO "conversations" VALUES('conversation-seven','browser:ffffffffffffffffffffffffffffffff','What is the capital of Japan?',1.79661909045912766454e+09,1.79661909045912766454e+09,'{}',0,'5jTd0bqibjpm.answer',0);
+CREATE TABLE documents (sha256 TEXT PRIMARY KEY, name TEXT NOT NULL, paged INTEGER NOT NULL, pages TEXT NOT NULL);
+CREATE VIRTUAL TABLE node_text USING fts5(text, content = 'nodes', content_rowid = 'number', tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3 4');
+CREATE TABLE nodes (number INTEGER PRIMARY KEY, conversation TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, made REAL NOT NULL, entries TEXT NOT NULL, text TEXT NOT NULL, UNIQUE (conversation, id));
+INSERT INTO "nodes" VALUES(1,'conversation-seven','pz3e0BivUpy-',NULL,1.79661909045912766454e+09,'[{"role": "user", "content": "What is the capital of Japan?"}]','What is the capital of Japan?');
+INSERT INTO "nodes" VALUES(2,'conversation-seven','pz3e0BivUpy-.answer','pz3e0BivUpy-',1.7966190904591286182e+09,'[{"role": "assistant", "content": "The capital of Japan is Tokyo."}]','The capital of Japan is Tokyo.');
+INSERT INTO "nodes" VALUES(3,'conversation-seven','5jTd0bqibjpm','pz3e0BivUpy-.answer',1.79661909045912957186e+09,'[{"role": "user", "content": [{"type": "image", "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}, {"type": "text", "text": "And this picture?"}]}]','And this picture?');
+INSERT INTO "nodes" VALUES(4,'conversation-seven','5jTd0bqibjpm.answer','5jTd0bqibjpm',1.79661909045913076397e+09,'[{"role": "assistant", "content": "A red square, seen from Kyoto.", "model": "demo"}]','A red square, seen from Kyoto.');
+CREATE TABLE passage_vectors (passage INTEGER NOT NULL, model TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (passage, model));
+CREATE VIRTUAL TABLE passages USING fts5(sha256 UNINDEXED, page UNINDEXED, text);
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO "settings" VALUES('browser_storage_key','4f507d2d4dcb9222d7a9f546cb94d0102672a0ad24d28fbadd4b40ba72e6511f');
+INSERT INTO "settings" VALUES('browser_secret','9cb59972fad124085b9109e68476aa946731600999b1fa5fadf0759036fa1358');
+INSERT INTO "settings" VALUES('image_key','c752468f84ac142cff40b2c263b0dbdf23dfaa42ce7922ddc11a34e12e16b95b');
+CREATE VIRTUAL TABLE title_text USING fts5(title, conversation UNINDEXED, tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3 4');
+CREATE TABLE tool_approvals (owner TEXT NOT NULL, tool TEXT NOT NULL, PRIMARY KEY (owner, tool));
+CREATE INDEX conversations_by_owner ON conversations (owner, updated DESC);
+CREATE INDEX conversations_pinned ON conversations (owner, pinned DESC, updated DESC);
+CREATE TRIGGER conversation_deleted AFTER DELETE ON conversations BEGIN DELETE FROM nodes WHERE conversation = old.id; END;
+CREATE TRIGGER node_added AFTER INSERT ON nodes BEGIN INSERT INTO node_text (rowid, text) VALUES (new.number, new.text); END;
+CREATE TRIGGER node_deleted AFTER DELETE ON nodes BEGIN INSERT INTO node_text (node_text, rowid, text) VALUES ('delete', old.number, old.text); END;
+CREATE TRIGGER node_changed AFTER UPDATE OF text ON nodes WHEN old.text IS NOT new.text BEGIN INSERT INTO node_text (node_text, rowid, text) VALUES ('delete', old.number, old.text); INSERT INTO node_text (rowid, text) VALUES (new.number, new.text); END;
+CREATE TRIGGER title_added AFTER INSERT ON conversations BEGIN INSERT INTO title_text (title, conversation) VALUES (new.title, new.id); END;
+CREATE TRIGGER title_deleted AFTER DELETE ON conversations BEGIN DELETE FROM title_text WHERE conversation = old.id; END;
+CREATE TRIGGER title_changed AFTER UPDATE OF title ON conversations WHEN old.title IS NOT new.title BEGIN DELETE FROM title_text WHERE conversation = old.id; INSERT INTO title_text (title, conversation) VALUES (new.title, new.id); END;
+INSERT INTO node_text (node_text) VALUES ('rebuild');
+INSERT INTO title_text (title, conversation) SELECT title, id FROM conversations;
+COMMIT;
+PRAGMA user_version = 7;
