@@ -1,7 +1,8 @@
 """Real checkpoints of the families that hear: each a tiny random model of its real transformers class, saved with its
 real processor class and published chat template (fixtures/audio_families.py). A recording goes in a message as
 OpenAI's `input_audio` part; the prompt is the processor's rendering, the answer the model's own `generate`'s, and
-the session's KV cache holds the clip across turns."""
+the session's KV cache holds the clip across turns. On the page a recording goes to the model as sound, is kept with
+the saved conversation (schema 8) and plays back."""
 
 import base64
 import json
