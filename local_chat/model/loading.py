@@ -284,13 +284,15 @@ def _load_hf(
         config = AutoConfig.from_pretrained(folder, **remote)
     except (OSError, ValueError, KeyError) as exc:
         raise _hf_error(folder, exc)
-    sees_images = hasattr(config, "vision_config")
+    speaks = hasattr(config, "thinker_config")  # Qwen2.5-Omni's: its thinker writes the text, its talker speaks it
+    parts = config.thinker_config if speaks else config
+    sees_images = hasattr(parts, "vision_config")
     if with_visual and not sees_images:
         raise UserError(
             f"{folder} holds a text-only model ({config.model_type}), but a vision model was asked for; "
             "use a LLaVA-style folder for image chat, or a text launcher for this model."
         )
-    hears = hasattr(config, "audio_config")  # Qwen2-Audio's, and the other models that take sound clips
+    hears = hasattr(parts, "audio_config")  # Qwen2-Audio's, and the other models that take sound clips
     model_class = (
         AutoModelForMultimodalLM if hears else AutoModelForImageTextToText if sees_images else AutoModelForCausalLM
     )
@@ -312,7 +314,9 @@ def _load_hf(
             quantization_config=quantization_config(bits, dtype),
             **placement(device, tp_size),
             **remote,
+            **({"enable_audio_output": False} if speaks else {}),  # the talker is not loaded: answers are text
         )
+        model = model.thinker if speaks else model
         if processor is not None and tokenizer_path is None:
             tokenizer = HFTokenizer(processor.tokenizer)
         else:

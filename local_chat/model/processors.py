@@ -79,11 +79,15 @@ def registered_processor_class(config):
 
 
 class _WithoutVideo(ProcessorMixin):
-    """Between a processor and transformers' `ProcessorMixin`: the video processor its `__init__` passes on (None)
-    is left out."""
+    """Between a processor and transformers' `ProcessorMixin`: the video processor its `__init__` passes on (None),
+    by name or in its place among the others (Qwen2.5-Omni's), is left out."""
 
     def __init__(self, *args, **kwargs):
         kwargs.pop("video_processor", None)
+        own = type(self).__mro__[1].get_attributes()  # the processor's own parts, its video processor among them
+        if "video_processor" in own and len(args) > own.index("video_processor"):
+            at = own.index("video_processor")
+            args = args[:at] + args[at + 1 :]
         super().__init__(*args, **kwargs)
 
 
@@ -97,6 +101,14 @@ def images_only(processor_class):
         @classmethod
         def get_attributes(cls) -> list[str]:
             return [name for name in processor_class.get_attributes() if name != "video_processor"]
+
+        @classmethod
+        def _get_arguments_from_pretrained(cls, *args, **kwargs):
+            """The parts as loaded, with None in the video processor's place, so that an `__init__` that takes it
+            before others (Qwen2.5-Omni's, second) gets each part in its own."""
+            parts = list(super()._get_arguments_from_pretrained(*args, **kwargs))
+            own = processor_class.get_attributes()
+            return parts[: own.index("video_processor")] + [None] + parts[own.index("video_processor") :]
 
         def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
             return _rebuilt, (images_only, (processor_class,), self.__dict__)

@@ -11,12 +11,13 @@ pixel inputs (tiles, dynamic resolution). What comes out is split by what each s
 - image and sound inputs (pixel values, image sizes, grids, tiles; a clip's audio features and their mask): the
   prefill takes them only while image or audio tokens are among the tokens it runs (a session's cache may hold them
   already);
-- Qwen2-VL's 3-D rotary positions, computed here from the whole prompt for every request (transformers keeps them
-  on the model, shared by every conversation), and their offset for the decode steps.
+- Qwen2-VL's (and Qwen2.5-Omni's) 3-D rotary positions, computed here from the whole prompt for every request
+  (transformers keeps them on the model, shared by every conversation), and their offset for the decode steps.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -160,13 +161,16 @@ def batch_inputs(
         else:
             inputs.images[key] = torch.cat(values)
     rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    grids = dict(image_grid_thw=inputs.images.get("image_grid_thw"), video_grid_thw=inputs.images.get("video_grid_thw"))
     if rope_index is not None and "mm_token_type_ids" in inputs.per_token:
         inputs.rope_positions, inputs.rope_deltas = rope_index(
-            input_ids,
-            inputs.per_token["mm_token_type_ids"],
-            image_grid_thw=inputs.images.get("image_grid_thw"),
-            video_grid_thw=inputs.images.get("video_grid_thw"),
-            attention_mask=attention_mask,
+            input_ids, inputs.per_token["mm_token_type_ids"], **grids, attention_mask=attention_mask
+        )
+    elif rope_index is not None and "audio_seqlens" in inspect.signature(rope_index).parameters:
+        # Qwen2.5-Omni's: a clip's tokens take positions by its time (25 a second), every prompt 3-D ones
+        clips = inputs.images.get("feature_attention_mask")
+        inputs.rope_positions, inputs.rope_deltas = rope_index(
+            input_ids, **grids, attention_mask=attention_mask, audio_seqlens=None if clips is None else clips.sum(-1)
         )
     return inputs
 
