@@ -146,6 +146,9 @@ def test_the_message_box_gets_a_recordings_text_and_a_bad_one_says_why(folders, 
                       "sound (Error in WAV file. No 'data' chunk marker); send WAV, FLAC, MP3 or Ogg."]  # fmt: skip
     for files in ([], [str(notes), str(document)]):  # no recording among them: the box as it is
         assert asyncio.run(page.transcribed({"text": "typed", "files": files})) == {"__type__": "update"}
+    page.model_hears = lambda model: model == "qwen2-audio"  # a model that hears takes the recording itself
+    assert asyncio.run(page.transcribed(box, "qwen2-audio")) == {"__type__": "update"}
+    assert asyncio.run(page.transcribed(box, "demo"))["files"] == [str(document)]
 
 
 # ----- speech out -----
