@@ -279,3 +279,15 @@ def test_in_chromium_a_recording_goes_to_the_model_and_plays_back(family, tmp_pa
     question_parts = saved[0][0]["content"]
     assert [part["type"] for part in question_parts] == ["audio", "text"]  # kept as sound, not as its text
     store.close()
+
+
+def test_the_models_dir_lists_the_models_that_hear(tmp_path):
+    from local_chat.launchers.catalog import find_models
+
+    for name in audio_families.FAMILIES:
+        audio_families.build(name, tmp_path / name)
+    lines = {m.id: m.line() for m in find_models([str(tmp_path)], 4, None, None)}
+    assert lines == {
+        "qwen2_audio": "qwen2_audio (qwen2_audio, 1 MiB, hears)",
+        "qwen2_5_omni": "qwen2_5_omni (qwen2_5_omni, 1 MiB, sees images, hears)",
+    }

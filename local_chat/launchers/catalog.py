@@ -34,6 +34,7 @@ class ListedModel:
     positions: int | None = None  # its config's max_position_embeddings: its context is at most that
     adapter: str | None = None  # a LoRA adapter's name (its folder's); its id is "BASE + NAME"
     base: str | None = None  # an adapter's base: the listed checkpoint's id (before that: its config's words)
+    hears: bool = False  # it takes recordings (Qwen2-Audio, Qwen2.5-Omni)
 
     def context(self, max_seq_len: int | None) -> int:
         """Its context as it would load with `max_seq_len` (--max_seq_len, default DEFAULT_CONTEXT)."""
@@ -48,6 +49,7 @@ class ListedModel:
             return f"{self.id} (LoRA adapter over {self.base}, {self.size / 2**20:.1f} MiB)"
         facts = [self.family, f"{self.size / 2**30:.1f} GiB" if self.size >= 2**30 else f"{self.size / 2**20:.0f} MiB"]
         facts += ["sees images"] if self.sees_images else []
+        facts += ["hears"] if self.hears else []
         facts += ["does not fit the free memory"] if self.fits is False else []
         return f"{self.id} ({', '.join(facts)})"
 
@@ -210,7 +212,9 @@ def _listed(model_id: str, path: Path, load: tuple[int, int | None], free: int |
         "max_position_embeddings"
     )
     fits = _fits(size, stored, load, free)
-    return ListedModel(model_id, path, family, size, "vision_config" in config, fits, positions=positions)
+    parts = config.get("thinker_config") or config  # Qwen2.5-Omni's thinker holds its vision and audio
+    return ListedModel(model_id, path, family, size, "vision_config" in parts, fits, positions=positions,
+                       hears="audio_config" in parts)  # fmt: skip
 
 
 def _consolidated(
