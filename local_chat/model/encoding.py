@@ -13,8 +13,9 @@ from local_chat.voice.clips import Clip
 
 from .generation import ModelInputs
 from .image import shape_image
-from .vision_inputs import as_image_list, batch_inputs, sound_extractor
+from .vision_inputs import as_image_list, batch_inputs
 from .vision_inputs import encode as encode_with_processor
+from .vision_inputs import hears as processor_hears
 
 
 def _side(size) -> int | None:
@@ -39,12 +40,7 @@ class PromptEncoder:
     @property
     def hears(self) -> bool:
         """Whether the model takes sound clips (its processor makes audio features and has an audio marker)."""
-        processor = self.processor
-        return (
-            processor is not None
-            and sound_extractor(processor) is not None
-            and bool(getattr(processor, "audio_token", None))
-        )
+        return self.processor is not None and processor_hears(self.processor)
 
     @property
     def image_size(self) -> int:
@@ -117,13 +113,10 @@ class PromptEncoder:
         if self.processor is None:
             return self.tokenizer.encode(prompt, bos=True, eos=False), {}
         transform = image_transform if image_transform not in (None, "auto") else self.image_transform
-        if (
-            transform is not None and self.sees_images
-        ):  # an Accessory transform: each image squared to the model's input
+        if transform is not None and self.sees_images:  # an Accessory transform: each image squared first
             mean = getattr(self.processor.image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
             media = [m if isinstance(m, Clip) else shape_image(m, transform, self.image_size, mean) for m in media]
-        images = media
-        return encode_with_processor(self.processor, prompt, images, self.llma.dtype, self.llma.device)
+        return encode_with_processor(self.processor, prompt, media, self.llma.dtype, self.llma.device)
 
     def _encode_with_tensor(self, prompt: str, pixels: torch.Tensor) -> tuple[list[int], dict]:
         """An image the caller already transformed, Accessory style ([3, H, W] or [1, 3, H, W]): the processor only

@@ -107,8 +107,8 @@ def images_only(processor_class):
             """The parts as loaded, with None in the video processor's place, so that an `__init__` that takes it
             before others (Qwen2.5-Omni's, second) gets each part in its own."""
             parts = list(super()._get_arguments_from_pretrained(*args, **kwargs))
-            own = processor_class.get_attributes()
-            return parts[: own.index("video_processor")] + [None] + parts[own.index("video_processor") :]
+            at = processor_class.get_attributes().index("video_processor")
+            return parts[:at] + [None] + parts[at:]
 
         def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
             return _rebuilt, (images_only, (processor_class,), self.__dict__)

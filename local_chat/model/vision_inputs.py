@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from local_chat.errors import NO_HEARING, UserError
+from local_chat.errors import UserError
 from local_chat.voice.clips import Clip, resampled
 
 TRAINING_ONLY = ("labels",)  # processor outputs that only training uses (PaliGemma's labels, say)
@@ -127,22 +127,24 @@ def sound_extractor(processor):
     return getattr(processor, names[0]) if names else None
 
 
+def hears(processor) -> bool:
+    """Whether a processor takes sound clips: it makes audio features and has an audio marker."""
+    return sound_extractor(processor) is not None and bool(getattr(processor, "audio_token", None))
+
+
 def _sound(processor, prompt: str, clips: list[Clip]) -> dict:
-    """The processor's arguments for a prompt's sound clips, resampled to its feature extractor's rate (none without
-    clips); a prompt whose audio markers do not match its clips is one sentence."""
+    """The processor's arguments for a prompt's sound clips (a processor that `hears`), resampled to its feature
+    extractor's rate (none without clips); a prompt whose audio markers do not match its clips is one sentence."""
     if not clips:
         return {}
-    marker = getattr(processor, "audio_token", None)
-    extractor = sound_extractor(processor)
-    if not marker or extractor is None:
-        raise UserError(NO_HEARING)
+    marker = processor.audio_token
     shown = prompt.count(marker)
     if shown != len(clips):
         raise UserError(
             f"The prompt has {shown} audio marker{'s' if shown != 1 else ''} ({marker}) for {len(clips)} "
             f"recording{'s' if len(clips) != 1 else ''}; give one recording per marker."
         )
-    rate = extractor.sampling_rate
+    rate = sound_extractor(processor).sampling_rate
     return {"audio": [resampled(clip, rate).samples for clip in clips], "sampling_rate": rate}
 
 

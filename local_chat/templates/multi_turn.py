@@ -360,10 +360,14 @@ class ChatTemplateConversation(_Messages):
         return self.stop_symbols[0]
 
 
+# a sound clip's part as a template reads it: a published template looks for an "audio" key (Qwen2-Audio's
+# `'audio' in content`)
+AUDIO_PART = {"type": "audio", "audio": "clip"}
+
+
 def _media_part(item) -> dict:
-    """The part a question's image or sound clip is to the template: {"type": "image"}, or {"type": "audio",
-    "audio": ...} (a published template looks for an "audio" key: Qwen2-Audio's `'audio' in content`)."""
-    return {"type": "audio", "audio": "clip"} if isinstance(item, Clip) else {"type": "image"}
+    """The part a question's image or sound clip is to the template."""
+    return dict(AUDIO_PART) if isinstance(item, Clip) else {"type": "image"}
 
 
 def _typed_part(part: dict) -> dict:
@@ -371,7 +375,7 @@ def _typed_part(part: dict) -> dict:
     if part.get("type") == "image":
         return {"type": "image"}
     if part.get("type") == "audio":
-        return {"type": "audio", "audio": "clip"}
+        return dict(AUDIO_PART)
     return {"type": "text", "text": part.get("text", "")}
 
 

@@ -4,12 +4,11 @@ an edit give."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from local_chat.engine import Sampling
 from local_chat.errors import UserError
 from local_chat.prompting import open_upload
-from local_chat.voice.clips import read_clip
+from local_chat.voice.clips import read_clip_file
 
 from .gradio_api import page_sampling
 
@@ -91,7 +90,7 @@ def attached_clips(files, engine, max_upload_mb: float) -> tuple[list[tuple[str,
     clips, refused = [], []
     for path in files:
         try:
-            clips.append((path, read_clip(Path(path).read_bytes(), Path(path).name, max_upload_mb)))
+            clips.append((path, read_clip_file(path, max_upload_mb)))
         except UserError as error:
             refused.append(str(error))
     return clips, taken_out(refused)

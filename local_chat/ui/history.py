@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import secrets
 import threading
-from pathlib import Path
 
 import gradio as gr
 from starlette.requests import Request as HTTPRequest
@@ -29,7 +28,7 @@ from local_chat.documents import Shelf
 from local_chat.errors import UserError
 from local_chat.history.store import SavedConversation, Store, text_of
 from local_chat.prompting import message_text, open_upload, png_bytes
-from local_chat.voice.clips import is_sound_file, read_clip, wav_bytes
+from local_chat.voice.clips import is_sound_file, read_clip_file, wav_bytes
 
 from .documents import with_documents
 from .exports import Exports
@@ -222,7 +221,7 @@ class SavedChats:
     def _upload_part(self, path) -> dict:
         """An attached file's part for the model: a recording's clip, else an image (each checked as an upload)."""
         if is_sound_file(path):
-            return {"type": "audio", "audio": read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)}
+            return {"type": "audio", "audio": read_clip_file(path, self.max_upload_mb)}
         return {"type": "image", "image": open_upload(path, self.max_upload_mb)}
 
     # ----- saving -----

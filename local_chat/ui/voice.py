@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-from pathlib import Path
 
 import gradio as gr
 
 from local_chat.errors import UserError
 from local_chat.history.kinds import Kind
 from local_chat.voice import SpokenAnswer, Voice
-from local_chat.voice.clips import Clip, is_sound_file, read_clip, wav_bytes
+from local_chat.voice.clips import Clip, is_sound_file, read_clip_file, wav_bytes
 
 from .chat_settings import message_parts, taken_out
 from .layout import static_text
@@ -133,7 +132,7 @@ class PageVoice:
 
     def _heard(self, path: str) -> str:
         """The recording's text: read, checked and transcribed (on a thread: it takes a while)."""
-        clip = read_clip(Path(path).read_bytes(), Path(path).name, self.max_upload_mb)
+        clip = read_clip_file(path, self.max_upload_mb)
         return self.voice.transcriber.transcribe(clip)
 
     async def read_aloud(self, value):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -76,6 +77,11 @@ def read_clip(data: bytes, name: str, max_mb: float, max_seconds: float = MAX_CL
     if not len(samples):
         raise UserError(f"The recording {name} is empty; record again.")
     return Clip(samples.mean(axis=1), rate)
+
+
+def read_clip_file(path, max_mb: float) -> Clip:
+    """`read_clip` of an attached file, named by its file name."""
+    return read_clip(Path(path).read_bytes(), Path(path).name, max_mb)
 
 
 def resampled(clip: Clip, rate: int) -> Clip:
