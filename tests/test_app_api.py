@@ -4,6 +4,7 @@ import random
 import threading
 import time
 
+import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 
@@ -46,6 +47,7 @@ def test_api_lists_chat_and_single_turn(server):
         "repetition_penalty",
         "system",
         "template",
+        "audio",
     ]
 
 
@@ -112,6 +114,20 @@ def test_bad_image_is_one_clear_sentence(server, tmp_path):
         Client(server[0], verbose=False).predict(
             message="What is in the image?", history=[], image=handle_file(str(path)), api_name="/chat"
         )
+
+
+def test_a_recording_for_a_model_that_does_not_hear_is_its_sentence(server, tmp_path):
+    """The demo model does not hear: /chat's `audio` is refused with the sentence that says so."""
+    from local_chat.errors import NO_HEARING
+    from local_chat.voice.clips import Clip, wav_bytes
+
+    path = tmp_path / "question.wav"
+    path.write_bytes(wav_bytes(Clip(np.zeros(8000, dtype=np.float32), 16_000)))
+    with pytest.raises(Exception) as error:
+        Client(server[0], verbose=False).predict(
+            message="What is this sound?", history=[], audio=handle_file(str(path)), api_name="/chat"
+        )
+    assert NO_HEARING in str(error.value)
 
 
 def test_stop_ends_generation_on_the_server_within_two_steps(demo):

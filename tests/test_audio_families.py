@@ -126,9 +126,11 @@ def test_a_model_that_cannot_hear_says_so_in_one_sentence(byte_model):
 
 
 @pytest.mark.parametrize("family", audio_families.FAMILIES[:1], indirect=True)
-def test_a_recording_through_v1_with_the_openai_client(family):
-    """/v1/chat/completions with an `input_audio` part (and one that is not sound: its sentence, a 400)."""
+def test_a_recording_through_v1_with_the_openai_client_and_chat_with_gradio_client(family, tmp_path):
+    """/v1/chat/completions with an `input_audio` part (and one that is not sound: its sentence, a 400); the page's
+    /chat API with the recording as a file beside the message, through gradio_client."""
     import openai
+    from gradio_client import Client, handle_file
     from openai import OpenAI
 
     _, model = family
@@ -141,7 +143,15 @@ def test_a_recording_through_v1_with_the_openai_client(family):
         broken[1]["content"][0]["input_audio"]["data"] = base64.b64encode(b"not sound at all").decode()
         with pytest.raises(openai.BadRequestError) as error:
             api.chat.completions.create(model="m", messages=broken, max_tokens=6)
+        recording = tmp_path / "question.wav"
+        recording.write_bytes(wav_bytes(LOW))
+        page_api = Client(url, verbose=False)
+        heard = page_api.predict(
+            message=FIRST, history=[], system=SYSTEM, audio=handle_file(str(recording)), max_gen_len=6,
+            temperature=0.0, api_name="/chat",
+        )  # fmt: skip
     assert "cannot be read as sound" in str(error.value)
+    assert heard == expected.text.strip()
 
 
 @pytest.mark.parametrize("family", audio_families.FAMILIES, indirect=True)

@@ -22,6 +22,7 @@ from local_chat.prompting import (
 )
 from local_chat.prompting.chat import history_system, question_parts
 from local_chat.templates.single_turn import TEMPLATE_NAMES
+from local_chat.voice.clips import read_clip_file
 
 from .chat import Cancels, answer_updates
 
@@ -45,10 +46,10 @@ async def api_answer(engine: Engine, request: Request) -> AsyncIterator[str]:
             yield update.text.strip()
 
 
-def api_messages(history: list, message: str, image, system: str | None, max_mb: float) -> list[dict]:
+def api_messages(history: list, message: str, image, system: str | None, max_mb: float, clip=None) -> list[dict]:
     """The /chat API's arguments as chat messages: `system` (else the history's last system message), the history's
     turns (messages, or older clients' [question, answer] pairs), then `message`; `image` goes with the first
-    question."""
+    question, the recording `clip` (a `Clip`, for a model that hears) with `message`."""
     if not (message or "").strip():
         raise UserError(EMPTY_MESSAGE)
     system = system if system is not None else history_system(history)
@@ -56,7 +57,8 @@ def api_messages(history: list, message: str, image, system: str | None, max_mb:
     for question, answer in history_pairs(history, max_mb):
         text, images = question_parts(question)
         messages += [user_message(text, images), {"role": "assistant", "content": answer}]
-    messages.append({"role": "user", "content": message})
+    spoken = [{"type": "audio", "audio": clip}] if clip is not None else []
+    messages.append({"role": "user", "content": [*spoken, {"type": "text", "text": message}] if spoken else message})
     if image is not None:
         first = next(m for m in messages if m["role"] == "user")
         first["content"] = [{"type": "image", "image": image}, *parts_of(first["content"])]
@@ -92,23 +94,25 @@ def api_chat(
         repetition_penalty: float = CHAT_SAMPLING.repetition_penalty,
         system: str | None = None,
         template: str | None = None,
+        audio: gr.FileData | None = None,
         request: gr.Request = None,
     ) -> AsyncIterator[str]:
         """Answer `message` after `history` ([{"role", "content"}, ...]); yields the growing answer. The oldest
         turns of a history longer than the context are left out. `system` (or a "system" message in `history`)
-        replaces the template's system prompt; `template` (default: the launcher's) is a conversation template."""
+        replaces the template's system prompt; `template` (default: the launcher's) is a conversation template;
+        `audio` (a WAV, FLAC, MP3 or Ogg file) is a recording that goes with `message`, for a model that hears."""
         key = session_key(request.session_hash, "api")
         cancel = cancels.fresh(key)
-        path = image["path"] if isinstance(image, dict) else getattr(image, "path", None)
         try:
             if template in TEMPLATE_NAMES:
                 raise UserError(
                     f"{template!r} is a single-turn template: call /single_turn with it, or pass /chat "
                     f"one of: {', '.join(conversation_templates(engine))}."
                 )
-            picture = open_upload(path, max_upload_mb)
+            picture = open_upload(file_path(image), max_upload_mb)
+            recording = read_clip_file(file_path(audio), max_upload_mb) if file_path(audio) else None
             settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
-            messages = api_messages(history, message, picture, system, max_upload_mb)
+            messages = api_messages(history, message, picture, system, max_upload_mb, recording)
         except UserError as error:
             raise api_error(str(error))
         answer = Request(
@@ -123,6 +127,11 @@ def api_chat(
             yield text
 
     return chat
+
+
+def file_path(file: gr.FileData | dict | None) -> str | None:
+    """The path of a file a gradio_client caller sent (`handle_file`), or None."""
+    return file["path"] if isinstance(file, dict) else getattr(file, "path", None)
 
 
 def api_single_turn(engine: Engine, cancels: Cancels):
