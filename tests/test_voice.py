@@ -1,12 +1,14 @@
 """Voice (local_chat/voice/, ui/voice.py, api/audio.py): a tiny random Whisper of the real class with its real feature
 extractor transcribes as transformers' own pipeline does; espeak-ng speaks an answer sentence by sentence, the first
-before the answer ends; a tiny VITS speaks as its model does; /v1/audio through the `openai` client; in Chromium, the
-microphone fed from a WAV file puts its transcript in the box, and answers are read aloud."""
+before the answer ends; a tiny VITS speaks as its model does, a tiny Kokoro as the kokoro package does; /v1/audio
+through the `openai` client; in Chromium, the microphone fed from a WAV file puts its transcript in the box, and
+answers are read aloud."""
 
 import asyncio
 import io
 import re
 import shutil
+import sys
 import time
 import wave
 from pathlib import Path
@@ -28,6 +30,7 @@ from local_chat.ui.voice import answer_text
 from local_chat.voice import Voice, sentences_of, voice_of
 from local_chat.voice.clips import Clip, encoded, read_clip, resampled
 from local_chat.voice.espeak import NO_ESPEAK, Espeak
+from local_chat.voice.kokoro import KokoroSpeaker
 from local_chat.voice.speech import Sentences, TransformersSpeaker
 from local_chat.voice.transcribe import Transcriber
 
@@ -197,6 +200,58 @@ def test_a_vits_folder_speaks_as_its_model_does(folders):
     assert ours.rate == 16_000 and ours.seconds > 0.1 and np.allclose(ours.samples, theirs)
     with pytest.raises(UserError, match="has no config.json"):
         TransformersSpeaker(str(folders.question.parent))
+
+
+@pytest.fixture(scope="module")
+def kokoro_folders(tmp_path_factory):
+    """A tiny random Kokoro folder (voices af_heart, af_alloy, ef_dora), and one of its Spanish voice alone."""
+    pytest.importorskip("kokoro")
+    from fixtures.voice_models import build_kokoro
+
+    root = tmp_path_factory.mktemp("kokoro")
+    every, spanish = build_kokoro(root / "Kokoro-82M"), root / "Kokoro-es"
+    (spanish / "voices").mkdir(parents=True)
+    for name in ("config.json", "kokoro-v1_0.pth", "voices/ef_dora.pt"):
+        (spanish / name).hardlink_to(every / name)
+    return SimpleNamespace(every=every, spanish=spanish)
+
+
+def test_a_kokoro_folder_speaks_as_the_kokoro_package_does(kokoro_folders):
+    import torch
+    from kokoro import KModel, KPipeline
+
+    folder, text = kokoro_folders.spanish, "Hola, ¿cómo estás? Muy bien, gracias."
+    speaker = voice_of(None, str(folder)).speaker
+    assert isinstance(speaker, KokoroSpeaker) and speaker.default == "ef_dora"
+    torch.manual_seed(0)
+    ours = speaker.speak(text, "alloy")  # an OpenAI name the folder has no voice for: its default
+    model = KModel(repo_id="hexgrad/Kokoro-82M", config=str(folder / "config.json"),
+                   model=str(folder / "kokoro-v1_0.pth")).eval()  # fmt: skip
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        pipeline = KPipeline(lang_code="e", repo_id="hexgrad/Kokoro-82M", model=model)
+        theirs = np.concatenate([r.audio.numpy() for r in pipeline(text, voice=str(folder / "voices/ef_dora.pt"))])
+    assert ours.rate == 24_000 and ours.seconds > 0.1 and np.allclose(ours.samples, theirs)
+    assert speaker.speak(text, "ef_dora", 0.5).seconds > 1.5 * speaker.speak(text, "ef_dora", 2.0).seconds
+    with pytest.raises(UserError, match=r"There is no voice 'bob'; give one of ef_dora \(the folder's voices/\)"):
+        speaker.speak("Hola.", "bob")
+
+
+def test_kokoro_names_what_it_lacks_in_one_sentence(kokoro_folders, tmp_path, monkeypatch):
+    import spacy.util
+
+    if spacy.util.is_package("en_core_web_sm"):  # English voices speak, an OpenAI name finds its voice
+        speaker = voice_of(None, str(kokoro_folders.every)).speaker
+        assert speaker.voice_named("alloy") == "af_alloy" and speaker.speak("Hello there.").seconds > 0.1
+    else:  # the page's English voice cannot speak: said at start-up, with the command that mends it
+        with pytest.raises(UserError, match="English voices need spaCy's en_core_web_sm; run `python -m spacy"):
+            voice_of(None, str(kokoro_folders.every))
+    (tmp_path / "config.json").hardlink_to(kokoro_folders.every / "config.json")
+    with pytest.raises(UserError, match="has no .pth weights; give the whole Kokoro folder"):
+        voice_of(None, str(tmp_path))
+    monkeypatch.setitem(sys.modules, "kokoro", None)
+    with pytest.raises(UserError, match="is a Kokoro folder, and the kokoro package is not installed; install the"):
+        voice_of(None, str(kokoro_folders.spanish))
 
 
 def spoken_updates(tab: ChatTab, text: str, speak: bool = True) -> list:

@@ -170,7 +170,8 @@ def add_voice_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR|espeak-ng|off",
         help="what reads answers aloud (the page's Speak answers switch and read-aloud button, /v1/audio/speech): "
-        "a transformers text-to-speech folder (VITS, such as facebook/mms-tts-eng), espeak-ng, or off (default: "
+        "a transformers text-to-speech folder (VITS, such as facebook/mms-tts-eng), a Kokoro folder "
+        "(hexgrad/Kokoro-82M, the kokoro extra), espeak-ng, or off (default: "
         "espeak-ng, where the voice extra is installed)",
     )
 

@@ -3,6 +3,7 @@
 - `Espeak` (voice/espeak.py): espeak-ng, which needs no weights, the default.
 - `TransformersSpeaker`: `--tts_model DIR`, a transformers text-to-speech folder (VITS, as Meta's MMS-TTS voices),
   run on the CPU of the web server's process.
+- `KokoroSpeaker` (voice/kokoro.py): `--tts_model DIR`, a Kokoro folder, through the kokoro package.
 - `Sentences` cuts a text that grows piece by piece (an answer streaming) into sentences as each one ends, with the
   markdown that is not spoken taken out; `SpokenAnswer` speaks them on a thread of its own while the answer goes on.
 
@@ -20,6 +21,7 @@ from local_chat.errors import UserError, described
 
 from .clips import Clip
 from .espeak import ESPEAK, Espeak
+from .kokoro import KokoroSpeaker, is_kokoro_folder
 
 MAX_SPOKEN_CHARS = 4096  # OpenAI's limit on /v1/audio/speech's input
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\n+")
@@ -118,6 +120,8 @@ def speaker_of(tts_model: str | None):
         return Espeak()
     if tts_model == "off":
         return None
+    if is_kokoro_folder(tts_model):
+        return KokoroSpeaker(tts_model)
     return TransformersSpeaker(tts_model)
 
 
