@@ -7,6 +7,7 @@ the saved conversation (schema 8) and plays back."""
 import base64
 import json
 import sqlite3
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -67,11 +68,18 @@ def conversation(clip: Clip, first_answer: str | None = None) -> list[dict]:
     return messages
 
 
-def reference(clip: Clip, first_answer: str) -> list[dict]:
-    """The same two turns as a user of transformers writes them for the processor."""
+def reference(name: str, clip: Clip, first_answer: str) -> list[dict]:
+    """The same two turns as a user of transformers writes them for the processor. Voxtral's (mistral-common's)
+    takes a recording as a WAV file's base64, and no system prompt beside it: its text goes before the question, as
+    the chat layer puts it where a template refuses a system prompt."""
+    system = [{"role": "system", "content": SYSTEM}]
+    audio, question = {"type": "audio", "audio": clip.samples}, FIRST
+    if name == "voxtral":
+        system, question = [], f"{SYSTEM}\n\n{FIRST}"
+        audio = {"type": "audio", "base64": base64.b64encode(wav_bytes(clip)).decode()}
     return [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": [{"type": "audio", "audio": clip.samples}, {"type": "text", "text": FIRST}]},
+        *system,
+        {"role": "user", "content": [audio, {"type": "text", "text": question}]},
         {"role": "assistant", "content": first_answer},
         {"role": "user", "content": SECOND},
     ]
@@ -89,16 +97,15 @@ def test_two_turns_about_a_clip_are_the_processors_prompt_and_generates_tokens(f
     """The second turn's prompt is the processor's rendering of the same conversation, its token ids (the clip's
     audio tokens among them) the processor's, and its greedy tokens those of transformers' `generate`; it runs from
     the session's cache of the first turn, clip included."""
-    _, model = family
+    name, model = family
     _, one = answer(model, conversation(LOW), session="tab")
     assert one.end.error is None and one.end.cached_tokens == 0
     rendered, two = answer(model, conversation(LOW, one.text), session="tab")
     assert two.end.error is None and two.end.cached_tokens > 0
-    expected_text = model.processor.apply_chat_template(reference(LOW, one.text), add_generation_prompt=True,
-                                                        tokenize=False)  # fmt: skip
-    assert rendered.text == expected_text
-    expected = model.processor.apply_chat_template(
-        reference(LOW, one.text), add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    two_turns = reference(name, LOW, one.text)
+    assert rendered.text == model.processor.apply_chat_template(two_turns, add_generation_prompt=True, tokenize=False)
+    expected = model.processor.apply_chat_template(  # Voxtral's: transformers' one step, mistral-common's tokens
+        two_turns, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
     )
     ours = model.engine.encoder.prepare_inputs([rendered.text], [[LOW]])
     assert ours.input_ids[0].tolist() == expected["input_ids"][0].tolist()
@@ -300,4 +307,14 @@ def test_the_models_dir_lists_the_models_that_hear(tmp_path):
     assert lines == {
         "qwen2_audio": "qwen2_audio (qwen2_audio, 1 MiB, hears)",
         "qwen2_5_omni": "qwen2_5_omni (qwen2_5_omni, 1 MiB, sees images, hears)",
+        "voxtral": "voxtral (voxtral, 1 MiB, hears)",
     }
+
+
+@pytest.mark.parametrize("family", ["voxtral"], indirect=True)
+def test_voxtral_without_mistral_common_is_one_sentence(family, folders, monkeypatch):
+    """Voxtral's prompts are mistral-common's: without it, the folder is refused with the extra to install."""
+    monkeypatch.setitem(sys.modules, "mistral_common", None)
+    with pytest.raises(UserError, match=r"holds a Voxtral model, whose prompts mistral-common renders, and it is not "
+                                        r"installed; install the voxtral extra"):  # fmt: skip
+        MetaModel.from_pretrained(str(folders["voxtral"]))

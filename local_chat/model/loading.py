@@ -18,7 +18,7 @@ from local_chat.errors import UserError
 from . import checkpoint as ckpt
 from . import vision_stem  # noqa: F401  (registers the demo model's vision tower with transformers)
 from .cpu_linear import native_bf16
-from .processors import load_processor, missing_package_error
+from .processors import load_processor, missing_package_error, text_tokenizer
 from .tokenizer import HFTokenizer, Tokenizer, has_hf_tokenizer, load_tokenizer
 
 DTYPES = {
@@ -318,7 +318,7 @@ def _load_hf(
         )
         model = model.thinker if speaks else model
         if processor is not None and tokenizer_path is None:
-            tokenizer = HFTokenizer(processor.tokenizer)
+            tokenizer = HFTokenizer(text_tokenizer(processor))
         else:
             tokenizer = load_tokenizer(tokenizer_path or folder, trust_remote_code=trust_remote_code)
     except UserError:  # --quant without bitsandbytes, say: already a sentence

@@ -15,6 +15,8 @@ from transformers.processing_utils import ProcessorMixin
 
 from local_chat.errors import UserError, described
 
+from .voxtral import VoxtralChatProcessor, is_voxtral, voxtral_processor
+
 
 def load_processor(folder: Path, config, remote: dict):
     """The folder's processor, with PIL image processors where it can have them. Without torchvision, which
@@ -22,6 +24,8 @@ def load_processor(folder: Path, config, remote: dict):
     video processor: the chat sends images only."""
     from transformers import AutoProcessor
 
+    if is_voxtral(config):  # its prompts are mistral-common's
+        return voxtral_processor(folder)
     try:
         return AutoProcessor.from_pretrained(folder, backend="pil", **remote)
     except ImportError:  # a part with no PIL backend: transformers' own choice (torchvision where it loads)
@@ -38,6 +42,12 @@ def load_processor(folder: Path, config, remote: dict):
         if "Missing optional dependencies" in str(exc):
             raise ImportError(str(exc)) from exc
         raise
+
+
+def text_tokenizer(processor):
+    """The tokenizer the engine streams and holds text with: the processor's own, or Voxtral's tekken.json converted
+    (its processor's is mistral-common's, which renders prompts)."""
+    return processor.text_tokenizer if isinstance(processor, VoxtralChatProcessor) else processor.tokenizer
 
 
 def saved_processor_class(folder: Path) -> str | None:
