@@ -7,6 +7,10 @@ __all__ = ["UserError", "described", "failure_sentence"]
 NO_HEARING = (
     "This model cannot hear recordings; send the message without one, or load a model that hears (Qwen2-Audio, say)."
 )
+NO_EYES_HERE = (
+    "This model's image processor needs torchvision, which does not load here, so it takes no images; send the "
+    "message without the image, or install the torchvision release built for this torch (pytorch.org lists them)."
+)
 
 
 class UserError(ValueError):

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 import torch
 from PIL import Image
 
-from local_chat.errors import NO_HEARING, UserError
+from local_chat.errors import NO_EYES_HERE, NO_HEARING, UserError
 from local_chat.voice.clips import Clip
 
 from .generation import ModelInputs
 from .image import shape_image
+from .processors import left_out_part
 from .vision_inputs import as_image_list, batch_inputs
 from .vision_inputs import encode as encode_with_processor
 from .vision_inputs import hears as processor_hears
@@ -106,6 +107,8 @@ class PromptEncoder:
         if any(isinstance(m, Clip) for m in media) and not self.hears:
             raise UserError(NO_HEARING)
         if any(not isinstance(m, Clip) for m in media) and not self.sees_images:
+            if left_out_part(self.processor) == "image_processor":
+                raise UserError(NO_EYES_HERE)
             raise UserError(
                 "This model cannot see images; send the message without an image, or load a vision model "
                 "(a Hugging Face vision-language folder with --pretrained_path)."

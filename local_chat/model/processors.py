@@ -21,27 +21,46 @@ from .voxtral import VoxtralChatProcessor, is_voxtral, voxtral_processor
 def load_processor(folder: Path, config, remote: dict):
     """The folder's processor, with PIL image processors where it can have them. Without torchvision, which
     transformers' video processors need (Qwen2-VL's, say), a processor that also takes videos loads without its
-    video processor: the chat sends images only."""
-    from transformers import AutoProcessor
-
+    video processor: the chat sends images only; a model that hears whose image processor needs it
+    (Phi-4-multimodal's) loads without its image processor: it hears, and takes no image here."""
     if is_voxtral(config):  # its prompts are mistral-common's
         return voxtral_processor(folder)
     try:
-        return AutoProcessor.from_pretrained(folder, backend="pil", **remote)
+        return _auto_processor(folder, remote, backend="pil")
     except ImportError:  # a part with no PIL backend: transformers' own choice (torchvision where it loads)
         try:
-            return AutoProcessor.from_pretrained(folder, **remote)
+            return _auto_processor(folder, remote)
         except ImportError:
-            if saved_processor_class(folder) == "PixtralProcessor":
-                return pixtral_processor_class().from_pretrained(folder, backend="pil", **remote)
-            processor_class = registered_processor_class(config)
-            if processor_class is None or "video_processor" not in processor_class.get_attributes():
+            processor = _without_torchvision(folder, config, remote)
+            if processor is None:
                 raise
-            return images_only(processor_class).from_pretrained(folder, backend="pil", **remote)
-    except ValueError as exc:  # an image processor with no backend that loads here (Llama 4's needs torchvision)
+            return processor
+
+
+def _auto_processor(folder: Path, remote: dict, **backend):
+    """AutoProcessor's processor; a part whose backends do not load here (an image processor that needs torchvision:
+    Llama 4's, Phi-4-multimodal's) is an ImportError."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, **backend, **remote)
+    except ValueError as exc:
         if "Missing optional dependencies" in str(exc):
             raise ImportError(str(exc)) from exc
         raise
+
+
+def _without_torchvision(folder: Path, config, remote: dict):
+    """The processor less its part that needs torchvision, or None where none can be left out."""
+    if saved_processor_class(folder) == "PixtralProcessor":
+        return pixtral_processor_class().from_pretrained(folder, backend="pil", **remote)
+    processor_class = registered_processor_class(config)
+    parts = processor_class.get_attributes() if processor_class is not None else []
+    if "video_processor" in parts:
+        return images_only(processor_class).from_pretrained(folder, backend="pil", **remote)
+    if "image_processor" in parts and hasattr(config, "audio_config"):  # it hears without its eyes
+        return sounds_only(processor_class).from_pretrained(folder, **remote)
+    return None
 
 
 def text_tokenizer(processor):
@@ -88,51 +107,72 @@ def registered_processor_class(config):
     return PROCESSOR_MAPPING.get(type(config), None)
 
 
-class _WithoutVideo(ProcessorMixin):
-    """Between a processor and transformers' `ProcessorMixin`: the video processor its `__init__` passes on (None),
-    by name or in its place among the others (Qwen2.5-Omni's), is left out."""
+class _WithoutPart(ProcessorMixin):
+    """Between a processor and transformers' `ProcessorMixin`: the part its `__init__` passes on (None) as `left_out`
+    names it, by name or in its place among the others (Qwen2.5-Omni's video processor, second), is left out."""
+
+    left_out = "video_processor"
 
     def __init__(self, *args, **kwargs):
-        kwargs.pop("video_processor", None)
-        own = type(self).__mro__[1].get_attributes()  # the processor's own parts, its video processor among them
-        if "video_processor" in own and len(args) > own.index("video_processor"):
-            at = own.index("video_processor")
+        kwargs.pop(self.left_out, None)
+        own = type(self).__mro__[1].get_attributes()  # the processor's own parts, the one left out among them
+        if self.left_out in own and len(args) > own.index(self.left_out):
+            at = own.index(self.left_out)
             args = args[:at] + args[at + 1 :]
         super().__init__(*args, **kwargs)
 
 
 @functools.cache
-def images_only(processor_class):
-    """`processor_class` with no video processor to load or check: the images, text and chat template are its own."""
+def without_part(processor_class, part: str):
+    """`processor_class` with no `part` to load or check (its "video_processor" or "image_processor", which need
+    torchvision): the other parts, the text and the chat template are its own."""
 
-    class ImagesOnly(processor_class, _WithoutVideo):
-        __init__ = _video_optional(processor_class.__init__)
+    class Without(processor_class, _WithoutPart):
+        left_out = part
+        __init__ = _optional(processor_class.__init__, part)
 
         @classmethod
         def get_attributes(cls) -> list[str]:
-            return [name for name in processor_class.get_attributes() if name != "video_processor"]
+            return [name for name in processor_class.get_attributes() if name != part]
 
         @classmethod
         def _get_arguments_from_pretrained(cls, *args, **kwargs):
-            """The parts as loaded, with None in the video processor's place, so that an `__init__` that takes it
-            before others (Qwen2.5-Omni's, second) gets each part in its own."""
+            """The parts as loaded, with None in the left-out part's place, so that an `__init__` that takes it
+            before others (Qwen2.5-Omni's video processor, second; Phi-4-multimodal's image processor, first) gets
+            each part in its own."""
             parts = list(super()._get_arguments_from_pretrained(*args, **kwargs))
-            at = processor_class.get_attributes().index("video_processor")
+            at = processor_class.get_attributes().index(part)
             return parts[:at] + [None] + parts[at:]
 
         def __reduce__(self):  # made here, the class pickles as how to make it (the web server's process gets one)
-            return _rebuilt, (images_only, (processor_class,), self.__dict__)
+            return _rebuilt, (without_part, (processor_class, part), self.__dict__)
 
-    ImagesOnly.__name__ = processor_class.__name__  # what a saved processor_config.json names
-    return ImagesOnly
+    Without.__name__ = processor_class.__name__  # what a saved processor_config.json names
+    return Without
 
 
-def _video_optional(init):
-    """A processor's `__init__` whose video processor defaults to None (Gemma 4's asks for one): the same code, so
-    that transformers still reads its parameters from it."""
+def left_out_part(processor) -> str | None:
+    """The part a processor was loaded without (`without_part`), or None."""
+    return processor.left_out if isinstance(processor, _WithoutPart) else None
+
+
+def images_only(processor_class):
+    """`processor_class` with no video processor (the chat sends images only)."""
+    return without_part(processor_class, "video_processor")
+
+
+def sounds_only(processor_class):
+    """`processor_class` with no image processor (Phi-4-multimodal's needs torchvision): the model hears, and takes
+    no image here."""
+    return without_part(processor_class, "image_processor")
+
+
+def _optional(init, part: str):
+    """A processor's `__init__` whose `part` defaults to None (Gemma 4's asks for a video processor): the same code,
+    so that transformers still reads its parameters from it."""
     code, defaults = init.__code__, init.__defaults__ or ()
     names = code.co_varnames[1 : code.co_argcount]
-    if "video_processor" not in names or names.index("video_processor") != len(names) - len(defaults) - 1:
+    if part not in names or names.index(part) != len(names) - len(defaults) - 1:
         return init  # it has a default already (Qwen2-VL's), or required parameters follow it
     optional = types.FunctionType(code, init.__globals__, init.__name__, (None, *defaults), init.__closure__)
     optional.__kwdefaults__ = init.__kwdefaults__
