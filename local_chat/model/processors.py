@@ -1,5 +1,6 @@
-"""A checkpoint's processor (vision models): loaded with PIL image processors where it can have them, without the
-video processor transformers would make with torchvision (the chat sends images only), and picklable to the web
+"""A checkpoint's processor (models that see or hear): loaded with PIL image processors where it can have them,
+without the part transformers would make with torchvision (a video processor: the chat sends images only;
+Phi-4-multimodal's image processor: it hears), Voxtral's through mistral-common (voxtral.py), and picklable to the web
 server's process even where its class was made here. A processor that cannot load is one sentence."""
 
 from __future__ import annotations
