@@ -14,6 +14,7 @@ The engine's own tokenizer (streamed text, grammars) is transformers' conversion
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import io
 import re
@@ -31,6 +32,7 @@ _AUDIO_RUN = re.compile(re.escape(BEGIN_AUDIO) + f"(?:{re.escape(AUDIO)})+")
 RENDERED_BY = "mistral-common"  # what stands for the chat template: the rendering is mistral-common's
 
 
+@functools.cache
 def _silence_base64() -> str:
     """A WAV of one silent sample: what a recording is rendered as (its tokens are compacted to one marker)."""
     import soundfile

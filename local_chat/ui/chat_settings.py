@@ -67,13 +67,7 @@ def attached_images(files, engine, max_upload_mb: float) -> tuple[list[tuple[str
             "This model does not see images, so the attachment was taken out of the message (your text is still "
             "there); start a model that sees them to ask about an image."
         )
-    images, refused = [], []
-    for path in files:
-        try:
-            images.append((path, open_upload(path, max_upload_mb)))
-        except UserError as error:
-            refused.append(str(error))
-    return images, taken_out(refused)
+    return read_each(files, open_upload, max_upload_mb)
 
 
 NOT_HEARD = (
@@ -87,13 +81,19 @@ def attached_clips(files, engine, max_upload_mb: float) -> tuple[list[tuple[str,
     cannot be read (empty when none): a model that does not hear refuses them all."""
     if files and not engine.summary().hears:
         return [], NOT_HEARD
-    clips, refused = [], []
+    return read_each(files, read_clip_file, max_upload_mb)
+
+
+def read_each(files, read, max_upload_mb: float) -> tuple[list[tuple[str, object]], str]:
+    """(path, `read(path, max_upload_mb)`) of each file that can be read, and the sentence for those that cannot
+    (empty when none)."""
+    read_ones, refused = [], []
     for path in files:
         try:
-            clips.append((path, read_clip_file(path, max_upload_mb)))
+            read_ones.append((path, read(path, max_upload_mb)))
         except UserError as error:
             refused.append(str(error))
-    return clips, taken_out(refused)
+    return read_ones, taken_out(refused)
 
 
 def taken_out(refused: list[str]) -> str:

@@ -110,7 +110,8 @@ def api_chat(
                     f"one of: {', '.join(conversation_templates(engine))}."
                 )
             picture = open_upload(file_path(image), max_upload_mb)
-            recording = read_clip_file(file_path(audio), max_upload_mb) if file_path(audio) else None
+            sound = file_path(audio)
+            recording = read_clip_file(sound, max_upload_mb) if sound else None
             settings = page_sampling(max_gen_len, temperature, top_p, top_k, repetition_penalty)
             messages = api_messages(history, message, picture, system, max_upload_mb, recording)
         except UserError as error:
